@@ -1,0 +1,235 @@
+"""Markdown chunking and embedding-input limits, ported from OpenClaw.
+
+This is a faithful port of OpenClaw's ``chunkMarkdown`` (``src/memory/internal.ts``) and of its
+input-limit splitter (``enforceEmbeddingMaxInputTokens`` in ``src/memory/embedding-chunk-limits.ts``
+with ``splitTextToUtf8ByteLimit`` from ``src/memory/embedding-input-limits.ts``), as of the
+2026-03 baseline (OpenClaw 2026.3.25). Same input, same chunks: the golden tests in
+``tests/golden/chunking`` were produced by running the TypeScript originals under Node.
+
+How ``chunk_markdown`` works (all of it is OpenClaw's behaviour, quirks included):
+
+* ``maxChars = max(32, tokens * 4)`` and ``overlapChars = overlap * 4``, where ``overlap`` is first
+  clamped to ``[0, max(0, tokens - 1)]`` as OpenClaw's config resolver does.
+* Sizes are JavaScript ``.length``: UTF-16 code units, so an astral character (emoji, CJK
+  Extension B) counts 2.
+* The text is split on ``"\\n"`` only (a CRLF file keeps its ``"\\r"`` at the end of each line).
+  A line longer than ``maxChars`` is first cut into ``maxChars``-unit segments; every line or
+  segment costs its length + 1.
+* A chunk is flushed *before* a segment would push it past ``maxChars`` (a chunk that is empty
+  always takes the segment). After a flush the chunk restarts with whole tail segments of the
+  previous chunk, taken from the end until they add up to at least ``overlapChars``; the carry can
+  overshoot, so a chunk can grow to about twice ``maxChars`` (OpenClaw issue #138722).
+* Chunks whose text is blank (JavaScript ``String.prototype.trim`` rules) are dropped, as
+  OpenClaw's indexer does right after chunking.
+* ``hash`` is the SHA-256 hex digest of the chunk text encoded as UTF-8.
+
+The one place where Python cannot copy JavaScript literally: OpenClaw slices long lines by UTF-16
+index, which can cut an astral character in half and leave a lone surrogate at the end of one
+segment and at the start of the next. A Python ``str`` holding lone surrogates cannot be encoded
+as UTF-8, so each lone surrogate is replaced here by U+FFFD. That is exactly what OpenClaw ends up
+with anyway: Node encodes a lone surrogate as U+FFFD both when it hashes the text and when it
+stores it in SQLite, and U+FFFD is also one UTF-16 unit and three UTF-8 bytes. So texts, line
+ranges, sizes and hashes all match OpenClaw's persisted values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+__all__ = ["Chunk", "chunk_markdown", "enforce_input_limit", "hash_text", "js_trim"]
+
+# JavaScript String.prototype.trim() strips WhiteSpace and LineTerminator code points (ES2023):
+# TAB VT FF SP NBSP ZWNBSP(BOM) + Unicode Zs, and LF CR LS PS. Python's str.strip() differs: it
+# also strips U+001C..U+001F and U+0085 but keeps U+FEFF.
+_JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of a file: 1-based inclusive line range, the text, sha256(text) in hex."""
+
+    start_line: int
+    end_line: int
+    text: str
+    hash: str
+
+
+def hash_text(text: str) -> str:
+    """OpenClaw's ``hashText``: SHA-256 hex digest of the UTF-8 encoded text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def js_trim(text: str) -> str:
+    """``text.trim()`` with JavaScript's definition of whitespace."""
+    return text.strip(_JS_WHITESPACE)
+
+
+def _utf16_len(text: str) -> int:
+    """JavaScript ``.length`` of ``text``: astral characters count 2."""
+    if text.isascii():
+        return len(text)
+    return len(text) + len(_ASTRAL.findall(text))
+
+
+def _segments(line: str, max_chars: int) -> list[tuple[str, int]]:
+    """Cut ``line`` like ``line.slice(start, start + maxChars)`` does, with UTF-16 lengths.
+
+    Lone surrogates left by a cut through an astral character become U+FFFD (see module doc).
+    """
+    if not line:
+        return [("", 0)]
+    if line.isascii() or _ASTRAL.search(line) is None:
+        # Every character is one UTF-16 unit: Python indices are JavaScript indices.
+        n = len(line)
+        if n <= max_chars:
+            return [(line, n)]
+        pieces = [line[i : i + max_chars] for i in range(0, n, max_chars)]
+        return [(piece, len(piece)) for piece in pieces]
+    units = line.encode("utf-16-le")
+    n = len(units) // 2
+    if n <= max_chars:
+        return [(line, n)]
+    out: list[tuple[str, int]] = []
+    step = 2 * max_chars
+    for i in range(0, len(units), step):
+        piece = units[i : i + step]
+        text = piece.decode("utf-16-le", "surrogatepass")
+        if _SURROGATE.search(text) is not None:
+            text = _SURROGATE.sub("\ufffd", text)
+        out.append((text, len(piece) // 2))
+    return out
+
+
+def chunk_markdown(
+    content: str, tokens: int = 400, overlap: int = 80, *, drop_blank: bool = True
+) -> list[Chunk]:
+    """Split Markdown ``content`` into overlapping line chunks exactly like OpenClaw.
+
+    ``tokens`` and ``overlap`` are OpenClaw's ``chunking.tokens`` / ``chunking.overlap`` (defaults
+    400 / 80); ``overlap`` is clamped to ``[0, tokens - 1]``. ``drop_blank=False`` returns the raw
+    ``chunkMarkdown`` output, before the indexer's blank-chunk filter.
+    """
+    tokens = int(tokens)
+    overlap = max(0, min(int(overlap), max(0, tokens - 1)))
+    max_chars = max(32, tokens * 4)
+    overlap_chars = max(0, overlap * 4)
+
+    if _SURROGATE.search(content) is not None:
+        # Text decoded from UTF-8 never holds surrogates; treat stray ones like Node's decoder
+        # treats invalid bytes.
+        content = _SURROGATE.sub("\ufffd", content)
+
+    chunks: list[Chunk] = []
+    # Parallel lists for the chunk being built: segment text, its UTF-16 size + 1, its line number.
+    cur_text: list[str] = []
+    cur_size: list[int] = []
+    cur_line: list[int] = []
+    cur_chars = 0
+
+    def flush() -> None:
+        if not cur_text:
+            return
+        text = "\n".join(cur_text)
+        if drop_blank and not js_trim(text):
+            return
+        chunks.append(Chunk(cur_line[0], cur_line[-1], text, hash_text(text)))
+
+    for line_no, line in enumerate(content.split("\n"), start=1):
+        for segment, seg_len in _segments(line, max_chars):
+            size = seg_len + 1
+            if cur_chars + size > max_chars and cur_text:
+                flush()
+                # carryOverlap: keep whole tail segments until they reach overlap_chars.
+                if overlap_chars <= 0:
+                    cur_text, cur_size, cur_line = [], [], []
+                    cur_chars = 0
+                else:
+                    acc = 0
+                    i = len(cur_text)
+                    while i > 0:
+                        i -= 1
+                        acc += cur_size[i]
+                        if acc >= overlap_chars:
+                            break
+                    cur_text, cur_size, cur_line = cur_text[i:], cur_size[i:], cur_line[i:]
+                    cur_chars = acc
+            cur_text.append(segment)
+            cur_size.append(size)
+            cur_line.append(line_no)
+            cur_chars += size
+    flush()
+    return chunks
+
+
+def _utf8_prefix_end(data: bytes, start: int, max_bytes: int) -> int:
+    """End of the longest run of whole UTF-8 characters from ``start`` within ``max_bytes``.
+
+    If even the first character is larger than ``max_bytes``, that one character is taken.
+    """
+    n = len(data)
+    end = start + max_bytes
+    if end >= n:
+        return n
+    # Back up to a character boundary: continuation bytes look like 0b10xxxxxx.
+    while end > start and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    if end > start:
+        return end
+    end = start + 1
+    while end < n and (data[end] & 0xC0) == 0x80:
+        end += 1
+    return end
+
+
+def _split_to_utf8_limit(text: str, max_bytes: int) -> list[str]:
+    """``splitTextToUtf8ByteLimit``: greedy longest pieces of at most ``max_bytes`` UTF-8 bytes.
+
+    OpenClaw binary-searches a UTF-16 cut point and then steps back out of a surrogate pair; the
+    result is the longest prefix of whole characters that fits, which is what this computes
+    directly on the UTF-8 bytes (linear time).
+    """
+    if max_bytes <= 0:
+        return [text]
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return [text]
+    parts: list[str] = []
+    pos = 0
+    while pos < len(data):
+        end = _utf8_prefix_end(data, pos, max_bytes)
+        parts.append(data[pos:end].decode("utf-8"))
+        pos = end
+    return parts
+
+
+def enforce_input_limit(chunks: list[Chunk], max_bytes: int) -> list[Chunk]:
+    """Re-split every chunk whose UTF-8 size exceeds ``max_bytes`` (OpenClaw's limit enforcement).
+
+    Each piece is the longest run of whole characters that fits in ``max_bytes`` (a code point,
+    and so a surrogate pair, is never cut), keeps the original chunk's line range and gets its own
+    hash. Chunks that fit are returned unchanged. ``max_bytes`` is normally
+    ``pipeline.embeddings.limits.max_input_bytes(provider, model)``.
+
+    Only reachable with ``max_bytes < 4`` (OpenClaw's limits are at least 2048): a single character
+    bigger than the budget is emitted on its own, so that piece exceeds ``max_bytes``. OpenClaw does
+    the same for a BMP character but, for an astral one, silently drops the rest of the chunk.
+    """
+    if max_bytes <= 0:
+        return list(chunks)
+    out: list[Chunk] = []
+    for chunk in chunks:
+        text = chunk.text
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        if size <= max_bytes:
+            out.append(chunk)
+            continue
+        for piece in _split_to_utf8_limit(text, max_bytes):
+            out.append(Chunk(chunk.start_line, chunk.end_line, piece, hash_text(piece)))
+    return out

@@ -1,0 +1,59 @@
+"""The one interface every embedding provider implements.
+
+Providers are small plugins (in the spirit of Simon Willison's ``llm``): each module exposes a
+class with this shape, and the registry picks one by name. Workers only ever call
+``embed_documents``; the query module only ever calls ``embed_query``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+class EmbeddingError(RuntimeError):
+    """A provider could not embed. ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ProviderUnavailable(EmbeddingError):
+    """The provider cannot be built here (no model file, no API key): skip it, do not crash."""
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """What the pipeline needs from a provider.
+
+    ``model`` is the id stored with every vector, so vectors of two models never mix.
+    ``max_input_bytes`` is the per-chunk input limit in UTF-8 bytes (at most 8000), used by the
+    producer to re-split over-long chunks before they are queued.
+    """
+
+    name: str
+    model: str
+    max_input_bytes: int
+
+    @property
+    def dims(self) -> int:
+        """Vector dimensions (may load the model to find out)."""
+        ...
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed chunks for indexing: float32 array of shape (len(texts), dims), L2-normalised."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one search query: float32 array of shape (dims,), L2-normalised."""
+        ...
+
+
+def l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    """NaN/Inf to 0, then unit length per row (zero rows stay zero), as float32."""
+    v = np.nan_to_num(np.asarray(vectors, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    norms = np.linalg.norm(v, axis=-1, keepdims=True)
+    return np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)

@@ -1,0 +1,48 @@
+"""Turn any user text into a safe FTS5 ``MATCH`` expression, and BM25 ranks into scores.
+
+Raw user text breaks FTS5 (``rate-limit`` becomes a column filter, ``c++`` and a lone ``"`` are
+syntax errors, ``AND`` is an operator). The builder keeps only word tokens, quotes each one,
+keeps "quoted phrases" as phrases, and joins them with OR so a multi-word query is not empty
+when one word is missing (OpenClaw's AND join was: #15339). BM25 then ranks by how many and
+how rare the matched words are.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+_PHRASE = re.compile(r'"([^"]*)"')
+MAX_TERMS = 64
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def build_match_query(text: str) -> str | None:
+    """A MATCH expression for ``text``, or None when it has no searchable word at all."""
+    terms: list[str] = []
+    for phrase in _PHRASE.findall(text):
+        words = _TOKEN.findall(phrase)
+        if len(words) > 1:
+            terms.append(_quote(" ".join(words)))
+    for word in _TOKEN.findall(_PHRASE.sub(" ", text) if terms else text):
+        terms.append(_quote(word))
+    terms = list(dict.fromkeys(terms))[:MAX_TERMS]
+    return " OR ".join(terms) if terms else None
+
+
+def bm25_to_score(rank: float) -> float:
+    """Map an FTS5 bm25() rank (more negative = better) to a score in (0, 1], higher = better.
+
+    OpenClaw once clamped negative ranks to 0, so every hit scored 1.0 (#5767); here a better
+    rank always gives a higher score.
+    """
+    if not math.isfinite(rank):
+        return 0.001
+    if rank < 0:
+        r = -rank
+        return r / (1 + r)
+    return 1 / (1 + rank)

@@ -1,0 +1,243 @@
+"""``memory_search`` and ``memory_get``: plain library calls over the store, no broker needed.
+
+Search runs the two retrievers OpenClaw runs, a vec0 k-nearest-neighbour query and an FTS5 BM25
+query, and merges them with its weighted fusion (vectorWeight 0.7, textWeight 0.3, weights
+renormalised, candidates = maxResults × candidateMultiplier). Where OpenClaw scores a candidate
+that only one retriever returned as 0 on the other side, memq looks the missing vector up and
+scores it for real, so a strong keyword hit is not sunk by an unknown vector score.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import Settings, load_settings
+from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
+from pipeline.embeddings.registry import ProviderSpec
+from pipeline.fts import bm25_to_score, build_match_query
+from pipeline.jobs import provider_for
+from pipeline.sources import memory_files, relative_path
+from pipeline.store import schema
+from pipeline.store.engine import Database, connect
+from pipeline.store.vectors import get_vectors, knn
+
+SNIPPET_CHARS = 700
+MAX_CANDIDATES = 200
+
+
+@dataclass
+class _Candidate:
+    rowid: int
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    score: float = 0.0
+
+
+def open_store(settings: Settings) -> Database | None:
+    """The workspace's store, or None when nothing was indexed yet."""
+    if not settings.store.path.exists():
+        return None
+    db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+    schema.ensure_schema(db)
+    return db
+
+
+def _index_spec(db: Database) -> ProviderSpec | None:
+    index = schema.get_meta(db, "index") or {}
+    if not index.get("provider"):
+        return None
+    return ProviderSpec(index["provider"], index["model"], index["provider_key"],
+                        index.get("options") or {})
+
+
+def _keyword_hits(db: Database, query: str, limit: int) -> dict[int, float]:
+    match = build_match_query(query)
+    if match is None:
+        return {}
+    rows = db.conn.execute(
+        "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+        "ORDER BY rank LIMIT ?",
+        (match, limit),
+    ).fetchall()
+    return {int(r): bm25_to_score(rank) for r, rank in rows}
+
+
+def _vector_hits(db: Database, query_vector: np.ndarray, limit: int) -> dict[int, float]:
+    return {rowid: 1.0 - distance for rowid, distance in knn(db, query_vector, limit)}
+
+
+def _fuse(vector: dict[int, float], text: dict[int, float], missing_vectors: dict[int, float],
+          weights: tuple[float, float]) -> list[_Candidate]:
+    wv, wt = weights
+    merged: dict[int, _Candidate] = {}
+    for rowid in vector.keys() | text.keys():
+        v = vector.get(rowid, missing_vectors.get(rowid, 0.0))
+        t = text.get(rowid, 0.0)
+        merged[rowid] = _Candidate(rowid, v, t, wv * v + wt * t)
+    return sorted(merged.values(), key=lambda c: (-c.score, c.rowid))
+
+
+def _weights(settings: Settings) -> tuple[float, float]:
+    hybrid = settings.query.hybrid
+    wv, wt = max(0.0, hybrid.vector_weight), max(0.0, hybrid.text_weight)
+    total = wv + wt
+    return (wv / total, wt / total) if total > 0 else (0.5, 0.5)
+
+
+def _result_rows(db: Database, picked: list[_Candidate]) -> list[dict[str, Any]]:
+    if not picked:
+        return []
+    marks = ",".join("?" * len(picked))
+    rows = {
+        r[0]: r
+        for r in db.conn.execute(
+            f"SELECT rowid, path, start_line, end_line, text, source FROM chunks "
+            f"WHERE rowid IN ({marks})",
+            [c.rowid for c in picked],
+        )
+    }
+    results = []
+    for c in picked:
+        if c.rowid not in rows:
+            continue  # deleted between ranking and reading
+        _, path, start, end, text, source = rows[c.rowid]
+        results.append({"path": path, "startLine": start, "endLine": end,
+                        "score": round(c.score, 6), "snippet": text[:SNIPPET_CHARS],
+                        "source": source})
+    return results
+
+
+def _pending_count(db: Database) -> int:
+    return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending'").fetchone()[0]
+
+
+def search_store(db: Database, settings: Settings, query: str, *,
+                 max_results: int | None = None, min_score: float | None = None,
+                 provider: EmbeddingProvider | None = None) -> dict[str, Any]:
+    """Search an open store. ``provider`` embeds the query; None means keyword-only."""
+    max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
+    min_score = settings.query.min_score if min_score is None else float(min_score)
+    multiplier = min(20, max(1, settings.query.hybrid.candidate_multiplier))
+    candidates = min(MAX_CANDIDATES, max(1, max_results * multiplier))
+    text = _keyword_hits(db, query, candidates)
+    query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
+    if query_vector is not None and np.any(query_vector):
+        vector = _vector_hits(db, query_vector, candidates)
+        found = get_vectors(db, [r for r in text if r not in vector])
+        text_only = {r: float(np.dot(v, query_vector)) for r, v in found.items()}
+        ranked = _fuse(vector, text, text_only, _weights(settings))
+    else:
+        ranked = _fuse({}, text, {}, (0.0, 1.0))
+    picked = [c for c in ranked if c.score >= min_score][:max_results]
+    return {"results": _result_rows(db, picked)}
+
+
+def memory_search(query: str, *, settings: Settings | None = None,
+                  workspace: str | os.PathLike[str] | None = None,
+                  max_results: int | None = None, min_score: float | None = None
+                  ) -> dict[str, Any]:
+    """Search an agent's memory; returns OpenClaw's result shape plus provider/model/mode.
+
+    Never raises for the content of ``query``: any text gives results or an empty list.
+    """
+    settings = settings or load_settings(workspace=workspace)
+    query = str(query)
+    db = open_store(settings)
+    if db is None:
+        return {"results": [], "provider": None, "model": None, "mode": "keyword-only",
+                "warning": f"nothing indexed yet at {settings.store.path}: run `memq index`"}
+    try:
+        spec = _index_spec(db)
+        provider, warning = None, None
+        if spec is not None:
+            try:
+                provider = provider_for(spec, settings)
+            except EmbeddingError as exc:
+                warning = f"query embedding unavailable, keyword results only: {exc}"
+        try:
+            out = search_store(db, settings, query, max_results=max_results,
+                               min_score=min_score, provider=provider)
+        except EmbeddingError as exc:
+            provider, warning = None, f"query embedding failed, keyword results only: {exc}"
+            out = search_store(db, settings, query, max_results=max_results,
+                               min_score=min_score, provider=None)
+        out.update(provider=spec.name if spec else None, model=spec.model if spec else None,
+                   mode="hybrid" if provider is not None else "keyword-only")
+        reason = schema.get_meta(db, "mode_reason")
+        if spec is None and reason:
+            out["reason"] = reason
+        pending = _pending_count(db) if spec is not None else 0
+        if pending:
+            out["pending"] = pending
+        if warning:
+            out["warning"] = warning
+        return out
+    finally:
+        db.close()
+
+
+class MemoryPathError(ValueError):
+    """``memory_get`` was asked for something that is not a memory file."""
+
+
+_PATH_REQUIRED = "path required: a memory .md file (MEMORY.md, memory/…, or an extra path)"
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _could_be_memory(settings: Settings, path: Path) -> bool:
+    """Would ``path`` be a memory file if it existed? (No part of it may be a symlink.)"""
+    workspace = settings.workspace
+    if os.path.realpath(path.parent) != str(path.parent):
+        return False
+    if path in (workspace / "MEMORY.md", workspace / "memory.md"):
+        return True
+    roots = [workspace / "memory", *(p if p.is_absolute() else workspace / p
+                                      for p in settings.extra_paths)]
+    return any(_under(path, root) and path != root for root in roots)
+
+
+def _resolve_memory_path(settings: Settings, requested: str) -> Path:
+    """The file ``requested`` names, if it is (or could be) a memory file; else raise."""
+    if not requested or "\x00" in requested:
+        raise MemoryPathError(_PATH_REQUIRED)
+    candidate = Path(requested)
+    if not candidate.is_absolute():
+        candidate = settings.workspace / candidate
+    candidate = Path(os.path.normpath(candidate))
+    if candidate.suffix.lower() != ".md":
+        raise MemoryPathError(_PATH_REQUIRED)
+    listed = {Path(os.path.normpath(f.abs_path))
+              for f in memory_files(settings.workspace, settings.extra_paths)}
+    if candidate in listed:
+        return candidate
+    if candidate.exists() or candidate.is_symlink() or not _could_be_memory(settings, candidate):
+        raise MemoryPathError(_PATH_REQUIRED)
+    return candidate
+
+
+def memory_get(path: str, from_line: int | None = None, lines: int | None = None, *,
+               settings: Settings | None = None,
+               workspace: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Read lines of a memory file, only inside the memory roots (OpenClaw's ``memory_get``).
+
+    A missing (but allowed) file gives empty text; anything outside the roots, a symlink or a
+    non-``.md`` path raises :class:`MemoryPathError`.
+    """
+    settings = settings or load_settings(workspace=workspace)
+    target = _resolve_memory_path(settings, str(path))
+    rel = relative_path(settings.workspace, target)
+    if not target.exists():
+        return {"path": rel, "text": ""}
+    start = max(1, int(from_line or 1))
+    content = target.read_text(encoding="utf-8", errors="replace").split("\n")
+    end = len(content) if lines is None else min(len(content), start - 1 + max(0, int(lines)))
+    return {"path": rel, "text": "\n".join(content[start - 1 : end]), "from": start,
+            "lines": max(0, end - start + 1)}

@@ -1,0 +1,61 @@
+"""``memq status``: what is indexed, what is waiting, which provider and mode, and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.query import open_store
+from pipeline.store import schema
+from pipeline.store.vectors import count_vectors, vector_dims
+
+MAX_LISTED_ERRORS = 20
+
+
+def index_status(settings: Settings) -> dict[str, Any]:
+    """A JSON-able summary of the workspace's index (empty counts when never indexed)."""
+    status: dict[str, Any] = {
+        "workspace": str(settings.workspace),
+        "store": str(settings.store.path),
+        "config": str(settings.config_file) if settings.config_file else None,
+        "broker": "configured" if settings.broker_url else "embedded (per run)",
+    }
+    db = open_store(settings)
+    if db is None:
+        status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
+                      mode=None, reason="never indexed: run `memq index`")
+        return status
+    try:
+        conn = db.conn
+        index = schema.get_meta(db, "index") or {}
+        states = dict(conn.execute("SELECT state, count(*) FROM chunks GROUP BY state"))
+        errors = conn.execute(
+            "SELECT path, error FROM files WHERE error IS NOT NULL ORDER BY path LIMIT ?",
+            (MAX_LISTED_ERRORS,)).fetchall()
+        chunk_errors = conn.execute(
+            "SELECT error, count(*) FROM chunks WHERE state = 'failed' GROUP BY error "
+            "ORDER BY count(*) DESC LIMIT 5").fetchall()
+        status.update(
+            indexed=True,
+            files=conn.execute("SELECT count(*) FROM files WHERE error IS NULL").fetchone()[0],
+            files_with_errors=conn.execute(
+                "SELECT count(*) FROM files WHERE error IS NOT NULL").fetchone()[0],
+            file_errors=[{"path": p, "error": e} for p, e in errors],
+            chunks=sum(states.values()),
+            vectors=count_vectors(db),
+            pending=states.get("pending", 0) if index.get("provider") else 0,
+            failed=states.get("failed", 0),
+            chunk_errors=[{"error": e, "chunks": n} for e, n in chunk_errors],
+            provider=index.get("provider"),
+            model=index.get("model"),
+            dims=vector_dims(db),
+            mode="hybrid" if index.get("provider") else "keyword-only",
+            reason=schema.get_meta(db, "mode_reason"),
+            vector_backend="sqlite-vec" if db.vector_ok else "in-process (numpy)",
+            vector_backend_reason=db.vector_error,
+            sqlite_driver=db.driver,
+            last_index_at=schema.get_meta(db, "last_index_at"),
+        )
+        return status
+    finally:
+        db.close()

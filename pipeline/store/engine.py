@@ -1,0 +1,131 @@
+"""Open the SQLite store with FTS5 and, when it can be loaded, sqlite-vec.
+
+Python's own ``sqlite3`` often cannot load extensions (pyenv and python.org builds), so the
+driver falls back from the stdlib to ``pysqlite3`` (pysqlite3-binary) to ``sqlean``. If no
+driver can load sqlite-vec, the store still works: vectors go to a plain table and are searched
+in-process, and :class:`Database` says why in ``vector_error``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BUSY_TIMEOUT_MS = 5000
+_DRIVERS = ("sqlite3", "pysqlite3.dbapi2", "sqlean")
+
+
+@dataclass
+class Database:
+    """An open connection plus what it can do. ``vector_ok`` is False when sqlite-vec is absent."""
+
+    conn: Any
+    path: Path
+    driver: str
+    vector_ok: bool
+    vector_error: str | None = None
+    _module: ModuleType | None = field(default=None, repr=False)
+
+    @property
+    def integrity_error(self) -> type[Exception]:
+        return self._module.IntegrityError  # type: ignore[union-attr]
+
+    @property
+    def operational_error(self) -> type[Exception]:
+        return self._module.OperationalError  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _load_vec(conn: Any) -> None:
+    import sqlite_vec
+
+    conn.enable_load_extension(True)
+    try:
+        conn.load_extension(sqlite_vec.loadable_path())
+    finally:
+        conn.enable_load_extension(False)
+
+
+def _probe_driver(name: str) -> tuple[ModuleType | None, str | None]:
+    """Import a driver and check it can load sqlite-vec; return (module, why-not)."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:
+        return None, f"{name}: not installed ({exc})"
+    probe = module.connect(":memory:")
+    try:
+        if not hasattr(probe, "enable_load_extension"):
+            return module, f"{name}: built without extension loading"
+        _load_vec(probe)
+        return module, None
+    except Exception as exc:  # the extension itself failed to load
+        return module, f"{name}: sqlite-vec did not load ({exc})"
+    finally:
+        probe.close()
+
+
+_chosen: tuple[str, ModuleType, str | None] | None = None
+
+
+def choose_driver() -> tuple[str, ModuleType, str | None]:
+    """Pick the first driver that loads sqlite-vec, else the first that works at all.
+
+    Returns (driver name, module, reason vectors are unavailable or None). Cached per process.
+    """
+    global _chosen
+    if _chosen is None:
+        reasons: list[str] = []
+        fallback: tuple[str, ModuleType] | None = None
+        for name in _DRIVERS:
+            module, why = _probe_driver(name)
+            if module is not None and why is None:
+                _chosen = (name, module, None)
+                break
+            reasons.append(why or name)
+            if module is not None and fallback is None:
+                fallback = (name, module)
+        else:
+            if fallback is None:
+                raise RuntimeError("no usable SQLite driver: " + "; ".join(reasons))
+            _chosen = (*fallback, "sqlite-vec unavailable: " + "; ".join(reasons))
+    return _chosen
+
+
+def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
+    """Open (creating if needed) the store at ``path`` in WAL mode with a busy timeout."""
+    path = Path(path)
+    if str(path) != ":memory:":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    name, module, vec_reason = choose_driver()
+    conn = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                          check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    vector_ok = False
+    if not want_vectors:
+        vec_reason = "vector search disabled by store.vector.enabled=false"
+    elif vec_reason is None:
+        _load_vec(conn)
+        vector_ok = True
+    _enable_wal(conn, module)
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return Database(conn, path, name, vector_ok, vec_reason, module)
+
+
+def _enable_wal(conn: Any, module: ModuleType, attempts: int = 50) -> None:
+    """Switch to WAL; the switch ignores the busy handler on a cold file, so retry briefly."""
+    for _ in range(attempts):
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except module.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            time.sleep(0.1)
+    conn.execute("PRAGMA journal_mode=WAL")

@@ -1,0 +1,113 @@
+"""Tables of the store, and small helpers for transactions and the ``meta`` table.
+
+Chunk rows carry an integer ``rowid`` that is also the rowid of their FTS5 row and of their
+vector, so the hot search paths join on integers. ``chunks.id`` is the stable text identity
+(sha256 of source, path, line range and content hash): a result computed for an older version
+of a file can never attach to newer text, because the newer text has another id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pipeline.store.engine import Database
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS files (
+    path       TEXT PRIMARY KEY,
+    source     TEXT NOT NULL,
+    hash       TEXT NOT NULL,
+    mtime_ns   INTEGER NOT NULL,
+    size       INTEGER NOT NULL,
+    error      TEXT,
+    indexed_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    rowid      INTEGER PRIMARY KEY,
+    id         TEXT NOT NULL UNIQUE,
+    path       TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line   INTEGER NOT NULL,
+    hash       TEXT NOT NULL,
+    text       TEXT NOT NULL,
+    state      TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'ready', 'failed')),
+    error      TEXT,
+    queued_at  REAL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path);
+CREATE INDEX IF NOT EXISTS idx_chunks_state ON chunks(state);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    provider     TEXT NOT NULL,
+    model        TEXT NOT NULL,
+    provider_key TEXT NOT NULL,
+    hash         TEXT NOT NULL,
+    embedding    BLOB NOT NULL,
+    dims         INTEGER NOT NULL,
+    updated_at   REAL NOT NULL,
+    PRIMARY KEY (provider, model, provider_key, hash)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache(updated_at);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    text, content='chunks', content_rowid='rowid', tokenize='unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_fts_insert AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_fts_delete AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE OF text ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+"""
+
+
+def ensure_schema(db: Database) -> None:
+    """Create every table that does not exist yet (idempotent, cheap when already there)."""
+    if get_meta(db, "schema_version", None) == SCHEMA_VERSION:
+        return
+    db.conn.executescript(
+        f"BEGIN IMMEDIATE;\n{DDL}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
+        f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"
+    )
+
+
+@contextmanager
+def transaction(db: Database) -> Iterator[Any]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``: take the write lock up front so writers queue politely."""
+    conn = db.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def get_meta(db: Database, key: str, default: Any = None) -> Any:
+    try:
+        row = db.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    except db.operational_error:  # a brand-new file with no tables yet
+        return default
+    return default if row is None else json.loads(row[0])
+
+
+def set_meta(db: Database, key: str, value: Any) -> None:
+    db.conn.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, json.dumps(value, sort_keys=True)),
+    )

@@ -1,0 +1,151 @@
+"""Shared fixtures: sample workspaces, settings, a tiny real GGUF model, a real Redis broker,
+and real Celery worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings, load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
+
+
+def write_config(path: Path, **keys: object) -> Path:
+    """Write a memq.json with OpenClaw-style keys (nested dicts allowed)."""
+    import json
+
+    path.write_text(json.dumps(keys, indent=2))
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A fresh copy of the sample workspace the repo ships."""
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLE_WORKSPACE, ws)
+    return ws
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    """Settings for a workspace with a store in tmp_path; keyword arguments are config keys."""
+
+    def make(ws: Path, **keys: object) -> Settings:
+        keys.setdefault("store", {"path": str(tmp_path / "store" / "memq.sqlite")})
+        cfg = write_config(tmp_path / f"memq-{uuid.uuid4().hex[:6]}.json", **keys)
+        return load_settings(config_file=cfg, workspace=ws, env={})
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real GGUF (random-weight tiny BERT) that llama.cpp loads in milliseconds."""
+    from tests.fakes.tiny_gguf import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("models") / "tiny-bert.gguf")
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """A real Redis: the machine's on 127.0.0.1:6379 when reachable, else an embedded one.
+
+    Yields a base URL without a database number; tests pick their own database.
+    """
+    if os.environ.get("MEMQ_TEST_EMBEDDED_REDIS") != "1" and _port_open("127.0.0.1", 6379):
+        yield "redis://127.0.0.1:6379"
+        return
+    from workers.embedded import EmbeddedBroker
+
+    broker = EmbeddedBroker()
+    try:
+        yield broker.url
+    finally:
+        broker.close()
+
+
+@pytest.fixture
+def broker_url(redis_server: str) -> Iterator[str]:
+    """A private, empty Redis database for one test."""
+    import redis
+
+    if redis_server.startswith("redis://"):
+        url = f"{redis_server}/{1 + (os.getpid() + int(time.time() * 1000)) % 14}"
+        client = redis.Redis.from_url(url)
+    else:  # the embedded server is private to this session: database 0 is ours
+        url = redis_server
+        client = redis.Redis(unix_socket_path=redis_server.removeprefix("redis+socket://"))
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+class Fleet:
+    """Real ``celery worker`` processes for a test, stopped (or killed) at the end."""
+
+    def __init__(self, broker: str, env: dict[str, str], log_dir: Path) -> None:
+        self.broker, self.env, self.log_dir = broker, env, log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, queues: list[str], name: str, *, concurrency: int = 1) -> subprocess.Popen:
+        from workers.embedded import worker_argv
+
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
+        argv = worker_argv(queues, f"{name}-{uuid.uuid4().hex[:6]}@%h", concurrency=concurrency,
+                           loglevel="INFO", quiet_cluster=True)
+        proc = subprocess.Popen(argv, env={**os.environ, **self.env,
+                                           "MEMQ_BROKER_URL": self.broker},
+                                stdout=log, stderr=log, cwd=REPO)
+        self.procs.append(proc)
+        return proc
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.log_dir.glob("*.log"))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def fleet(broker_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    logs = tmp_path / "worker-logs"
+    logs.mkdir()
+    f = Fleet(broker_url, {"MEMQ_LOCAL_THREADS": "1"}, logs)
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+def run_memq(*args: str, env: dict[str, str] | None = None, timeout: float = 600
+             ) -> subprocess.CompletedProcess[str]:
+    """Run the real ``memq`` CLI in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO,
+                          env={**os.environ, **(env or {})})

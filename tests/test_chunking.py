@@ -1,0 +1,332 @@
+"""Chunking and input-limit tests: golden outputs from OpenClaw's TypeScript, plus properties.
+
+The JSON fixtures in tests/golden/chunking were produced by running OpenClaw's own
+``chunkMarkdown`` / ``enforceEmbeddingMaxInputTokens`` / ``resolveEmbeddingMaxInputTokens`` under
+Node (see tests/golden/chunking/README.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.chunking import Chunk, chunk_markdown, enforce_input_limit, hash_text, js_trim
+from pipeline.embeddings.limits import (
+    HARD_MAX_INPUT_BYTES,
+    max_input_bytes,
+    max_input_tokens,
+)
+
+GOLDEN = Path(__file__).parent / "golden" / "chunking"
+
+
+@cache
+def _load(name: str) -> dict:
+    return json.loads((GOLDEN / name).read_text(encoding="utf-8"))
+
+
+def _cases(name: str) -> list[dict]:
+    return _load(name)["cases"]
+
+
+def _ids(cases: list[dict]) -> list[str]:
+    return [c["name"] for c in cases]
+
+
+def _as_rows(chunks: list[Chunk], *, with_hash: bool = True) -> list[list]:
+    if with_hash:
+        return [[c.start_line, c.end_line, c.text, c.hash] for c in chunks]
+    return [[c.start_line, c.end_line, c.text] for c in chunks]
+
+
+# --- golden: chunkMarkdown -------------------------------------------------------------------
+
+CHUNK_CASES = _cases("chunk_cases.json")
+FUZZ_CASES = _cases("chunk_fuzz_cases.json")
+LIMIT_CASES = _cases("limit_cases.json")
+
+
+@pytest.mark.parametrize("case", CHUNK_CASES, ids=_ids(CHUNK_CASES))
+def test_chunk_markdown_matches_openclaw(case: dict) -> None:
+    got = chunk_markdown(case["content"], case["tokens"], case["overlap"])
+    assert _as_rows(got) == case["chunks"]
+
+
+@pytest.mark.parametrize("case", CHUNK_CASES, ids=_ids(CHUNK_CASES))
+def test_raw_chunk_markdown_matches_openclaw_before_blank_filter(case: dict) -> None:
+    got = chunk_markdown(case["content"], case["tokens"], case["overlap"], drop_blank=False)
+    assert _as_rows(got, with_hash=False) == case["raw"]
+
+
+@pytest.mark.parametrize("case", FUZZ_CASES, ids=_ids(FUZZ_CASES))
+def test_chunk_markdown_matches_openclaw_fuzz(case: dict) -> None:
+    got = chunk_markdown(case["content"], case["tokens"], case["overlap"])
+    assert _as_rows(got, with_hash=False) == case["chunks"]
+    digest = hashlib.sha256(",".join(c.hash for c in got).encode()).hexdigest()
+    assert digest == case["hashes_sha256"]
+
+
+def test_golden_set_covers_the_hard_cases() -> None:
+    names = set(_ids(CHUNK_CASES))
+    for wanted in (
+        "empty",
+        "crlf_default",
+        "cjk_default",
+        "astral_tokens8_splits_pairs",
+        "ascii_note_overlap_ge_tokens",
+        "long_line_5000",
+        "daily_note_default",
+        "unicode_whitespace_chunks",
+        "ascii_note_tokens1",
+    ):
+        assert wanted in names
+    # Some golden chunks really went through a split surrogate pair in JS.
+    assert any(c["lone_surrogates_in_js"] for c in CHUNK_CASES)
+
+
+def test_split_surrogate_pair_becomes_replacement_character() -> None:
+    # maxChars 32: "a" + 15 emoji + the high half of the 16th fill the first segment.
+    chunks = chunk_markdown("a" + "😀" * 16, tokens=8, overlap=0)
+    assert [c.text for c in chunks] == ["a" + "😀" * 15 + "\ufffd", "\ufffd"]
+    for c in chunks:
+        c.text.encode("utf-8")  # valid text
+        assert c.hash == hash_text(c.text)
+
+
+def test_astral_characters_count_two_units() -> None:
+    # 16 emoji = 32 UTF-16 units = maxChars: fits one segment, cost 33 > 32 only with a neighbour.
+    assert [c.text for c in chunk_markdown("😀" * 16 + "\nb", tokens=8, overlap=0)] == [
+        "😀" * 16,
+        "b",
+    ]
+    # 15 emoji + "\n" + "b" = 30 + 1 + 1 + 1 = 33 > 32: still two chunks.
+    assert len(chunk_markdown("😀" * 15 + "\nb", tokens=8, overlap=0)) == 2
+    # 14 emoji: 29 + 2 = 31 <= 32: one chunk.
+    assert len(chunk_markdown("😀" * 14 + "\nb", tokens=8, overlap=0)) == 1
+
+
+def test_defaults_and_clamping() -> None:
+    text = "\n".join(f"line {i} " + "x" * 50 for i in range(200))
+    assert chunk_markdown(text) == chunk_markdown(text, 400, 80)
+    assert chunk_markdown(text, 20, 500) == chunk_markdown(text, 20, 19)
+    assert chunk_markdown(text, 20, -3) == chunk_markdown(text, 20, 0)
+    assert chunk_markdown(text, 0, 0) == chunk_markdown(text, 8, 0)  # both maxChars = 32
+
+
+def test_js_trim_rules() -> None:
+    assert js_trim("\ufeff\u3000\u00a0 \t") == ""
+    assert js_trim("\x1c") == "\x1c"  # Python's str.strip() would drop it
+    assert js_trim("\x85") == "\x85"
+
+
+# --- golden: limits ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", LIMIT_CASES, ids=_ids(LIMIT_CASES))
+def test_enforce_input_limit_matches_openclaw(case: dict) -> None:
+    chunks = chunk_markdown(case["content"], case["tokens"], case["overlap"])
+    assert len(chunks) == case["input_count"]
+    digest = hashlib.sha256(",".join(c.hash for c in chunks).encode()).hexdigest()
+    assert digest == case["input_hashes_sha256"]
+    if case["provider"] != "test":
+        assert max_input_bytes(case["provider"], case["model"]) == case["max_bytes"]
+    got = enforce_input_limit(chunks, case["max_bytes"])
+    assert _as_rows(got) == case["output"]
+
+
+@pytest.mark.parametrize(
+    "row", _cases("model_limits.json"), ids=lambda r: f"{r['provider']}:{r['model']}"
+)
+def test_model_limits_match_openclaw(row: dict) -> None:
+    assert max_input_tokens(row["provider"], row["model"]) == row["max_input_tokens"]
+    assert max_input_bytes(row["provider"], row["model"]) == row["max_input_bytes"]
+
+
+def test_limits_table_and_cap() -> None:
+    assert _load("model_limits.json")["hard_max_bytes"] == HARD_MAX_INPUT_BYTES == 8000
+    assert max_input_bytes("gemini", "gemini-embedding-001") == 2048
+    assert max_input_bytes("gemini", "models/gemini-embedding-2-preview") == 8000
+    assert max_input_bytes("local", "anything.gguf") == 2048
+    assert max_input_bytes("voyage", "voyage-3") == 8000
+    assert max_input_tokens("voyage", "voyage-3") == 32000
+    assert max_input_tokens("openai", "openai/text-embedding-ada-002") == 8191
+    assert max_input_tokens("mistral", "mistral-embed") == 8192
+    assert max_input_tokens("ollama", "nomic-embed-text") == 8192
+
+
+# --- enforce_input_limit properties ----------------------------------------------------------
+
+
+def _check_split(chunks: list[Chunk], max_bytes: int) -> list[Chunk]:
+    out = enforce_input_limit(chunks, max_bytes)
+    by_range: dict[tuple[int, int], list[Chunk]] = {}
+    for c in out:
+        assert len(c.text.encode("utf-8")) <= max_bytes
+        assert c.hash == hash_text(c.text)
+        by_range.setdefault((c.start_line, c.end_line), []).append(c)
+    # Pieces of one chunk are consecutive, keep its line range and reassemble to its text.
+    rebuilt = []
+    i = 0
+    for original in chunks:
+        pieces = []
+        text = ""
+        while text != original.text:
+            piece = out[i]
+            assert (piece.start_line, piece.end_line) == (original.start_line, original.end_line)
+            pieces.append(piece)
+            text += piece.text
+            i += 1
+            assert len(text) <= len(original.text)
+        if len(original.text.encode("utf-8")) <= max_bytes:
+            assert pieces == [original]
+        rebuilt.append(text)
+    assert i == len(out)
+    assert rebuilt == [c.text for c in chunks]
+    return out
+
+
+def test_enforce_input_limit_multibyte() -> None:
+    text = "日本語のテキスト🎌 mixed ASCII, 한국어, emoji 👨‍👩‍👧‍👦, Ext-B 𠜎𠜎 " * 300
+    chunks = chunk_markdown(text, tokens=3000, overlap=0)
+    assert any(len(c.text.encode()) > 2048 for c in chunks)
+    for max_bytes in (4, 5, 6, 7, 13, 100, 2048, 8000):
+        out = _check_split(chunks, max_bytes)
+        assert len(out) > len(chunks) or max_bytes == 8000
+
+
+def test_enforce_input_limit_keeps_fitting_chunks_and_order() -> None:
+    chunks = [Chunk(1, 2, "short", hash_text("short")), Chunk(3, 9, "é" * 10, hash_text("é" * 10))]
+    out = enforce_input_limit(chunks, 8)
+    assert out[0] is chunks[0]
+    assert [c.text for c in out] == ["short", "éééé", "éééé", "éé"]
+    assert all((c.start_line, c.end_line) == (3, 9) for c in out[1:])
+    assert enforce_input_limit(chunks, 0) == chunks
+
+
+def test_enforce_input_limit_never_splits_code_points() -> None:
+    chunk = Chunk(1, 1, "a😀b", hash_text("a😀b"))
+    assert [c.text for c in enforce_input_limit([chunk], 4)] == ["a", "😀", "b"]
+    assert [c.text for c in enforce_input_limit([chunk], 5)] == ["a😀", "b"]
+    # Budget below one character: that character goes alone (OpenClaw would drop the rest).
+    assert [c.text for c in enforce_input_limit([chunk], 3)] == ["a", "😀", "b"]
+    assert [c.text for c in enforce_input_limit([Chunk(1, 1, "中中", "")], 2)] == ["中", "中"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.lists(
+        st.sampled_from(["a", " ", "\n", "é", "中", "😀", "𠜎", "\u3000", "x" * 5, "\r\n"]),
+        max_size=200,
+    ).map("".join),
+    tokens=st.integers(min_value=0, max_value=30),
+    overlap=st.integers(min_value=-2, max_value=40),
+    max_bytes=st.integers(min_value=4, max_value=120),
+)
+def test_properties_random_text(text: str, tokens: int, overlap: int, max_bytes: int) -> None:
+    chunks = chunk_markdown(text, tokens, overlap)
+    assert chunks == _reference_chunk_markdown(text, tokens, overlap)
+    n_lines = text.count("\n") + 1
+    for c in chunks:
+        c.text.encode("utf-8")
+        assert 1 <= c.start_line <= c.end_line <= n_lines
+        assert js_trim(c.text)
+    _check_split(chunks, max_bytes)
+
+
+def _reference_chunk_markdown(content: str, tokens: int, overlap: int) -> list[Chunk]:
+    """Literal transcription of the TypeScript over UTF-16 code-unit lists (slow, obvious)."""
+    overlap = max(0, min(overlap, max(0, tokens - 1)))
+    max_chars = max(32, tokens * 4)
+    overlap_chars = max(0, overlap * 4)
+    units = list(memoryview(content.encode("utf-16-le")).cast("H"))
+    lines: list[list[int]] = [[]]
+    for u in units:
+        if u == 0x0A:
+            lines.append([])
+        else:
+            lines[-1].append(u)
+
+    def to_str(us: list[int]) -> str:
+        raw = b"".join(u.to_bytes(2, "little") for u in us).decode("utf-16-le", "surrogatepass")
+        return re.sub("[\ud800-\udfff]", "\ufffd", raw)
+
+    chunks: list[Chunk] = []
+    current: list[tuple[list[int], int]] = []
+    current_chars = 0
+
+    def flush() -> None:
+        if not current:
+            return
+        joined: list[int] = []
+        for k, (seg, _) in enumerate(current):
+            if k:
+                joined.append(0x0A)
+            joined.extend(seg)
+        text = to_str(joined)
+        if js_trim(text):
+            chunks.append(Chunk(current[0][1], current[-1][1], text, hash_text(text)))
+
+    for i, line in enumerate(lines):
+        segments = [line[s : s + max_chars] for s in range(0, len(line), max_chars)] or [[]]
+        for seg in segments:
+            size = len(seg) + 1
+            if current_chars + size > max_chars and current:
+                flush()
+                if overlap_chars <= 0:
+                    current, current_chars = [], 0
+                else:
+                    acc = 0
+                    kept: list[tuple[list[int], int]] = []
+                    for entry in reversed(current):
+                        acc += len(entry[0]) + 1
+                        kept.insert(0, entry)
+                        if acc >= overlap_chars:
+                            break
+                    current = kept
+                    current_chars = sum(len(e[0]) + 1 for e in kept)
+            current.append((seg, i + 1))
+            current_chars += size
+    flush()
+    return chunks
+
+
+# --- speed ------------------------------------------------------------------------------------
+
+
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - t0
+
+
+def test_speed_5mb_single_line() -> None:
+    text = ("memory search chunking speed test ünïcödé 中文 " * 120_000)[: 5 * 1024 * 1024]
+    chunks, t_chunk = _timed(chunk_markdown, text)
+    limited, t_limit = _timed(enforce_input_limit, chunks, 2048)
+    assert chunks and all(c.start_line == c.end_line == 1 for c in chunks)
+    assert all(len(c.text.encode()) <= 2048 for c in limited)
+    assert t_chunk < 5 and t_limit < 5, (t_chunk, t_limit)
+
+
+def test_speed_5mb_single_line_emoji() -> None:
+    text = "😀" * (5 * 1024 * 1024 // 4)
+    chunks, t_chunk = _timed(chunk_markdown, text)
+    limited, t_limit = _timed(enforce_input_limit, chunks, 8000)
+    assert len(chunks) > 1000
+    assert all(len(c.text.encode()) <= 8000 for c in limited)
+    assert t_chunk < 5 and t_limit < 5, (t_chunk, t_limit)
+
+
+def test_speed_10k_lines() -> None:
+    text = "\n".join(f"- {i}: note about topic {i % 97} with some words ✓" for i in range(10_000))
+    chunks, elapsed = _timed(chunk_markdown, text)
+    assert chunks[0].start_line == 1 and chunks[-1].end_line == 10_000
+    assert elapsed < 2, elapsed

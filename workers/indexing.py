@@ -1,0 +1,159 @@
+"""``memq index``: run the producer, hand jobs to a broker, and follow them to the end.
+
+With ``brokerUrl`` / ``MEMQ_BROKER_URL`` the fleet's broker and workers do the work; without
+one, an embedded broker and worker are started for the run and stopped after it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pipeline.config import Settings
+from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.producer import IndexReport, index_once
+from pipeline.store import schema
+from pipeline.store.engine import Database, connect
+from workers.app import app, embed_queue
+
+if TYPE_CHECKING:
+    from workers.embedded import EmbeddedFleet
+
+POLL_S = 0.2
+STALL_HINT_S = 30.0
+MAX_RESTARTS = 20
+
+
+class IndexingFailed(RuntimeError):
+    """The run could not finish (a worker keeps dying, no worker consumes the queue, …)."""
+
+
+@dataclass
+class IndexRun:
+    report: IndexReport
+    mode: str
+    provider: str | None
+    model: str | None
+    reason: str | None
+    waited: bool = False
+    seconds: float = 0.0
+    failed_chunks: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def pending_count(db: Database) -> int:
+    return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending'").fetchone()[0]
+
+
+def _worker_env(settings: Settings) -> dict[str, str]:
+    """What a spawned worker needs to build the same provider as this process."""
+    env = {"MEMQ_WORKSPACE": str(settings.workspace), "MEMQ_STORE_PATH": str(settings.store.path)}
+    if settings.config_file is not None:
+        env["MEMQ_CONFIG"] = str(settings.config_file)
+    if settings.local.model_cache_dir is not None:
+        env["MEMQ_CACHE_DIR"] = str(settings.local.model_cache_dir)
+    if settings.local.threads is not None:
+        env["MEMQ_LOCAL_THREADS"] = str(settings.local.threads)
+    return env
+
+
+def _consumers(queue: str) -> int:
+    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+    return sum(1 for queues in replies.values() if any(q["name"] == queue for q in queues))
+
+
+def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
+                     check_workers: Callable[[], None] | None = None,
+                     warn: Callable[[str], None] | None = None) -> None:
+    """Block until no chunk is pending; ``check_workers`` runs between polls."""
+    total = pending_count(db)
+    last_change, last_left = time.monotonic(), total
+    hinted = False
+    while True:
+        left = pending_count(db)
+        if on_progress:
+            on_progress(total - left, total)
+        if left == 0:
+            return
+        if left != last_left:
+            last_change, last_left = time.monotonic(), left
+        elif not hinted and warn and time.monotonic() - last_change > STALL_HINT_S:
+            warn("no progress for 30 s: is a worker consuming the embed and store queues? "
+                 "(memq worker --role embed / --role writer)")
+            hinted = True
+        if check_workers:
+            check_workers()
+        time.sleep(POLL_S)
+
+
+def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = False,
+              on_progress: Callable[[int, int], None] | None = None,
+              warn: Callable[[str], None] | None = None,
+              choice: ProviderChoice | None = None) -> IndexRun:
+    """Index the workspace once; with ``wait``, return only when every vector is written."""
+    started = time.monotonic()
+    choice = choice or choose_provider(settings)
+    db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+    run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
+                   choice.spec.model if choice.spec else None, choice.reason)
+    try:
+        schema.ensure_schema(db)
+        with schema.transaction(db):
+            schema.set_meta(db, "mode_reason", choice.reason)
+        if choice.spec is None:
+            run.report = index_once(db, settings, choice, None)
+            return run
+        with ExitStack() as stack:
+            fleet = None
+            if settings.broker_url:
+                app.conf.broker_url = settings.broker_url
+            elif not wait:
+                raise IndexingFailed("--no-wait needs a broker that outlives this command: set "
+                                  "MEMQ_BROKER_URL (or brokerUrl) and run workers")
+            else:
+                from workers.embedded import EmbeddedFleet
+
+                fleet = stack.enter_context(EmbeddedFleet(choice.spec.name,
+                                                          _worker_env(settings)))
+                app.conf.broker_url = fleet.broker.url
+                stack.callback(_forget_queued, db)
+            from workers.tasks import submit_embed_job
+
+            run.report = index_once(db, settings, choice, submit_embed_job,
+                                    retry_failed=retry_failed)
+            if wait:
+                wait_for_vectors(db, on_progress=on_progress, warn=warn,
+                                 check_workers=_embedded_check(fleet) if fleet else None)
+                run.waited = True
+            elif warn and _consumers(embed_queue(choice.spec.name)) == 0:
+                warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
+                     "there until one starts")
+        run.failed_chunks = db.conn.execute(
+            "SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
+        return run
+    finally:
+        run.seconds = time.monotonic() - started
+        db.close()
+
+
+def _forget_queued(db: Database) -> None:
+    """The embedded broker's messages die with it: let the next run queue leftovers again."""
+    with schema.transaction(db):
+        db.conn.execute("UPDATE chunks SET queued_at = NULL WHERE state = 'pending'")
+
+
+
+
+def _embedded_check(fleet: EmbeddedFleet) -> Callable[[], None]:
+    """Restart the embedded worker when it dies; give up when it keeps dying."""
+
+    def check() -> None:
+        if fleet.worker.ensure_alive() and fleet.worker.restarts > MAX_RESTARTS:
+            raise IndexingFailed(f"the embedded worker died {fleet.worker.restarts} times; "
+                                 f"last log:\n{fleet.log_tail()}")
+
+    return check
+
