@@ -32,7 +32,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     def progress(done: int, total: int) -> None:
         nonlocal bar
-        if args.json or total == 0 or not sys.stderr.isatty() and not args.progress:
+        if args.json or total == 0 or (not sys.stderr.isatty() and not args.progress):
             return
         if bar is None:
             from tqdm import tqdm

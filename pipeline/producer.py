@@ -48,6 +48,7 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
         "provider": spec.name if spec else None,
         "model": spec.model if spec else None,
         "provider_key": spec.provider_key if spec else None,
+        "options": spec.options if spec else {},
         "chunk_tokens": settings.chunking.tokens,
         "chunk_overlap": settings.chunking.overlap,
     }
@@ -118,6 +119,8 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice) -> Inde
     """Bring chunk rows in line with the disk. Keyword search is complete when this returns."""
     schema.ensure_schema(db)
     _adopt_identity(db, index_identity(choice.spec, settings))
+    with schema.transaction(db):
+        schema.set_meta(db, "mode_reason", choice.reason)
     report = IndexReport()
     max_input = choice.provider.max_input_bytes if choice.provider else None
     known = {

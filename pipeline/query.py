@@ -82,13 +82,6 @@ def _fuse(vector: dict[int, float], text: dict[int, float], missing_vectors: dic
     return sorted(merged.values(), key=lambda c: (-c.score, c.rowid))
 
 
-def _weights(settings: Settings) -> tuple[float, float]:
-    hybrid = settings.query.hybrid
-    wv, wt = max(0.0, hybrid.vector_weight), max(0.0, hybrid.text_weight)
-    total = wv + wt
-    return (wv / total, wt / total) if total > 0 else (0.5, 0.5)
-
-
 def _result_rows(db: Database, picked: list[_Candidate]) -> list[dict[str, Any]]:
     if not picked:
         return []
@@ -122,17 +115,21 @@ def search_store(db: Database, settings: Settings, query: str, *,
     """Search an open store. ``provider`` embeds the query; None means keyword-only."""
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)
-    multiplier = min(20, max(1, settings.query.hybrid.candidate_multiplier))
+    multiplier = settings.query.hybrid.candidate_multiplier
     candidates = min(MAX_CANDIDATES, max(1, max_results * multiplier))
-    text = _keyword_hits(db, query, candidates)
+    use_text = provider is None or settings.query.hybrid.enabled
+    text = _keyword_hits(db, query, candidates) if use_text else {}
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
     if query_vector is not None and np.any(query_vector):
         vector = _vector_hits(db, query_vector, candidates)
         found = get_vectors(db, [r for r in text if r not in vector])
         text_only = {r: float(np.dot(v, query_vector)) for r, v in found.items()}
-        ranked = _fuse(vector, text, text_only, _weights(settings))
+        ranked = _fuse(vector, text, text_only, settings.query.hybrid.normalized_weights())
     else:
-        ranked = _fuse({}, text, {}, (0.0, 1.0))
+        # Keyword-only: BM25 magnitudes depend on corpus size (a small memory gives small ranks
+        # that would all fall under minScore), so scores are relative to the best hit.
+        best = max(text.values(), default=1.0)
+        ranked = _fuse({}, {r: s / best for r, s in text.items()}, {}, (0.0, 1.0))
     picked = [c for c in ranked if c.score >= min_score][:max_results]
     return {"results": _result_rows(db, picked)}
 

@@ -7,6 +7,7 @@ deployed fleet. A worker that dies (a native crash in llama.cpp kills its proces
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -35,10 +36,8 @@ class EmbeddedBroker:
             self._server.shutdown(nosave=True, now=True, force=True)
         except Exception:  # already gone, or refused: make sure below
             if pid:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

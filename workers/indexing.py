@@ -10,7 +10,10 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
+
+from kombu import Connection
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
@@ -60,8 +63,8 @@ def _worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def _consumers(queue: str) -> int:
-    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+def _consumers(connection: Connection, queue: str) -> int:
+    replies = app.control.inspect(timeout=1.0, connection=connection).active_queues() or {}
     return sum(1 for queues in replies.values() if any(q["name"] == queue for q in queues))
 
 
@@ -100,35 +103,34 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
     run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
                    choice.spec.model if choice.spec else None, choice.reason)
     try:
-        schema.ensure_schema(db)
-        with schema.transaction(db):
-            schema.set_meta(db, "mode_reason", choice.reason)
         if choice.spec is None:
             run.report = index_once(db, settings, choice, None)
             return run
         with ExitStack() as stack:
             fleet = None
             if settings.broker_url:
-                app.conf.broker_url = settings.broker_url
+                broker_url = settings.broker_url
             elif not wait:
                 raise IndexingFailed("--no-wait needs a broker that outlives this command: set "
-                                  "MEMQ_BROKER_URL (or brokerUrl) and run workers")
+                                     "MEMQ_BROKER_URL (or brokerUrl) and run workers")
             else:
                 from workers.embedded import EmbeddedFleet
 
                 fleet = stack.enter_context(EmbeddedFleet(choice.spec.name,
                                                           _worker_env(settings)))
-                app.conf.broker_url = fleet.broker.url
+                broker_url = fleet.broker.url
                 stack.callback(_forget_queued, db)
             from workers.tasks import submit_embed_job
 
-            run.report = index_once(db, settings, choice, submit_embed_job,
+            connection = stack.enter_context(app.connection_for_write(broker_url))
+            run.report = index_once(db, settings, choice,
+                                    partial(submit_embed_job, connection=connection),
                                     retry_failed=retry_failed)
             if wait:
                 wait_for_vectors(db, on_progress=on_progress, warn=warn,
                                  check_workers=_embedded_check(fleet) if fleet else None)
                 run.waited = True
-            elif warn and _consumers(embed_queue(choice.spec.name)) == 0:
+            elif warn and _consumers(connection, embed_queue(choice.spec.name)) == 0:
                 warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
                      "there until one starts")
         run.failed_chunks = db.conn.execute(

@@ -7,6 +7,7 @@ import random
 from functools import cache
 
 from celery import Task
+from kombu import Connection
 
 from pipeline import jobs
 from pipeline.config import Settings, load_settings
@@ -28,9 +29,10 @@ def backoff(retries: int) -> float:
     return min(8.0, 0.5 * 2**retries) * (1 + random.random() * 0.2)
 
 
-def submit_embed_job(job: jobs.Job) -> None:
-    """Queue an embedding job on its provider's queue."""
-    embed_chunks.apply_async(args=[job], queue=embed_queue(job["spec"]["name"]))
+def submit_embed_job(job: jobs.Job, connection: Connection | None = None) -> None:
+    """Queue an embedding job on its provider's queue (on ``connection``'s broker if given)."""
+    embed_chunks.apply_async(args=[job], queue=embed_queue(job["spec"]["name"]),
+                             connection=connection)
 
 
 @app.task(name="memq.embed_chunks", bind=True, max_retries=MAX_RETRIES)

@@ -1,0 +1,1 @@
+"""Test doubles and tiny fixtures that stand in for large real artefacts."""
