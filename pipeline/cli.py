@@ -158,10 +158,10 @@ def cmd_flower(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings.broker_url:
         os.environ["MEMQ_BROKER_URL"] = settings.broker_url
+    # Flower reads FLOWER_BASIC_AUTH from the environment itself: the password never appears
+    # on a command line (where ps and /proc would show it).
     argv = [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={args.port}",
             f"--address={args.address}"]
-    if auth:
-        argv.append(f"--basic-auth={auth}")
     os.execv(argv[0], argv)
     return 0  # not reached
 
