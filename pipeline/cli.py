@@ -218,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memq: configuration error: {exc}", file=sys.stderr)
     except EmbeddingError as exc:
         print(f"memq: embedding provider error: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `memq search … | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("memq: interrupted; queued work stays queued and is picked up again",
               file=sys.stderr)

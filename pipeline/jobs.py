@@ -9,6 +9,7 @@ keeps crashing is given up as failed instead of killing workers forever.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import threading
 from dataclasses import replace
@@ -47,6 +48,16 @@ def provider_for(spec: ProviderSpec, settings: Settings) -> EmbeddingProvider:
         if key not in _providers:
             _providers[key] = build_from_spec(spec, settings)
         return _providers[key]
+
+
+@atexit.register
+def _close_providers() -> None:
+    """Free native models before interpreter teardown (llama.cpp's finalizer fails after it)."""
+    for provider in _providers.values():
+        close = getattr(provider, "close", None)
+        if close is not None:
+            close()
+    _providers.clear()
 
 
 def embed_job(job: Job, settings: Settings) -> Result:

@@ -131,6 +131,11 @@ def search_store(db: Database, settings: Settings, query: str, *,
         best = max(text.values(), default=1.0)
         ranked = _fuse({}, {r: s / best for r, s in text.items()}, {}, (0.0, 1.0))
     picked = [c for c in ranked if c.score >= min_score][:max_results]
+    if not picked and text:
+        # OpenClaw's relaxed fallback: when no fused score clears minScore, keyword hits whose
+        # own BM25 score clears min(minScore, textWeight) are still answers, not nothing.
+        floor = min(min_score, settings.query.hybrid.normalized_weights()[1])
+        picked = [c for c in ranked if c.text_score >= floor][:max_results]
     return {"results": _result_rows(db, picked)}
 
 

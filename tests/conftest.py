@@ -117,8 +117,10 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.log_dir.glob("*.log"))
+    def logs(self, tail: int | None = 4000) -> str:
+        """The workers' logs (the last ``tail`` characters of each; None for all)."""
+        return "\n".join(p.read_text(errors="replace")[-(tail or 0):]
+                         for p in self.log_dir.glob("*.log"))
 
     def stop(self) -> None:
         for proc in self.procs:
