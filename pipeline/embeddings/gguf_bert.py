@@ -49,7 +49,7 @@ PHANTOM_SPACE = "\u2581"
 BERT_SPECIAL_TOKENS = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
 
 # Files the converter may read; anything else in a model directory is ignored.
-_WANTED_FILES = (
+MODEL_FILES = (
     "config.json",
     "vocab.txt",
     "model.safetensors",
@@ -58,6 +58,7 @@ _WANTED_FILES = (
     "tokenizer.json",
     "modules.json",
 )
+REQUIRED_FILES = ("config.json", "vocab.txt", "model.safetensors")
 
 # Normaliser keys: newer than gguf 0.19's constants, so spelled out here (llama.cpp llama-arch.cpp).
 _KEY_NORMALIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
@@ -71,7 +72,7 @@ class BertConversionError(ValueError):
 def read_model_dir(model_dir: Path) -> dict[str, bytes]:
     """Read the files the converter needs from a Hugging Face model directory."""
     files: dict[str, bytes] = {}
-    for name in _WANTED_FILES:
+    for name in MODEL_FILES:
         p = model_dir / name
         if p.is_file():
             files[name] = p.read_bytes()
