@@ -41,7 +41,7 @@ def _kill_pool_child_when_busy(main_pid: int, stop: threading.Event) -> list[int
     while not stop.is_set() and time.monotonic() < deadline:
         try:
             busy = [c for c in psutil.Process(main_pid).children()
-                    if c.cpu_percent(interval=0.2) > 50]
+                    if c.cpu_percent(interval=0.2) > 20]
         except psutil.Error:
             continue  # a pool process came or went while we looked
         if busy:
