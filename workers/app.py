@@ -10,13 +10,19 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 from kombu import Queue
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 STORE_QUEUE = "store"
 CONTROL_QUEUE = "control"
-# Far above any task's run time or retry countdown, so Redis never redelivers a live task.
-VISIBILITY_TIMEOUT_S = 6 * 3600
+# No task may run longer than this (embedding jobs take seconds; the limit catches a hang).
+TASK_TIME_LIMIT_S = 300
+# How long Redis keeps a message of a dead consumer before handing it out again: the time a
+# hard-killed worker's job waits to be redone. It must stay above every task's run time and
+# retry countdown, or a live task would run twice (harmless, as writes are idempotent, but
+# wasted work).
+VISIBILITY_TIMEOUT_S = int(os.environ.get("MEMQ_VISIBILITY_TIMEOUT", str(2 * TASK_TIME_LIMIT_S)))
 
 
 def embed_queue(provider: str) -> str:
@@ -36,6 +42,8 @@ app.conf.update(
     accept_content=["json"],
     result_serializer="json",
     task_ignore_result=True,
+    task_time_limit=TASK_TIME_LIMIT_S,
+    task_soft_time_limit=TASK_TIME_LIMIT_S - 20,
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     task_default_queue=CONTROL_QUEUE,
@@ -49,3 +57,10 @@ app.conf.update(
     task_send_sent_event=True,
     worker_hijack_root_logger=False,
 )
+
+
+@worker_init.connect
+def _guard_embedded_worker(**_: object) -> None:
+    from workers.orphans import guard_embedded_worker
+
+    guard_embedded_worker()

