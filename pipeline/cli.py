@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.embeddings.base import EmbeddingError
+from pipeline.store.engine import StoreError
 
 ROLES = ("writer", "embed")
 
@@ -218,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memq: configuration error: {exc}", file=sys.stderr)
     except EmbeddingError as exc:
         print(f"memq: embedding provider error: {exc}", file=sys.stderr)
+    except StoreError as exc:
+        print(f"memq: store error: {exc}", file=sys.stderr)
     except BrokenPipeError:  # `memq search … | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return 0

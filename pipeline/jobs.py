@@ -21,7 +21,7 @@ from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec
 from pipeline.store import schema, writer
-from pipeline.store.engine import Database, connect
+from pipeline.store.engine import Database, StoreBusy, connect, is_busy
 
 MAX_DELIVERIES = 3
 
@@ -115,6 +115,15 @@ def apply_result(result: Result, settings: Settings) -> writer.WriteOutcome:
     is refused whole and reported in the outcome; the chunks stay pending for the new model.
     """
     db = store_for(result["store"], settings)
+    try:
+        return _apply(db, result, settings)
+    except db.operational_error as exc:
+        if is_busy(exc):
+            raise StoreBusy(f"{db.path} stayed locked: {exc}") from exc
+        raise
+
+
+def _apply(db: Database, result: Result, settings: Settings) -> writer.WriteOutcome:
     spec = ProviderSpec.from_dict(result["spec"])
     outcome = writer.WriteOutcome()
     if result["vectors"]:

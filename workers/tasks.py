@@ -12,10 +12,12 @@ from kombu import Connection
 from pipeline import jobs
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.base import EmbeddingError
+from pipeline.store.engine import StoreBusy
 from workers.app import STORE_QUEUE, app, embed_queue
 
 log = logging.getLogger(__name__)
 MAX_RETRIES = 5
+WRITE_RETRIES = 20
 
 
 @cache
@@ -60,10 +62,17 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
     return {"embedded": len(result["vectors"]), "failed": len(result["failed"])}
 
 
-@app.task(name="memq.write_vectors")
-def write_vectors(result: jobs.Result) -> dict[str, object]:
-    """Attach vectors to their chunks in the store (the only task that writes SQLite)."""
-    outcome = jobs.apply_result(result, settings())
+@app.task(name="memq.write_vectors", bind=True, max_retries=WRITE_RETRIES)
+def write_vectors(self: Task, result: jobs.Result) -> dict[str, object]:
+    """Attach vectors to their chunks in the store (the only task that writes SQLite).
+
+    A store locked by another process past the busy timeout is retried with backoff rather
+    than dropping the vectors.
+    """
+    try:
+        outcome = jobs.apply_result(result, settings())
+    except StoreBusy as exc:
+        raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
     if outcome.refused:
         log.warning("result refused: %s", outcome.refused)
     return {"written": outcome.written, "stale": outcome.stale, "failed": outcome.failed,

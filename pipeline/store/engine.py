@@ -19,6 +19,18 @@ BUSY_TIMEOUT_MS = 5000
 _DRIVERS = ("sqlite3", "pysqlite3.dbapi2", "sqlean")
 
 
+class StoreError(RuntimeError):
+    """The store file cannot be used (corrupt, not a database, unwritable)."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the write lock past the busy timeout: try again later."""
+
+
+REBUILD_HINT = ("The store is derived from your Markdown files: move it aside and run "
+                "`memq index` to rebuild it.")
+
+
 @dataclass
 class Database:
     """An open connection plus what it can do. ``vector_ok`` is False when sqlite-vec is absent."""
@@ -106,6 +118,13 @@ def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
     conn = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                           check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+    except module.DatabaseError as exc:
+        conn.close()
+        if is_busy(exc):
+            raise StoreBusy(f"{path} is locked by another process ({exc})") from exc
+        raise StoreError(f"{path} is not a usable SQLite store ({exc}). {REBUILD_HINT}") from exc
     vector_ok = False
     if not want_vectors:
         vec_reason = "vector search disabled by store.vector.enabled=false"
@@ -125,7 +144,13 @@ def _enable_wal(conn: Any, module: ModuleType, attempts: int = 50) -> None:
             conn.execute("PRAGMA journal_mode=WAL")
             return
         except module.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if not is_busy(exc):
                 raise
             time.sleep(0.1)
     conn.execute("PRAGMA journal_mode=WAL")
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Is this SQLite error the lock being held by someone else (worth retrying)?"""
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
