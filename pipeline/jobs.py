@@ -21,7 +21,7 @@ from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec
 from pipeline.store import schema, writer
-from pipeline.store.engine import Database, StoreBusy, connect, is_busy
+from pipeline.store.engine import Database, as_store_error, connect
 
 MAX_DELIVERIES = 3
 
@@ -118,9 +118,7 @@ def apply_result(result: Result, settings: Settings) -> writer.WriteOutcome:
     try:
         return _apply(db, result, settings)
     except db.operational_error as exc:
-        if is_busy(exc):
-            raise StoreBusy(f"{db.path} stayed locked: {exc}") from exc
-        raise
+        raise as_store_error(exc, db.path) or exc from exc
 
 
 def _apply(db: Database, result: Result, settings: Settings) -> writer.WriteOutcome:

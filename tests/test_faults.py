@@ -188,3 +188,38 @@ def test_store_locked_by_another_process_is_waited_out(workspace: Path, make_set
     assert lost(settings) == {"pending": 0, "failed": 0, "missing_vectors": 0}, fleet.logs()
     assert "Retry in" in fleet.logs(tail=None)
 
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 256 KiB tmpfs (needs root and mount rights; skipped where the machine denies them)."""
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mountpoint)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    yield mountpoint
+    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+def test_disk_full_is_reported_and_recoverable(workspace: Path, tmp_path: Path,
+                                               tiny_disk: Path) -> None:
+    from tests.conftest import run_memq
+
+    generate_notes(workspace, 200)  # ~300 KB of text: more than the disk holds
+    cfg = write_config(tmp_path / "memq.json", provider="none",
+                       store={"path": str(tiny_disk / "memq.sqlite")})
+    args = ("index", "--workspace", str(workspace), "--config", str(cfg))
+    full = run_memq(*args)
+    assert full.returncode == 1 and "is full" in full.stderr, full.stderr
+    assert "Traceback" not in full.stderr
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_disk)], check=True)
+    again = run_memq(*args)
+    assert again.returncode == 0, again.stderr
+    db = connect(tiny_disk / "memq.sqlite")
+    try:
+        assert db.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.conn.execute("SELECT count(*) FROM files").fetchone()[0] == 205
+    finally:
+        db.close()

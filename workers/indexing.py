@@ -19,7 +19,7 @@ from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.producer import IndexReport, index_once
 from pipeline.store import schema
-from pipeline.store.engine import Database, connect
+from pipeline.store.engine import Database, as_store_error, connect
 from workers.app import app, embed_queue
 
 if TYPE_CHECKING:
@@ -139,6 +139,8 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
         run.failed_chunks = db.conn.execute(
             "SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
         return run
+    except db.operational_error as exc:
+        raise as_store_error(exc, db.path) or exc from exc
     finally:
         run.seconds = time.monotonic() - started
         db.close()

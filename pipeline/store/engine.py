@@ -24,7 +24,8 @@ class StoreError(RuntimeError):
 
 
 class StoreBusy(StoreError):
-    """Another process held the write lock past the busy timeout: try again later."""
+    """The store cannot be written right now (locked past the busy timeout, or its disk is
+    full): worth trying again later, nothing is lost meanwhile."""
 
 
 REBUILD_HINT = ("The store is derived from your Markdown files: move it aside and run "
@@ -154,3 +155,18 @@ def is_busy(exc: BaseException) -> bool:
     """Is this SQLite error the lock being held by someone else (worth retrying)?"""
     text = str(exc).lower()
     return "locked" in text or "busy" in text
+
+
+def is_full(exc: BaseException) -> bool:
+    """Is this SQLite error a full disk (SQLITE_FULL)?"""
+    return "disk is full" in str(exc).lower() or "disk full" in str(exc).lower()
+
+
+def as_store_error(exc: BaseException, path: Path) -> StoreError | None:
+    """Turn a driver error into a :class:`StoreError` a user can act on, if it is one."""
+    if is_busy(exc):
+        return StoreBusy(f"{path} stayed locked by another process ({exc}); try again")
+    if is_full(exc):
+        return StoreBusy(f"the disk holding {path} is full ({exc}); free some space and run "
+                         "`memq index` again: nothing is lost, the files are the truth")
+    return None
