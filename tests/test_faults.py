@@ -223,3 +223,65 @@ def test_disk_full_is_reported_and_recoverable(workspace: Path, tmp_path: Path,
         assert db.conn.execute("SELECT count(*) FROM files").fetchone()[0] == 205
     finally:
         db.close()
+
+
+def test_searches_keep_answering_while_indexing(workspace: Path, make_settings, tiny_model,
+                                                broker_url, fleet) -> None:
+    """A search loop runs while a big re-index goes through real workers: no errors, and a
+    note that exists is always found."""
+    from pipeline.query import memory_search
+
+    settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
+                             local={"modelPath": str(tiny_model)})
+    fleet.start(["store"], "writer")
+    fleet.start(["embed.local"], "embed")
+    run_index(settings, wait=True)
+    generate_notes(workspace, 150)
+    stop = threading.Event()
+    answers: list[int] = []
+    errors: list[BaseException] = []
+
+    def search_loop() -> None:
+        while not stop.is_set():
+            try:
+                out = memory_search("Zigbee coordinator antenna", settings=settings)
+                answers.append(sum(r["path"] == "memory/2026-11-10.md" for r in out["results"]))
+            except BaseException as exc:  # any exception is a failure of the test
+                errors.append(exc)
+
+    searcher = threading.Thread(target=search_loop)
+    searcher.start()
+    try:
+        run_index(settings, wait=True)
+    finally:
+        stop.set()
+        searcher.join()
+    assert errors == []
+    assert len(answers) > 10 and all(answers), f"{answers.count(0)} of {len(answers)} missed"
+    assert lost(settings) == {"pending": 0, "failed": 0, "missing_vectors": 0}
+
+
+def test_pathological_files(workspace: Path, make_settings) -> None:
+    """One 5 MB line, a 200 MB sparse file, 2,000 files created at once: handled, reported."""
+    from pipeline.embeddings.registry import choose_provider
+    from pipeline.producer import index_once
+    from pipeline.query import memory_search
+
+    mem = workspace / "memory"
+    (mem / "one-line.md").write_text("word " * 1_000_000 + "needle-in-a-line")
+    with open(mem / "huge.md", "wb") as f:
+        f.truncate(200 * 1024 * 1024)
+    burst = mem / "burst"
+    burst.mkdir()
+    for i in range(2000):
+        (burst / f"n{i:04d}.md").write_text(f"# burst {i}\n\nburst marker {i}\n")
+    settings = make_settings(workspace, provider="none")
+    db = connect(settings.store.path)
+    try:
+        report = index_once(db, settings, choose_provider(settings), None)
+    finally:
+        db.close()
+    assert report.files == 5 + 2 + 2000
+    assert [e.split(":")[0] for e in report.errors] == ["memory/huge.md"]
+    assert memory_search("needle", settings=settings)["results"][0]["path"] == "memory/one-line.md"
+    assert memory_search("burst 1999", settings=settings)["results"]
