@@ -140,6 +140,8 @@ class MemoryTools:
             if self.settings.sync.on_search:
                 self.refresher.trigger()
             out["syncing"] = self.refresher.running
+            if self.refresher.last_error:
+                out["syncError"] = self.refresher.last_error
         out["citations"] = "on" if citations_on(self.settings) else "off"
         return add_citations(out) if citations_on(self.settings) else out
 
@@ -159,8 +161,8 @@ class MemoryTools:
         # The note is on disk now: an indexing failure is reported, never turned into an error
         # (the model would retry and write the note twice).
         try:
-            report = self.refresher.refresh_now()
-            out["indexed"] = {"changed": report.changed, "chunksQueued": report.chunks_queued}
+            _, vectors = self.refresher.refresh_now()
+            out.update(indexed=True, vectors=vectors)
         except Exception as exc:
             log.exception("indexing after memory_append failed")
             out["warning"] = f"saved, but not indexed yet: {type(exc).__name__}: {exc}"

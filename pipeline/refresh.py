@@ -37,19 +37,28 @@ def index_choice(db: Database, settings: Settings) -> ProviderChoice:
     return choose_provider(settings, fetch_default_model=False)
 
 
-def refresh_index(settings: Settings) -> IndexReport:
-    """One producer pass: chunk rows follow the disk; vectors are queued if a broker is set."""
+VECTORS_QUEUED = "queued"
+VECTORS_WAITING = "waiting for `memq index` (no broker configured)"
+VECTORS_NONE = "none (keyword-only index)"
+
+
+def refresh_index(settings: Settings) -> tuple[IndexReport, str]:
+    """One producer pass: chunk rows follow the disk; vectors are queued if a broker is set.
+
+    Returns the pass's report and what happens to the new chunks' vectors.
+    """
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
     try:
         schema.ensure_schema(db)
         choice = index_choice(db, settings)
         if choice.spec is None or not settings.broker_url:
-            return index_once(db, settings, choice, None)
+            report = index_once(db, settings, choice, None)
+            return report, VECTORS_NONE if choice.spec is None else VECTORS_WAITING
     finally:
         db.close()
     from workers.indexing import run_index
 
-    return run_index(settings, wait=False, choice=choice).report
+    return run_index(settings, wait=False, choice=choice).report, VECTORS_QUEUED
 
 
 def find_stale(settings: Settings) -> list[str]:
@@ -80,16 +89,16 @@ class BackgroundRefresher:
         with self._state:
             return self._thread is not None
 
-    def refresh_now(self) -> IndexReport:
+    def refresh_now(self) -> tuple[IndexReport, str]:
         """A synchronous pass (after an append); waits for a background pass in flight."""
         with self._run_lock:
             try:
-                report = refresh_index(self.settings)
+                outcome = refresh_index(self.settings)
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.last_error = None
-            return report
+            return outcome
 
     def trigger(self) -> None:
         """Start a background pass unless one is running (which then runs once more)."""

@@ -99,7 +99,7 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
             note = "- Zorblax rollout moved to Thursday; Priya owns the runbook."
             saved = await call(client, "memory_append", {"text": note})
             assert saved["path"] == f"memory/{TODAY}.md" and saved["target"] == "daily"
-            assert saved["indexed"]["changed"] == 1
+            assert saved["indexed"] is True and saved["vectors"] == "none (keyword-only index)"
             back = await call(client, "memory_get", {"path": saved["path"],
                                                      "from": saved["startLine"], "lines": 1})
             assert back["text"] == note
@@ -296,3 +296,47 @@ def test_http_refuses_to_expose_memory_without_a_token(keyword_settings: Setting
     assert exposed.returncode == 2 and "without a bearer token" in exposed.stderr
     short = run_memq(*args, "--http", f"127.0.0.1:{_free_port()}", "--token", "short", timeout=60)
     assert short.returncode == 2 and "at least 16 characters" in short.stderr
+
+
+@pytest.mark.integration
+def test_append_queues_embeddings_only_with_a_broker(workspace: Path, make_settings, tiny_model,
+                                                      broker_url: str, fleet) -> None:
+    from pipeline.status import index_status
+    from workers.indexing import run_index
+
+    model = {"modelPath": str(tiny_model)}
+    with_broker = make_settings(workspace, provider="local", brokerUrl=broker_url, local=model)
+    no_broker = make_settings(workspace, provider="local", local=model)
+    assert with_broker.store.path == no_broker.store.path
+    fleet.start(["store", "embed.local"], "both")
+    assert run_index(with_broker, wait=True).waited
+
+    # The tiny model's weights are random: meaning ranks nothing, so look at every result.
+    wombat = {"query": "wombat budget", "minScore": 0, "maxResults": 50}
+    emu = {"query": "emu budget", "minScore": 0, "maxResults": 50}
+
+    async def without_broker() -> None:
+        async with session(no_broker) as client:
+            saved = await call(client, "memory_append", {"text": "- The wombat budget is 40k."})
+            assert saved["indexed"] and saved["vectors"].startswith("waiting for `memq index`")
+            out = await call(client, "memory_search", wombat)
+            assert out["mode"] == "hybrid" and out["pending"] >= 1
+            assert any("wombat" in r["snippet"] for r in out["results"])
+
+    async def with_a_broker() -> None:
+        async with session(with_broker) as client:
+            saved = await call(client, "memory_append", {"text": "- The emu budget is 12k."})
+            assert saved["indexed"] and saved["vectors"] == "queued"
+            deadline = time.monotonic() + 60
+            out = await call(client, "memory_search", emu)
+            while "pending" in out and time.monotonic() < deadline:
+                await anyio.sleep(0.2)
+                out = await call(client, "memory_search", emu)
+            assert "pending" not in out, fleet.logs()
+            assert out["mode"] == "hybrid"
+            assert any("emu" in r["snippet"] for r in out["results"])
+
+    anyio.run(without_broker)
+    assert index_status(no_broker)["pending"] >= 1
+    anyio.run(with_a_broker)
+    assert index_status(with_broker)["pending"] == 0
