@@ -165,7 +165,7 @@ class MemoryTools:
             out.update(indexed=True, vectors=vectors)
         except Exception as exc:
             log.exception("indexing after memory_append failed")
-            out["warning"] = f"saved, but not indexed yet: {type(exc).__name__}: {exc}"
+            out["warning"] = f"saved, but indexing it failed: {type(exc).__name__}: {exc}"
         return out
 
 
