@@ -167,6 +167,23 @@ def cmd_flower(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from pipeline import mcp_server
+
+    settings = _settings(args)
+    if args.http is None:
+        mcp_server.run_stdio(settings)
+        return 0
+    token = args.token or os.environ.get("MEMQ_MCP_TOKEN") or None
+    try:
+        host, port = mcp_server.parse_bind(args.http)
+        mcp_server.run_http(settings, host, port, token)
+    except ValueError as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="memory workspace (default: configured, else cwd)")
@@ -208,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default="127.0.0.1")
     p.add_argument("--unauthenticated", action="store_true")
     p.set_defaults(func=cmd_flower)
+
+    p = sub.add_parser("mcp", parents=[common],
+                       help="serve memory_search/memory_get/memory_append over MCP")
+    p.add_argument("--http", metavar="HOST:PORT",
+                   help="streamable HTTP at /mcp instead of stdio (loopback unless a token is set)")
+    p.add_argument("--token", help="bearer token for --http (prefer env MEMQ_MCP_TOKEN)")
+    p.set_defaults(func=cmd_mcp)
     return parser
 
 

@@ -68,6 +68,7 @@ PROVIDERS: tuple[str, ...] = (
 FALLBACKS: tuple[str, ...] = tuple(p for p in PROVIDERS if p != "auto")
 SOURCES: tuple[str, ...] = ("memory", "sessions")
 FTS_TOKENIZERS: tuple[str, ...] = ("unicode61", "trigram")
+CITATIONS: tuple[str, ...] = ("auto", "on", "off")
 MODALITIES: tuple[str, ...] = ("image", "audio")
 MULTIMODAL_MODEL = "gemini-embedding-2-preview"
 
@@ -200,6 +201,8 @@ _SPECS: dict[str, _Spec] = {
     "brokerUrl": _Spec("str", nullable=True, top_only=True),
     "agentId": _Spec("str", top_only=True),
     "sessionsDir": _Spec("str", top_only=True),
+    # OpenClaw's memory.citations (top level in memq's file)
+    "citations": _Spec("enum", choices=CITATIONS, top_only=True),
     # OpenClaw memorySearch
     "enabled": _BOOL,
     "provider": _Spec("enum", choices=PROVIDERS),
@@ -754,6 +757,7 @@ class Settings:
     document_input_type: str | None = None
     extra_path_patterns: tuple[tuple[Path, str], ...] = ()
     sessions_dir: Path = None  # type: ignore[assignment]  # filled by __post_init__
+    citations: str = "auto"
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -775,6 +779,7 @@ class Settings:
                 "document_input_type": "documentInputType",
                 "session_memory": "experimental.sessionMemory",
                 "agent_id": "agentId",
+                "citations": "citations",
             },
         )
         for attr in ("input_type", "query_input_type", "document_input_type"):
@@ -1244,6 +1249,9 @@ def _collect_openclaw(
                 source=str(c.path),
             )
         c.walk(section, display=display, top=False)
+    citations = _dict_at(data, "memory", "citations")
+    if citations is not None:
+        c.entries["citations"] = _Entry(citations, "memory.citations", c.where, str(c.path), c.base)
     if "store.path" in c.entries:
         ignored = c.entries.pop("store.path")
         c.warnings.append(
@@ -1595,6 +1603,7 @@ def _build(
             "query_input_type": "queryInputType",
             "document_input_type": "documentInputType",
             "agent_id": "agentId",
+            "citations": "citations",
         },
         workspace=workspace,
         extra_paths=tuple(extra_paths),
@@ -1734,6 +1743,7 @@ def settings_to_dict(s: Settings) -> dict[str, Any]:
         "brokerUrl": redact_url(s.broker_url),
         "agentId": s.agent_id,
         "sessionsDir": str(s.sessions_dir),
+        "citations": s.citations,
         "configFile": None if s.config_file is None else str(s.config_file),
         "warnings": list(s.warnings),
     }

@@ -140,6 +140,27 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice) -> Inde
     return report
 
 
+def stale_paths(db: Database, settings: Settings) -> list[str]:
+    """Memory files whose disk state differs from the index (changed, new or deleted).
+
+    Read-only and stat-only (no hashing): cheap enough to run before every search, so a
+    long-running reader can tell whether the index is behind the disk without syncing it.
+    """
+    known = {path: (m, s) for path, m, s in db.conn.execute(
+        "SELECT path, mtime_ns, size FROM files")}
+    stale = []
+    on_disk = memory_files(settings.workspace, settings.extra_paths)
+    for file in on_disk:
+        try:
+            stat = file.abs_path.stat()
+        except OSError:
+            continue
+        if known.get(file.path) != (stat.st_mtime_ns, stat.st_size):
+            stale.append(file.path)
+    stale.extend(sorted(known.keys() - {f.path for f in on_disk}))
+    return stale
+
+
 def group_jobs(pending: Sequence[writer.PendingChunk], max_chunks: int = JOB_MAX_CHUNKS,
                max_bytes: int = JOB_MAX_BYTES) -> list[list[writer.PendingChunk]]:
     """Pack chunks into jobs of at most ``max_chunks`` and about ``max_bytes`` of text."""

@@ -47,7 +47,7 @@ def open_store(settings: Settings) -> Database | None:
     return db
 
 
-def _index_spec(db: Database) -> ProviderSpec | None:
+def index_spec(db: Database) -> ProviderSpec | None:
     index = schema.get_meta(db, "index") or {}
     if not index.get("provider"):
         return None
@@ -159,7 +159,7 @@ def memory_search(query: str, *, settings: Settings | None = None,
         return {"results": [], "provider": None, "model": None, "mode": "keyword-only",
                 "warning": f"nothing indexed yet at {settings.store.path}: run `memq index`"}
     try:
-        spec = _index_spec(db)
+        spec = index_spec(db)
         provider, warning = None, None
         if spec is not None:
             try:
@@ -211,7 +211,7 @@ def _could_be_memory(settings: Settings, path: Path) -> bool:
     return any(_under(path, root) and path != root for root in roots)
 
 
-def _resolve_memory_path(settings: Settings, requested: str) -> Path:
+def resolve_memory_path(settings: Settings, requested: str) -> Path:
     """The file ``requested`` names, if it is (or could be) a memory file; else raise."""
     if not requested or "\x00" in requested:
         raise MemoryPathError(_PATH_REQUIRED)
@@ -239,7 +239,7 @@ def memory_get(path: str, from_line: int | None = None, lines: int | None = None
     non-``.md`` path raises :class:`MemoryPathError`.
     """
     settings = settings or load_settings(workspace=workspace)
-    target = _resolve_memory_path(settings, str(path))
+    target = resolve_memory_path(settings, str(path))
     rel = relative_path(settings.workspace, target)
     if not target.exists():
         return {"path": rel, "text": ""}

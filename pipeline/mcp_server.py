@@ -1,0 +1,290 @@
+"""``memq mcp``: the agent's memory as Model Context Protocol tools.
+
+Three tools over the library calls, with the library's result shapes: ``memory_search``
+(:func:`pipeline.query.memory_search`), ``memory_get`` (:func:`pipeline.query.memory_get`) and
+``memory_append`` (:func:`pipeline.append.memory_append`). Arguments are checked against the
+published JSON Schemas before any library call, and every refusal comes back as a tool error
+(``isError``) the model can read and correct, never as a crash of the server.
+
+Searches never wait for indexing: a search whose index is behind the disk is answered from the
+index as it is, says so (``dirty``: how many files differ), and starts a background sync.
+Served over stdio, or over streamable HTTP bound to loopback unless a bearer token protects it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+from jsonschema import Draft202012Validator
+from mcp.server.lowlevel import Server
+
+from pipeline.append import TARGETS, AppendError, memory_append
+from pipeline.config import ConfigError, Settings
+from pipeline.embeddings.base import EmbeddingError
+from pipeline.query import MemoryPathError, memory_get, memory_search
+from pipeline.refresh import BackgroundRefresher, find_stale
+
+log = logging.getLogger("memq.mcp")
+
+MAX_QUERY_CHARS = 4000
+MIN_TOKEN_CHARS = 16
+
+RECALL = (
+    "## Memory Recall\n"
+    "Before answering anything about prior work, decisions, dates, people, preferences, or "
+    "todos: run memory_search on MEMORY.md + memory/*.md; then use memory_get to pull only the "
+    "needed lines. If low confidence after search, say you checked.\n"
+    "To remember something for later, use memory_append (daily log or long-term memory)."
+)
+CITE_ON = ("Citations: include Source: <path#line> when it helps the user verify memory "
+           "snippets.")
+CITE_OFF = ("Citations are disabled: do not mention file paths or line numbers in replies "
+            "unless the user explicitly asks.")
+
+TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "memory_search": (
+        "Mandatory recall step: search the agent's memory (MEMORY.md + memory/*.md) by meaning "
+        "and keywords before answering questions about prior work, decisions, dates, people, "
+        "preferences, or todos. Returns the top snippets with path, startLine and endLine; then "
+        "call memory_get for just the lines you need. `mode` says hybrid or keyword-only; "
+        "`pending` (chunks without vectors yet) or `dirty` (files changed since the last "
+        "index, a sync is running) mean results may be incomplete.",
+        {"type": "object", "additionalProperties": False, "required": ["query"], "properties": {
+            "query": {"type": "string", "maxLength": MAX_QUERY_CHARS,
+                      "description": "what to recall, in natural language"},
+            "maxResults": {"type": "integer", "minimum": 1,
+                           "description": "how many snippets at most (default 6)"},
+            "minScore": {"type": "number", "minimum": 0, "maximum": 1,
+                         "description": "drop results scoring below this (default 0.35)"},
+        }},
+    ),
+    "memory_get": (
+        "Read lines of a memory file (MEMORY.md, memory/*.md or a configured extra path), "
+        "typically right after memory_search: pass a result's path with from=startLine and "
+        "lines=endLine-startLine+1 (widen a little for context) to pull only the needed lines "
+        "instead of whole files. Paths outside the memory files are refused; a memory file "
+        "that does not exist yet reads as empty text.",
+        {"type": "object", "additionalProperties": False, "required": ["path"], "properties": {
+            "path": {"type": "string", "minLength": 1,
+                     "description": "e.g. MEMORY.md or memory/2026-11-03.md"},
+            "from": {"type": "integer", "minimum": 1, "description": "first line (1-based)"},
+            "lines": {"type": "integer", "minimum": 0,
+                      "description": "how many lines (default: to the end of the file)"},
+        }},
+    ),
+    "memory_append": (
+        "Remember something for later: append a Markdown note to today's daily log "
+        "(target=daily, memory/YYYY-MM-DD.md: events, running context, what was done) or to "
+        "long-term memory (target=longterm, MEMORY.md: durable facts, decisions, preferences). "
+        "Write self-contained notes (who, what, when). The note is searchable with "
+        "memory_search as soon as this returns.",
+        {"type": "object", "additionalProperties": False, "required": ["text"], "properties": {
+            "text": {"type": "string", "minLength": 1, "description": "the note, as Markdown"},
+            "target": {"type": "string", "enum": list(TARGETS), "default": "daily"},
+        }},
+    ),
+}
+_VALIDATORS = {name: Draft202012Validator(schema) for name, (_, schema) in TOOLS.items()}
+
+
+class ToolRefused(Exception):
+    """A call the model can fix: bad arguments or a refused path. Becomes ``isError``."""
+
+
+def citations_on(settings: Settings) -> bool:
+    """``memory.citations``: auto cites in direct chats, and an MCP client is one user's chat."""
+    return settings.citations != "off"
+
+
+def add_citations(out: dict[str, Any]) -> dict[str, Any]:
+    """OpenClaw's citation: ``path#Ls-Le`` on each result, appended to the snippet."""
+    for hit in out["results"]:
+        start, end = hit["startLine"], hit["endLine"]
+        lines = f"#L{start}" if start == end else f"#L{start}-L{end}"
+        hit["citation"] = f"{hit['path']}{lines}"
+        hit["snippet"] = f"{hit['snippet']}\n\nSource: {hit['citation']}"
+    return out
+
+
+def _check(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    arguments = arguments or {}
+    error = next(iter(sorted(_VALIDATORS[name].iter_errors(arguments),
+                             key=lambda e: list(e.absolute_path))), None)
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+        message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
+        raise ToolRefused(f"invalid {where} for {name}: {message}")
+    return arguments
+
+
+class MemoryTools:
+    """The tool implementations for one workspace (plain, synchronous, thread-safe)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.refresher = BackgroundRefresher(settings)
+
+    def search(self, args: dict[str, Any]) -> dict[str, Any]:
+        stale = find_stale(self.settings)
+        out = memory_search(args["query"], settings=self.settings,
+                            max_results=args.get("maxResults"), min_score=args.get("minScore"))
+        if stale:
+            out["dirty"] = len(stale)
+            if self.settings.sync.on_search:
+                self.refresher.trigger()
+            out["syncing"] = self.refresher.running
+            if self.refresher.last_error:
+                out["syncError"] = self.refresher.last_error
+        out["citations"] = "on" if citations_on(self.settings) else "off"
+        return add_citations(out) if citations_on(self.settings) else out
+
+    def get(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return memory_get(args["path"], args.get("from"), args.get("lines"),
+                              settings=self.settings)
+        except MemoryPathError as exc:
+            raise ToolRefused(str(exc)) from exc
+
+    def append(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            out = memory_append(args["text"], args.get("target", "daily"),
+                                settings=self.settings)
+        except (AppendError, MemoryPathError) as exc:
+            raise ToolRefused(str(exc)) from exc
+        # The note is on disk now: an indexing failure is reported, never turned into an error
+        # (the model would retry and write the note twice).
+        try:
+            _, vectors = self.refresher.refresh_now()
+            out.update(indexed=True, vectors=vectors)
+        except Exception as exc:
+            log.exception("indexing after memory_append failed")
+            out["warning"] = f"saved, but indexing it failed: {type(exc).__name__}: {exc}"
+        return out
+
+
+def build_server(settings: Settings) -> Server[Any]:
+    """The low-level MCP server with memq's three tools."""
+    tools = MemoryTools(settings)
+    calls: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "memory_search": tools.search, "memory_get": tools.get, "memory_append": tools.append}
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[
+            types.Tool(name=name, description=text, input_schema=schema)
+            for name, (text, schema) in TOOLS.items()])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        name = params.name
+        try:
+            if name not in calls:
+                raise ToolRefused(f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
+            args = _check(name, params.arguments)
+            out = await anyio.to_thread.run_sync(calls[name], args)
+        except ToolRefused as exc:
+            return _error(str(exc))
+        except (ConfigError, EmbeddingError) as exc:
+            return _error(f"{name} failed: {exc}")
+        except Exception:
+            log.exception("%s crashed", name)
+            return _error(f"{name} failed with an internal error (details in the server log)")
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(out, ensure_ascii=False))],
+            structured_content=out)
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        return TOOLS[name][1] if name in TOOLS else None
+
+    server: Server[Any] = Server(
+        "memq", version=_version(),
+        instructions=RECALL + "\n" + (CITE_ON if citations_on(settings) else CITE_OFF),
+        get_tool_input_schema=input_schema, on_list_tools=list_tools, on_call_tool=call_tool)
+    if settings.sync.on_session_start:
+        tools.refresher.trigger()
+    return server
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
+                                is_error=True)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memq")
+    except PackageNotFoundError:
+        return "0"
+
+
+def run_stdio(settings: Settings) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(settings)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[v6]:PORT`` or ``PORT`` (loopback)."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--http wants HOST:PORT (e.g. 127.0.0.1:8765), got {text!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class BearerAuth:
+    """ASGI guard: every HTTP request needs ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], token: str) -> None:
+        self.app, self.expected = app, token.encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self._allowed(scope):
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b'Bearer realm="memq"'),
+                                    (b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+            return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, scope: dict[str, Any]) -> bool:
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        scheme, _, token = header.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.expected)
+
+
+def run_http(settings: Settings, host: str, port: int, token: str | None) -> None:
+    """Streamable HTTP at ``/mcp``; refuses to start exposed without a token."""
+    import uvicorn
+
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(f"the bearer token must be at least {MIN_TOKEN_CHARS} characters")
+    if token is None and not is_loopback(host):
+        raise ValueError(f"refusing to serve memory on {host} without a bearer token: set "
+                         "MEMQ_MCP_TOKEN (or --token), or bind to 127.0.0.1")
+    app: Any = build_server(settings).streamable_http_app(host=host)
+    if token is not None:
+        app = BearerAuth(app, token)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
