@@ -125,6 +125,10 @@ def test_knn_orders_by_cosine_and_both_backends_agree(db) -> None:
     np.testing.assert_allclose(distances[0], 1 - float(vectors[expected[0]] @ query), atol=1e-5)
     got = get_vectors(db, rowids[:3])
     np.testing.assert_allclose(got[rowids[2]], vectors[2], atol=1e-7)
+    missing = max(rowids) + 1000
+    got = get_vectors(db, [rowids[4], missing, rowids[4], rowids[0]])
+    assert sorted(got) == sorted([rowids[4], rowids[0]])  # absent rowids absent, no duplicates
+    np.testing.assert_allclose(got[rowids[4]], vectors[4], atol=1e-7)
 
 
 def test_delete_file_removes_rows_vectors_and_fts(db) -> None:
