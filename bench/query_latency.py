@@ -17,8 +17,8 @@ The query embedding is excluded: the provider is a stub whose ``embed_query`` re
 prepared random unit vector. Defaults are OpenClaw's (maxResults 6, candidateMultiplier 4:
 24 candidates per side). Reported: p50 and p95 in milliseconds, and ratios to numpy.
 
-    .venv/bin/python bench/query_latency.py [--sizes 10000,100000] [--queries 200]
-                                            [--scan-queries 10] [--seed 7] [--keep]
+    .venv/bin/python bench/query_latency.py [--sizes 10000,100000] [--queries 100]
+                                            [--scan-queries 5] [--seed 7] [--keep]
 """
 
 from __future__ import annotations
@@ -170,9 +170,9 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="chunk counts (10000,100000)")
-    ap.add_argument("--queries", type=int, default=200, help="queries per memq/numpy row (200)")
-    ap.add_argument("--scan-queries", type=int, default=10,
-                    help="queries for the slow OpenClaw full scan (10)")
+    ap.add_argument("--queries", type=int, default=100, help="queries per memq/numpy row (100)")
+    ap.add_argument("--scan-queries", type=int, default=5,
+                    help="queries for the slow OpenClaw full scan (5)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = ap.parse_args()
