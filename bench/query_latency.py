@@ -8,13 +8,15 @@ one run times, over the same queries:
   memq keyword-only  ``search_store`` with no provider (FTS5 BM25, result rows)
   memq hybrid        ``search_store`` with hybrid on (KNN + BM25 + fusion + result rows)
   vec0 KNN alone     ``pipeline.store.vectors.knn`` (the k-nearest query memq issues)
-  numpy brute force  ``matrix @ q`` + ``argpartition`` over the same vectors already in RAM:
-                     the memory-bandwidth floor for an exact search
+  numpy brute force  ``matrix @ q`` + ``argpartition`` over the same vectors already in RAM,
+                     one BLAS thread (SQLite uses one core too): the memory-bandwidth floor
+                     for an exact search
   OpenClaw full scan ``ORDER BY vec_distance_cosine(embedding, ?) LIMIT k`` joined to the
                      chunk rows, as OpenClaw queries (no KNN ``MATCH``)
 
 The query embedding is excluded: the provider is a stub whose ``embed_query`` returns a
-prepared random unit vector. Defaults are OpenClaw's (maxResults 6, candidateMultiplier 4:
+prepared random unit vector. The methods take turns query by query (load drift on a shared
+machine hits all alike). Defaults are OpenClaw's (maxResults 6, candidateMultiplier 4:
 24 candidates per side). Reported: p50 and p95 in milliseconds, and ratios to numpy.
 
     .venv/bin/python bench/query_latency.py [--sizes 10000,100000] [--queries 100]
@@ -23,10 +25,16 @@ prepared random unit vector. Defaults are OpenClaw's (maxResults 6, candidateMul
 
 from __future__ import annotations
 
+import os
+
+# One BLAS thread: SQLite answers a query on one core, so the floor gets one core too (and a
+# multi-threaded BLAS on a busy 2-core machine measures scheduling, not memory bandwidth).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import argparse
 import datetime as dt
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -122,14 +130,20 @@ def openclaw_scan(db: Database, query: np.ndarray, k: int) -> list[tuple]:
         (to_blob(query), k)).fetchall()
 
 
-def latencies(fn: Callable[[int], object], count: int) -> np.ndarray:
-    fn(0)  # warm-up: page cache, statement cache
-    out = np.empty(count)
-    for i in range(count):
-        t0 = time.perf_counter()
-        fn(i)
-        out[i] = time.perf_counter() - t0
-    return out * 1000.0
+def interleaved(methods: list[tuple[str, Callable[[int], object], int]]
+                ) -> list[tuple[str, np.ndarray]]:
+    """Time every method on query i before any on query i+1, so load drift on a shared machine
+    hits all of them alike; ``(name, fn, count)`` runs ``fn(i)`` for the first ``count`` i."""
+    for _, fn, _ in methods:
+        fn(0)  # warm-up: page cache, statement cache
+    times: dict[str, list[float]] = {name: [] for name, _, _ in methods}
+    for i in range(max(count for _, _, count in methods)):
+        for name, fn, count in methods:
+            if i < count:
+                t0 = time.perf_counter()
+                fn(i)
+                times[name].append(time.perf_counter() - t0)
+    return [(name, np.array(times[name]) * 1000.0) for name, _, _ in methods]
 
 
 def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.ndarray]]:
@@ -151,18 +165,15 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
     if {r for r, _ in knn(db, qvecs[0], k)} != exact:
         raise SystemExit("vec0 KNN and numpy disagree on the nearest chunks")
     q = args.queries
-    rows = [
-        ("memq vector-only", latencies(
-            lambda i: search_store(db, vector_only, texts[i], provider=stub), q)),
-        ("memq keyword-only", latencies(
-            lambda i: search_store(db, hybrid, texts[i], provider=None), q)),
-        ("memq hybrid", latencies(
-            lambda i: search_store(db, hybrid, texts[i], provider=stub), q)),
-        ("vec0 KNN alone (knn)", latencies(lambda i: knn(db, qvecs[i], k), q)),
-        ("numpy brute force (in RAM)", latencies(lambda i: numpy_topk(matrix, qvecs[i], k), q)),
-        ("OpenClaw ORDER BY vec_distance_cosine", latencies(
-            lambda i: openclaw_scan(db, qvecs[i], k), args.scan_queries)),
-    ]
+    rows = interleaved([
+        ("memq vector-only", lambda i: search_store(db, vector_only, texts[i], provider=stub), q),
+        ("memq keyword-only", lambda i: search_store(db, hybrid, texts[i], provider=None), q),
+        ("memq hybrid", lambda i: search_store(db, hybrid, texts[i], provider=stub), q),
+        ("vec0 KNN alone (knn)", lambda i: knn(db, qvecs[i], k), q),
+        ("numpy brute force (in RAM)", lambda i: numpy_topk(matrix, qvecs[i], k), q),
+        ("OpenClaw ORDER BY vec_distance_cosine", lambda i: openclaw_scan(db, qvecs[i], k),
+         args.scan_queries),
+    ])
     db.close()
     return rows
 
