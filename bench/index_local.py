@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import random
-import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from harness import add_common_args, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
@@ -107,25 +105,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--notes", type=int, default=150, help="daily notes to generate (150)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads (2)")
-    ap.add_argument("--seed", type=int, default=7, help="seed for the generated notes (7)")
     ap.add_argument("--order", choices=["pipeline-first", "bare-first"],
                     default="pipeline-first")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    add_common_args(ap)
     args = ap.parse_args()
     if not 1 <= args.notes <= 365:
         ap.error("--notes must be 1..365 (one note per day of 2026)")
 
-    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-"))
-    try:
+    with scratch("memq-bench-", args.keep) as tmp:
         workspace = tmp / "workspace"
         make_workspace(workspace, args.notes, args.seed)
         store = tmp / "memq.sqlite"
         settings = make_settings(tmp, workspace, store, "local", args.threads)
 
         if args.order == "bare-first":
-            scratch = tmp / "chunks-only.sqlite"
-            run_index(make_settings(tmp, workspace, scratch, "none", args.threads), wait=True)
-            texts = chunk_texts(scratch)
+            chunks_only = tmp / "chunks-only.sqlite"
+            run_index(make_settings(tmp, workspace, chunks_only, "none", args.threads), wait=True)
+            texts = chunk_texts(chunks_only)
             bare = run_bare(texts, args.threads)
             pipe = run_pipeline(settings)
             if chunk_texts(store) != texts:
@@ -139,18 +135,11 @@ def main() -> None:
         n_vec = sqlite3.connect(store).execute(
             "SELECT count(*) FROM chunks WHERE state = 'ready'").fetchone()[0]
         report(args, n, n_vec, sum(len(t) for t in texts) / max(n, 1), pipe, bare)
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def report(args: argparse.Namespace, n: int, n_vec: int, avg_chars: float,
            pipe: dict[str, float], bare: dict[str, float]) -> None:
-    print(f"memq index benchmark  {dt.datetime.now().isoformat(timespec='seconds')}  "
-          f"nproc={os.cpu_count()}  threads={args.threads}  notes={args.notes}  "
-          f"order={args.order}")
+    print(header("index", threads=args.threads, notes=args.notes, order=args.order))
     print(f"chunks: {n} (avg {avg_chars:.0f} chars), vectors written by the pipeline: {n_vec}")
     print()
     print(f"{'run':<34}{'chunks':>8}{'seconds':>10}{'chunks/s':>10}")

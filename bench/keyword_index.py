@@ -19,18 +19,16 @@ no-op re-sync (nothing changed on disk):
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import os
 import random
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import add_common_args, header, scratch
 from notes import bullet
 
 from pipeline.chunking import chunk_markdown
@@ -124,12 +122,10 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10_000, help="notes to generate (10000)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="no-op re-sync rounds; the median is reported (3)")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    add_common_args(ap)
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-kw-"))
-    try:
+    with scratch("memq-bench-kw-", args.keep) as tmp:
         workspace = tmp / "workspace"
         size = make_workspace(workspace, args.files, args.seed)
         settings = make_settings(tmp, workspace, tmp / "memq.sqlite")
@@ -157,18 +153,11 @@ def main() -> None:
             naive.append(timed(lambda: naive_hash(workspace))[0])
         report(args, size, chunks, t_full, t_floor, statistics.median(noop),
                statistics.median(stat), statistics.median(naive))
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def report(args: argparse.Namespace, size: int, chunks: int, t_full: float, t_floor: float,
            t_noop: float, t_stat: float, t_naive: float) -> None:
-    load = os.getloadavg()[0]
-    print(f"memq keyword-only index benchmark  {dt.datetime.now().isoformat(timespec='seconds')}"
-          f"  nproc={os.cpu_count()}  load(1 min)={load:.2f}  files={args.files}")
+    print(header("keyword-only index", files=args.files))
     print(f"workspace: {args.files} files, {size / 1e6:.1f} MB, {chunks} chunks")
     print()
     print(f"{'run':<48}{'seconds':>9}{'files/s':>10}{'ratio':>8}")

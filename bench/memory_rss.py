@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
-import shutil
 import sqlite3
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import psutil
+from harness import add_common_args, header, scratch
 from index_local import make_workspace
 
 from pipeline.config import load_settings
@@ -104,60 +101,54 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--notes", type=int, default=40, help="daily notes to index (40)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads (2)")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    add_common_args(ap)
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-rss-"))
-    broker = EmbeddedBroker()
-    workers: dict[str, WorkerProcess] = {}
-    try:
-        workspace, store = tmp / "workspace", tmp / "memq.sqlite"
-        make_workspace(workspace, args.notes, args.seed)
-        cfg = tmp / "memq.json"
-        cfg.write_text(json.dumps({"provider": "local", "brokerUrl": broker.url,
-                                   "store": {"path": str(store)},
-                                   "local": {"threads": args.threads}}), encoding="utf-8")
-        settings = load_settings(config_file=cfg, workspace=workspace, env={})
-        env = {**os.environ, "MEMQ_CONFIG": str(cfg), "MEMQ_WORKSPACE": str(workspace),
-               "MEMQ_BROKER_URL": broker.url}
-        model = default_model_path(settings.local.model_cache_dir)
-        for role, queue in (("embed worker", embed_queue("local")), ("writer", STORE_QUEUE)):
-            workers[role] = WorkerProcess(
-                worker_argv([queue], f"rss-{role.split()[0]}-{os.getpid()}@%h",
-                            quiet_cluster=True), env, tmp / f"{role.split()[0]}.log")
-        pids = {role: w.pid for role, w in workers.items()}
-        for pid in pids.values():
-            wait_for_pool(pid)
-        idle = {role: tree_rss(pid) for role, pid in pids.items()}
-        sampler = PeakSampler(pids)
-        sampler.start()
-        t0 = time.perf_counter()
-        run = run_index(settings, wait=True)
-        seconds = time.perf_counter() - t0
-        peak = sampler.stop()
-        if run.provider != "local" or run.failed_chunks:
-            raise SystemExit(f"indexing did not complete with the local model: {run}")
-        conn = sqlite3.connect(store)
-        texts = [r[0] for r in conn.execute("SELECT text FROM chunks ORDER BY rowid")]
-        conn.close()
-        bare = bare_peak(texts, args.threads)
-        print(f"memq worker memory benchmark  {dt.datetime.now().isoformat(timespec='seconds')}"
-              f"  nproc={os.cpu_count()}  load(1 min)={os.getloadavg()[0]:.2f}  "
-              f"notes={args.notes}  chunks={len(texts)}  index run {seconds:.1f} s")
-        print(f"model file: {model.name} {model.stat().st_size / 2**20:.1f} MiB")
-        print()
-        print(f"{'celery worker (main + pool process)':<40}{'idle MiB':>10}{'peak MiB':>10}")
-        for role in pids:
-            print(f"{role:<40}{idle[role] / 2**20:>10.1f}{peak[role] / 2**20:>10.1f}")
-        print(f"{'bare LocalProvider loop (this process)':<40}{'':>10}{bare / 2**20:>10.1f}")
-    finally:
-        for w in workers.values():
-            w.stop(kill=True)
-        broker.close()
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with scratch("memq-bench-rss-", args.keep) as tmp:
+        broker = EmbeddedBroker()
+        workers: dict[str, WorkerProcess] = {}
+        try:
+            workspace, store = tmp / "workspace", tmp / "memq.sqlite"
+            make_workspace(workspace, args.notes, args.seed)
+            cfg = tmp / "memq.json"
+            cfg.write_text(json.dumps({"provider": "local", "brokerUrl": broker.url,
+                                       "store": {"path": str(store)},
+                                       "local": {"threads": args.threads}}), encoding="utf-8")
+            settings = load_settings(config_file=cfg, workspace=workspace, env={})
+            env = {**os.environ, "MEMQ_CONFIG": str(cfg), "MEMQ_WORKSPACE": str(workspace),
+                   "MEMQ_BROKER_URL": broker.url}
+            model = default_model_path(settings.local.model_cache_dir)
+            for role, queue in (("embed worker", embed_queue("local")), ("writer", STORE_QUEUE)):
+                workers[role] = WorkerProcess(
+                    worker_argv([queue], f"rss-{role.split()[0]}-{os.getpid()}@%h",
+                                quiet_cluster=True), env, tmp / f"{role.split()[0]}.log")
+            pids = {role: w.pid for role, w in workers.items()}
+            for pid in pids.values():
+                wait_for_pool(pid)
+            idle = {role: tree_rss(pid) for role, pid in pids.items()}
+            sampler = PeakSampler(pids)
+            sampler.start()
+            t0 = time.perf_counter()
+            run = run_index(settings, wait=True)
+            seconds = time.perf_counter() - t0
+            peak = sampler.stop()
+            if run.provider != "local" or run.failed_chunks:
+                raise SystemExit(f"indexing did not complete with the local model: {run}")
+            conn = sqlite3.connect(store)
+            texts = [r[0] for r in conn.execute("SELECT text FROM chunks ORDER BY rowid")]
+            conn.close()
+            bare = bare_peak(texts, args.threads)
+            print(header("worker memory", notes=args.notes, chunks=len(texts),
+                         index_run=f"{seconds:.1f}s"))
+            print(f"model file: {model.name} {model.stat().st_size / 2**20:.1f} MiB")
+            print()
+            print(f"{'celery worker (main + pool process)':<40}{'idle MiB':>10}{'peak MiB':>10}")
+            for role in pids:
+                print(f"{role:<40}{idle[role] / 2**20:>10.1f}{peak[role] / 2**20:>10.1f}")
+            print(f"{'bare LocalProvider loop (this process)':<40}{'':>10}{bare / 2**20:>10.1f}")
+        finally:
+            for w in workers.values():
+                w.stop(kill=True)
+            broker.close()
 
 
 if __name__ == "__main__":

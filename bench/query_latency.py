@@ -33,16 +33,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
-import datetime as dt
 import json
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from harness import add_common_args, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
@@ -184,15 +182,12 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=100, help="queries per memq/numpy row (100)")
     ap.add_argument("--scan-queries", type=int, default=5,
                     help="queries for the slow OpenClaw full scan (5)")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    add_common_args(ap)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"memq query latency benchmark  {dt.datetime.now().isoformat(timespec='seconds')}  "
-          f"nproc={os.cpu_count()}  load(1 min)={os.getloadavg()[0]:.2f}  dims={DIMS}  "
-          f"queries={args.queries} (full scan: {args.scan_queries})", flush=True)
-    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-q-"))
-    try:
+    print(header("query latency", dims=DIMS, queries=args.queries,
+                 full_scan_queries=args.scan_queries), flush=True)
+    with scratch("memq-bench-q-", args.keep) as tmp:
         for n in sizes:
             print(f"\n{n} chunks", flush=True)
             rows = run_size(tmp, n, args)
@@ -207,11 +202,6 @@ def main() -> None:
             print(f"  hybrid p50 {hyb:.2f} ms = {hyb / floor:.2f}x numpy "
                   f"(target <= 1.5x and < 30 ms: {ok}); OpenClaw full scan / memq hybrid: "
                   f"{scan / hyb:.1f}x")
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

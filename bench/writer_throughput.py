@@ -20,16 +20,13 @@ The results are built before timing (embedding and base64 encoding are the embed
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import add_common_args, header, scratch
 from notes import bullet
 
 from pipeline import jobs
@@ -97,36 +94,27 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=8192, help="vectors per batch size (8192)")
     ap.add_argument("--batches", default="1,8,32,128", help="chunks per result (1,8,32,128)")
     ap.add_argument("--dims", type=int, default=384)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    add_common_args(ap)
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     rng = np.random.default_rng(args.seed)
     vectors = rng.standard_normal((args.chunks, args.dims), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-w-"))
-    cfg = tmp / "memq.json"
-    cfg.write_text(json.dumps({"provider": "none", "store": {"path": str(tmp / "x.sqlite")}}),
-                   encoding="utf-8")
-    settings = load_settings(config_file=cfg, workspace=tmp, env={})
-    print(f"memq writer throughput benchmark  {dt.datetime.now().isoformat(timespec='seconds')}"
-          f"  nproc={os.cpu_count()}  load(1 min)={os.getloadavg()[0]:.2f}  "
-          f"vectors={args.chunks}  dims={args.dims}")
-    print()
-    print(f"{'chunks per result':>17}{'memq writer vec/s':>19}{'floor vec/s':>13}"
-          f"{'memq/floor time':>17}")
-    try:
+    with scratch("memq-bench-w-", args.keep) as tmp:
+        cfg = tmp / "memq.json"
+        cfg.write_text(json.dumps({"provider": "none", "store": {"path": str(tmp / "x.sqlite")}}),
+                       encoding="utf-8")
+        settings = load_settings(config_file=cfg, workspace=tmp, env={})
+        print(header("writer throughput", vectors=args.chunks, dims=args.dims))
+        print()
+        print(f"{'chunks per result':>17}{'memq writer vec/s':>19}{'floor vec/s':>13}"
+              f"{'memq/floor time':>17}")
         # Alternate the two per batch size so load changes hit both alike.
         for batch in batches:
             floor = run_floor(tmp, vectors, batch, args.seed)
             memq = run_writer(tmp, settings, vectors, batch, args.seed)
             print(f"{batch:>17}{args.chunks / memq:>19.0f}{args.chunks / floor:>13.0f}"
                   f"{memq / floor:>16.2f}x", flush=True)
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
