@@ -22,45 +22,18 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import random
-import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from harness import add_common_args, header, scratch
+from notes import bullet
 
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.local import LocalProvider
 from workers.indexing import run_index
-
-PEOPLE = ["Alice", "Bob", "Chen", "Dana", "Emeka", "Farah", "Goran", "Hana", "Ivan", "Julia"]
-PROJECTS = ["billing service", "search API", "mobile app", "data warehouse", "onboarding flow",
-            "auth gateway", "reporting dashboard", "notification service", "CI pipeline",
-            "customer portal"]
-TOOLS = ["Postgres", "SQLite", "Redis", "Kafka", "Celery", "Terraform", "Grafana", "Sentry",
-         "Kubernetes", "GitHub Actions", "S3", "ClickHouse"]
-PLACES = ["Berlin", "Lisbon", "Toronto", "Nairobi", "Osaka", "Madrid", "Oslo", "Austin"]
-TEMPLATES = [
-    "Met {p} about the {proj}; we agreed to move the nightly jobs to {t} before the end of {m}.",
-    "Decision: the {proj} keeps {t} for now, {p} will write a short migration plan by Friday.",
-    "{p} reported a latency spike on the {proj} around {h}:00, traced to a missing index in {t}.",
-    "Booked the flight to {pl} for the offsite on {d} {m}; hotel near the station, {p} shares.",
-    "Reminder: renew the {t} licence for the {proj} team before {d} {m}, budget owner is {p}.",
-    "Reviewed {p}'s pull request for the {proj}: good tests, asked to split the {t} changes out.",
-    "User preference: prefers short answers, metric units, and meeting notes as bullet lists.",
-    "{p} is on holiday in {pl} from {d} {m}; {p2} covers the {proj} on-call rotation meanwhile.",
-    "Post-mortem for the {proj} outage: {t} ran out of disk at {h}:40, alerts fired 12 min late.",
-    "Idea: cache the {proj} search results in {t} for five minutes; ask {p} about invalidation.",
-    "Call with {p} and {p2}: the {proj} launch slips one week, marketing copy is due {d} {m}.",
-    "Todo: rotate the {t} credentials used by the {proj}, then update the runbook with {p}.",
-    "Learned that {t} vacuum settings matter for the {proj}; {p} suggested a weekly schedule.",
-    "Birthday of {p} on {d} {m}; the team wants a small dinner in {pl} if the dates line up.",
-    "Benchmark: the {proj} handles {n} requests per second on {t} with two workers, p99 {h}0 ms.",
-]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December"]
 
 
 def make_workspace(root: Path, notes: int, seed: int) -> None:
@@ -72,11 +45,7 @@ def make_workspace(root: Path, notes: int, seed: int) -> None:
     for _ in range(notes):
         lines = [f"# {day.isoformat()}", ""]
         for _ in range(15):
-            p, p2 = rng.sample(PEOPLE, 2)
-            lines.append("- " + rng.choice(TEMPLATES).format(
-                p=p, p2=p2, proj=rng.choice(PROJECTS), t=rng.choice(TOOLS),
-                pl=rng.choice(PLACES), m=rng.choice(MONTHS), d=rng.randint(1, 28),
-                h=rng.randint(1, 23), n=rng.randint(200, 5000)))
+            lines.append("- " + bullet(rng))
         (mem / f"{day.isoformat()}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
         day += dt.timedelta(days=1)
 
@@ -136,25 +105,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--notes", type=int, default=150, help="daily notes to generate (150)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads (2)")
-    ap.add_argument("--seed", type=int, default=7, help="seed for the generated notes (7)")
     ap.add_argument("--order", choices=["pipeline-first", "bare-first"],
                     default="pipeline-first")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    add_common_args(ap)
     args = ap.parse_args()
     if not 1 <= args.notes <= 365:
         ap.error("--notes must be 1..365 (one note per day of 2026)")
 
-    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-"))
-    try:
+    with scratch("memq-bench-", args.keep) as tmp:
         workspace = tmp / "workspace"
         make_workspace(workspace, args.notes, args.seed)
         store = tmp / "memq.sqlite"
         settings = make_settings(tmp, workspace, store, "local", args.threads)
 
         if args.order == "bare-first":
-            scratch = tmp / "chunks-only.sqlite"
-            run_index(make_settings(tmp, workspace, scratch, "none", args.threads), wait=True)
-            texts = chunk_texts(scratch)
+            chunks_only = tmp / "chunks-only.sqlite"
+            run_index(make_settings(tmp, workspace, chunks_only, "none", args.threads), wait=True)
+            texts = chunk_texts(chunks_only)
             bare = run_bare(texts, args.threads)
             pipe = run_pipeline(settings)
             if chunk_texts(store) != texts:
@@ -168,18 +135,11 @@ def main() -> None:
         n_vec = sqlite3.connect(store).execute(
             "SELECT count(*) FROM chunks WHERE state = 'ready'").fetchone()[0]
         report(args, n, n_vec, sum(len(t) for t in texts) / max(n, 1), pipe, bare)
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def report(args: argparse.Namespace, n: int, n_vec: int, avg_chars: float,
            pipe: dict[str, float], bare: dict[str, float]) -> None:
-    print(f"memq index benchmark  {dt.datetime.now().isoformat(timespec='seconds')}  "
-          f"nproc={os.cpu_count()}  threads={args.threads}  notes={args.notes}  "
-          f"order={args.order}")
+    print(header("index", threads=args.threads, notes=args.notes, order=args.order))
     print(f"chunks: {n} (avg {avg_chars:.0f} chars), vectors written by the pipeline: {n_vec}")
     print()
     print(f"{'run':<34}{'chunks':>8}{'seconds':>10}{'chunks/s':>10}")

@@ -9,6 +9,7 @@ size-bounded embedding jobs. It knows nothing of Celery: the caller passes ``sub
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +78,8 @@ def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, s
     if size > MAX_FILE_BYTES:
         return None, None, f"skipped: {size} bytes is over the {MAX_FILE_BYTES} byte limit"
     try:
-        raw = file.abs_path.read_bytes()
+        with open(file.file, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         return None, None, f"unreadable: {exc.strerror or exc}"
     if b"\x00" in raw:
@@ -88,10 +90,12 @@ def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, s
         return raw, None, f"skipped: not valid UTF-8 (byte {exc.start})"
 
 
-def _sync_file(db: Database, file: SourceFile, known: tuple[str, int, int, str | None] | None,
-               settings: Settings, max_input_bytes: int | None, report: IndexReport) -> None:
+def _sync_file(batch: schema.WriteBatch, file: SourceFile,
+               known: tuple[str, int, int, str | None] | None, settings: Settings,
+               max_input_bytes: int | None, report: IndexReport) -> None:
+    db = batch.db
     try:
-        stat = file.abs_path.stat()
+        stat = os.stat(file.file)
     except OSError:
         return  # vanished between listing and stat: the next pass deletes it
     if known is not None and known[1:3] == (stat.st_mtime_ns, stat.st_size):
@@ -99,7 +103,8 @@ def _sync_file(db: Database, file: SourceFile, known: tuple[str, int, int, str |
     raw, text, error = _read_text(file, stat.st_size)
     digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
     if known is not None and error is None and known[0] == digest and known[3] is None:
-        writer.touch_file(db, file.path, stat.st_mtime_ns, stat.st_size)
+        with batch.unit():
+            writer.touch_file(db, file.path, stat.st_mtime_ns, stat.st_size)
         return
     record = writer.FileRecord(file.path, file.source, digest, stat.st_mtime_ns, stat.st_size,
                                error)
@@ -107,16 +112,22 @@ def _sync_file(db: Database, file: SourceFile, known: tuple[str, int, int, str |
     if error is not None:
         report.failed += 1
         report.errors.append(f"{file.path}: {error}")
-        writer.record_file_error(db, record)
+        with batch.unit():
+            writer.record_file_error(db, record)
         return
     chunks = chunk_markdown(text, settings.chunking.tokens, settings.chunking.overlap)
     if max_input_bytes:
         chunks = enforce_input_limit(chunks, max_input_bytes)
-    writer.replace_file(db, record, chunks)
+    with batch.unit():
+        writer.replace_file(db, record, chunks)
 
 
 def sync_files(db: Database, settings: Settings, choice: ProviderChoice) -> IndexReport:
-    """Bring chunk rows in line with the disk. Keyword search is complete when this returns."""
+    """Bring chunk rows in line with the disk. Keyword search is complete when this returns.
+
+    Changed files are written in batched transactions (:class:`schema.WriteBatch`), one
+    all-or-nothing savepoint per file; an unchanged file costs one ``stat`` and no write.
+    """
     schema.ensure_schema(db)
     _adopt_identity(db, index_identity(choice.spec, settings))
     with schema.transaction(db):
@@ -131,12 +142,14 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice) -> Inde
     }
     on_disk = memory_files(settings.workspace, settings.extra_paths)
     report.files = len(on_disk)
-    for file in on_disk:
-        _sync_file(db, file, known.get(file.path), settings, max_input, report)
-    present = {f.path for f in on_disk}
-    for path in known.keys() - present:
-        writer.delete_file(db, path)
-        report.deleted += 1
+    with schema.WriteBatch(db) as batch:
+        for file in on_disk:
+            _sync_file(batch, file, known.get(file.path), settings, max_input, report)
+        present = {f.path for f in on_disk}
+        for path in sorted(known.keys() - present):
+            with batch.unit():
+                writer.delete_file(db, path)
+            report.deleted += 1
     return report
 
 

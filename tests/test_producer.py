@@ -107,6 +107,24 @@ def test_lowercase_memory_md_only_without_uppercase(workspace: Path, make_settin
     assert "memory.md" in [f.path for f in memory_files(workspace)]
 
 
+def test_files_reached_twice_are_listed_once_with_workspace_paths(workspace: Path,
+                                                                   tmp_path: Path) -> None:
+    """Dedup is by real path even when the workspace is reached through a symlink."""
+    from pipeline.sources import memory_files
+
+    (workspace / "memory" / "deep" / "er").mkdir(parents=True)
+    (workspace / "memory" / "deep" / "er" / "n.md").write_text("nested")
+    via_link = tmp_path / "ws-link"
+    via_link.symlink_to(workspace)
+    listed = memory_files(via_link, (workspace.resolve() / "memory", Path("memory/deep")))
+    paths = [f.path for f in listed]
+    assert len(paths) == len(set(paths)) == 6
+    assert "memory/deep/er/n.md" in paths and "MEMORY.md" in paths
+    assert all(not p.startswith("..") for p in paths)
+    nested = next(f for f in listed if f.path == "memory/deep/er/n.md")
+    assert nested.abs_path.read_text() == "nested"
+
+
 def test_group_jobs_bounds_count_and_bytes() -> None:
     chunks = [PendingChunk(i, f"id{i}", f"h{i}", "x" * 1000) for i in range(100)]
     groups = group_jobs(chunks, max_chunks=32, max_bytes=10_000)

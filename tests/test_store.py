@@ -125,6 +125,10 @@ def test_knn_orders_by_cosine_and_both_backends_agree(db) -> None:
     np.testing.assert_allclose(distances[0], 1 - float(vectors[expected[0]] @ query), atol=1e-5)
     got = get_vectors(db, rowids[:3])
     np.testing.assert_allclose(got[rowids[2]], vectors[2], atol=1e-7)
+    missing = max(rowids) + 1000
+    got = get_vectors(db, [rowids[4], missing, rowids[4], rowids[0]])
+    assert sorted(got) == sorted([rowids[4], rowids[0]])  # absent rowids absent, no duplicates
+    np.testing.assert_allclose(got[rowids[4]], vectors[4], atol=1e-7)
 
 
 def test_delete_file_removes_rows_vectors_and_fts(db) -> None:
@@ -155,3 +159,35 @@ def test_cache_prune_keeps_most_recent(db) -> None:
         assert cache.prune_cache(db, 4) == 6
     left = cache.get_cached(db, "p", "m", "k", [f"h{i}" for i in range(10)])
     assert sorted(left) == ["h6", "h7", "h8", "h9"]
+
+
+def test_write_batch_commits_in_groups_and_units_stay_atomic(db, tmp_path) -> None:
+    other = connect(db.path, want_vectors=False)  # a second process's view: committed rows only
+    chunks = chunk_markdown("# a\n\n- one line\n", 400, 80)
+
+    def seen() -> int:
+        return other.conn.execute("SELECT count(*) FROM files").fetchone()[0]
+
+    with schema.WriteBatch(db, max_units=2, max_seconds=3600) as batch:
+        with batch.unit():
+            writer.replace_file(db, record("memory/1.md"), chunks)
+        assert seen() == 0  # one unit written, not committed yet
+        with batch.unit():
+            writer.replace_file(db, record("memory/2.md"), chunks)
+        assert seen() == 2  # max_units reached: committed
+        with pytest.raises(RuntimeError), batch.unit():
+            writer.replace_file(db, record("memory/3.md"), chunks)
+            raise RuntimeError("boom mid-unit")
+        with batch.unit():
+            writer.replace_file(db, record("memory/4.md"), chunks)
+    paths = [r[0] for r in other.conn.execute("SELECT path FROM files ORDER BY path")]
+    assert paths == ["memory/1.md", "memory/2.md", "memory/4.md"]  # the failed unit left nothing
+    assert other.conn.execute("SELECT count(*) FROM chunks WHERE path = 'memory/3.md'"
+                              ).fetchone()[0] == 0
+    with pytest.raises(RuntimeError), schema.WriteBatch(db) as batch:
+        with batch.unit():
+            writer.replace_file(db, record("memory/5.md"), chunks)
+        raise RuntimeError("the pass dies before the batch commits")
+    assert not db.conn.in_transaction
+    assert seen() == 3  # the uncommitted unit was rolled back with the batch
+    other.close()

@@ -69,6 +69,10 @@ class WorkerProcess:
                                       stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def ensure_alive(self) -> bool:
         """Restart the worker if it died; True when it had to."""
         if self._proc is not None and self._proc.poll() is None:

@@ -131,12 +131,17 @@ def _knn_numpy(db: Database, query: np.ndarray, k: int) -> list[tuple[int, float
 
 
 def get_vectors(db: Database, rowids: Sequence[int]) -> dict[int, np.ndarray]:
-    """Stored vectors for the given chunk rowids (chunks without a vector are absent)."""
+    """Stored vectors for the given chunk rowids (chunks without a vector are absent).
+
+    One point lookup per rowid: vec0 answers ``rowid = ?`` directly but scans the whole table
+    for ``rowid IN (…)`` (20-50 ms at 100k vectors against microseconds for 24 lookups).
+    """
     if not rowids or vector_dims(db) is None or not _exists(db):
         return {}
-    marks = ",".join("?" * len(rowids))
-    rows = db.conn.execute(
-        f"SELECT rowid, embedding FROM {_table(db)} WHERE rowid IN ({marks})",
-        [int(r) for r in rowids],
-    ).fetchall()
-    return {int(r): from_blob(blob) for r, blob in rows}
+    sql = f"SELECT embedding FROM {_table(db)} WHERE rowid = ?"
+    found: dict[int, np.ndarray] = {}
+    for rowid in dict.fromkeys(int(r) for r in rowids):
+        row = db.conn.execute(sql, (rowid,)).fetchone()
+        if row is not None:
+            found[rowid] = from_blob(row[0])
+    return found

@@ -1,0 +1,38 @@
+"""What every benchmark script shares: the scratch folder, the common flags, the header line."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def add_common_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--seed", type=int, default=7, help="seed for the generated data (7)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+
+
+@contextmanager
+def scratch(prefix: str, keep: bool) -> Iterator[Path]:
+    """A temporary folder for stores and workspaces, removed at the end unless ``keep``."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield tmp
+    finally:
+        if keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def header(title: str, **fields: object) -> str:
+    """The first line of a report: what, when, and how busy the machine was (figures from a
+    loaded machine are only comparable as ratios)."""
+    extra = "  ".join(f"{k}={v}" for k, v in fields.items())
+    return (f"memq {title} benchmark  {dt.datetime.now().isoformat(timespec='seconds')}  "
+            f"nproc={os.cpu_count()}  load(1 min)={os.getloadavg()[0]:.2f}  {extra}")

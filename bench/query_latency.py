@@ -1,0 +1,208 @@
+"""Benchmark: search latency at 10k and 100k chunks (384 dims) against the hardware floor.
+
+Not a test. For each size, a store is filled with synthetic chunks (a few note lines each,
+keyword-searchable through FTS5) and random unit vectors (float32, sqlite-vec ``vec0``), then
+one run times, over the same queries:
+
+  memq vector-only   ``search_store`` with hybrid off (vec0 KNN, result rows)
+  memq keyword-only  ``search_store`` with no provider (FTS5 BM25, result rows)
+  memq hybrid        ``search_store`` with hybrid on (KNN + BM25 + fusion + result rows)
+  vec0 KNN alone     ``pipeline.store.vectors.knn`` (the k-nearest query memq issues)
+  numpy brute force  ``matrix @ q`` + ``argpartition`` over the same vectors already in RAM,
+                     one BLAS thread (SQLite uses one core too): the memory-bandwidth floor
+                     for an exact search
+  OpenClaw full scan ``ORDER BY vec_distance_cosine(embedding, ?) LIMIT k`` joined to the
+                     chunk rows, as OpenClaw queries (no KNN ``MATCH``)
+
+The query embedding is excluded: the provider is a stub whose ``embed_query`` returns a
+prepared random unit vector. The methods take turns query by query (load drift on a shared
+machine hits all alike). Defaults are OpenClaw's (maxResults 6, candidateMultiplier 4:
+24 candidates per side). Reported: p50 and p95 in milliseconds, and ratios to numpy.
+
+    .venv/bin/python bench/query_latency.py [--sizes 10000,100000] [--queries 100]
+                                            [--scan-queries 5] [--seed 7] [--keep]
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: SQLite answers a query on one core, so the floor gets one core too (and a
+# multi-threaded BLAS on a busy 2-core machine measures scheduling, not memory bandwidth).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from harness import add_common_args, header, scratch
+from notes import bullet
+
+from pipeline.config import Settings, load_settings
+from pipeline.query import search_store
+from pipeline.store import schema
+from pipeline.store.engine import Database, connect
+from pipeline.store.vectors import knn, put_vectors, to_blob
+
+DIMS = 384
+BATCH = 5000
+QUERY_WORDS = ["Postgres", "migration", "Berlin", "latency", "outage", "Alice", "licence",
+               "flight", "Kafka", "dashboard", "holiday", "credentials", "disk", "invalidation",
+               "rotation", "runbook", "budget", "Osaka", "vacuum", "spike"]
+
+
+class FixedQueryVector:
+    """Benchmark-only provider stub: ``embed_query`` hands back a prepared vector, no model."""
+
+    max_input_bytes = 8000
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self.vectors = vectors
+
+    @property
+    def dims(self) -> int:
+        return DIMS
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError("the query benchmark never embeds documents")
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.vectors[text]
+
+
+def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIMS), dtype=np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v
+
+
+def build_store(path: Path, n: int, seed: int) -> tuple[Database, np.ndarray]:
+    """``n`` chunk rows of 4 note lines in 1 file per 50 chunks, with random unit vectors."""
+    rng, text_rng = np.random.default_rng(seed), random.Random(seed)
+    db = connect(path)
+    schema.ensure_schema(db)
+    with schema.transaction(db):
+        schema.set_meta(db, "index", {"provider": "bench", "model": "stub", "provider_key": "k"})
+    matrix = np.empty((n, DIMS), dtype=np.float32)
+    now = time.time()
+    for start in range(0, n, BATCH):
+        rows, count = [], min(BATCH, n - start)
+        for i in range(start, start + count):
+            text = "\n".join("- " + bullet(text_rng) for _ in range(4))
+            rows.append((i + 1, f"c{i}", f"memory/f{i // 50:05d}.md", "memory", 1 + i % 50 * 4,
+                         4 + i % 50 * 4, f"h{i}", text, now))
+        vectors = unit_vectors(rng, count)
+        matrix[start:start + count] = vectors
+        with schema.transaction(db) as conn:
+            conn.executemany(
+                "INSERT INTO chunks(rowid, id, path, source, start_line, end_line, hash, text, "
+                "state, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'ready', ?)", rows)
+            put_vectors(db, [r[0] for r in rows], vectors)
+    db.conn.execute("PRAGMA optimize")
+    return db, matrix
+
+
+def settings_for(tmp: Path, store: Path, hybrid: bool) -> Settings:
+    cfg = tmp / f"memq-{'hybrid' if hybrid else 'vector'}.json"
+    cfg.write_text(json.dumps({"provider": "none", "store": {"path": str(store)},
+                               "query": {"hybrid": {"enabled": hybrid}}}), encoding="utf-8")
+    return load_settings(config_file=cfg, workspace=tmp, env={})
+
+
+def numpy_topk(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
+    sims = matrix @ query
+    top = np.argpartition(-sims, k)[:k]
+    return top[np.argsort(-sims[top])]
+
+
+def openclaw_scan(db: Database, query: np.ndarray, k: int) -> list[tuple]:
+    return db.conn.execute(
+        "SELECT c.rowid, c.path, c.start_line, c.end_line, c.text, c.source, "
+        "vec_distance_cosine(v.embedding, ?) AS dist FROM chunks_vec v "
+        "JOIN chunks c ON c.rowid = v.rowid ORDER BY dist ASC LIMIT ?",
+        (to_blob(query), k)).fetchall()
+
+
+def interleaved(methods: list[tuple[str, Callable[[int], object], int]]
+                ) -> list[tuple[str, np.ndarray]]:
+    """Time every method on query i before any on query i+1, so load drift on a shared machine
+    hits all of them alike; ``(name, fn, count)`` runs ``fn(i)`` for the first ``count`` i."""
+    for _, fn, _ in methods:
+        fn(0)  # warm-up: page cache, statement cache
+    times: dict[str, list[float]] = {name: [] for name, _, _ in methods}
+    for i in range(max(count for _, _, count in methods)):
+        for name, fn, count in methods:
+            if i < count:
+                t0 = time.perf_counter()
+                fn(i)
+                times[name].append(time.perf_counter() - t0)
+    return [(name, np.array(times[name]) * 1000.0) for name, _, _ in methods]
+
+
+def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.ndarray]]:
+    store = tmp / f"q{n}.sqlite"
+    t0 = time.perf_counter()
+    db, matrix = build_store(store, n, args.seed)
+    print(f"  built {n} chunks in {time.perf_counter() - t0:.1f} s "
+          f"({store.stat().st_size / 1e6:.0f} MB store)", flush=True)
+    rng, words = np.random.default_rng(args.seed + 1), random.Random(args.seed + 1)
+    texts = [" ".join(words.sample(QUERY_WORDS, 3)) + f" q{i}" for i in range(args.queries)]
+    qvecs = unit_vectors(rng, args.queries)
+    stub = FixedQueryVector(dict(zip(texts, qvecs, strict=True)))
+    hybrid, vector_only = settings_for(tmp, store, True), settings_for(tmp, store, False)
+    k = hybrid.query.candidates()
+    checked = search_store(db, hybrid, texts[0], provider=stub, min_score=-1.0)["results"]
+    if len(checked) != hybrid.query.max_results:
+        raise SystemExit(f"hybrid search returned {len(checked)} results")
+    exact = set(numpy_topk(matrix, qvecs[0], k) + 1)
+    if {r for r, _ in knn(db, qvecs[0], k)} != exact:
+        raise SystemExit("vec0 KNN and numpy disagree on the nearest chunks")
+    q = args.queries
+    rows = interleaved([
+        ("memq vector-only", lambda i: search_store(db, vector_only, texts[i], provider=stub), q),
+        ("memq keyword-only", lambda i: search_store(db, hybrid, texts[i], provider=None), q),
+        ("memq hybrid", lambda i: search_store(db, hybrid, texts[i], provider=stub), q),
+        ("vec0 KNN alone (knn)", lambda i: knn(db, qvecs[i], k), q),
+        ("numpy brute force (in RAM)", lambda i: numpy_topk(matrix, qvecs[i], k), q),
+        ("OpenClaw ORDER BY vec_distance_cosine", lambda i: openclaw_scan(db, qvecs[i], k),
+         args.scan_queries),
+    ])
+    db.close()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000", help="chunk counts (10000,100000)")
+    ap.add_argument("--queries", type=int, default=100, help="queries per memq/numpy row (100)")
+    ap.add_argument("--scan-queries", type=int, default=5,
+                    help="queries for the slow OpenClaw full scan (5)")
+    add_common_args(ap)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(header("query latency", dims=DIMS, queries=args.queries,
+                 full_scan_queries=args.scan_queries), flush=True)
+    with scratch("memq-bench-q-", args.keep) as tmp:
+        for n in sizes:
+            print(f"\n{n} chunks", flush=True)
+            rows = run_size(tmp, n, args)
+            floor = float(np.percentile(dict(rows)["numpy brute force (in RAM)"], 50))
+            print(f"  {'search':<40}{'p50 ms':>9}{'p95 ms':>9}{'p50/numpy':>11}")
+            for name, ms in rows:
+                p50, p95 = np.percentile(ms, [50, 95])
+                print(f"  {name:<40}{p50:>9.2f}{p95:>9.2f}{p50 / floor:>10.2f}x")
+            hyb = float(np.percentile(dict(rows)["memq hybrid"], 50))
+            scan = float(np.percentile(dict(rows)["OpenClaw ORDER BY vec_distance_cosine"], 50))
+            ok = "OK" if hyb <= 1.5 * floor and hyb < 30 else "ABOVE TARGET"
+            print(f"  hybrid p50 {hyb:.2f} ms = {hyb / floor:.2f}x numpy "
+                  f"(target <= 1.5x and < 30 ms: {ok}); OpenClaw full scan / memq hybrid: "
+                  f"{scan / hyb:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
