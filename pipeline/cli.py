@@ -116,6 +116,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"{s['failed']} failed)",
         f"last index: {when}",
     ]
+    if s["reindex"]:
+        r = s["reindex"]
+        lines.append(f"reindex:   building ({r['reason']}): {r['ready']}/{r['chunks']} chunks "
+                     f"with vectors, {r['pending']} pending; searches use the live index")
     if s["vector_backend_reason"]:
         lines.append(f"note: {s['vector_backend_reason']}")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
