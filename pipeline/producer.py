@@ -40,6 +40,7 @@ class IndexReport:
     failed: int = 0
     chunks_cached: int = 0
     chunks_queued: int = 0
+    chunks_requeued: int = 0  # of those, chunks queued before whose message was presumed lost
     jobs: int = 0
     errors: list[str] = field(default_factory=list)
     rebuild_needed: bool = False
@@ -203,11 +204,13 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
     states = ("pending", "failed") if retry_failed else ("pending",)
     cutoff = time.time() - requeue_after_s
     rows = db.conn.execute(
-        f"SELECT rowid, id, hash, text FROM chunks WHERE state IN ({','.join('?' * len(states))})"
-        " AND (queued_at IS NULL OR queued_at < ?) ORDER BY path, start_line",
+        f"SELECT rowid, id, hash, text, queued_at FROM chunks WHERE state IN "
+        f"({','.join('?' * len(states))}) AND (queued_at IS NULL OR queued_at < ?) "
+        "ORDER BY path, start_line",
         (*states, cutoff),
     ).fetchall()
-    pending = [writer.PendingChunk(*row) for row in rows]
+    pending = [writer.PendingChunk(*row[:4]) for row in rows]
+    report.chunks_requeued += sum(1 for row in rows if row[4] is not None)
     if not pending:
         return report
     hits = cache.get_cached(db, spec.name, spec.model, spec.provider_key, (p.hash for p in pending))

@@ -27,7 +27,7 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.producer import EmbedJob, index_identity, index_once
+from pipeline.producer import EmbedJob, IndexReport, index_identity, index_once
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
 
@@ -45,12 +45,14 @@ class RebuildProgress:
     chunks: int = 0
     ready: int = 0
     pending: int = 0
+    queued: int = 0  # chunks sent to the embedding queues so far
+    cached: int = 0  # chunks served from the (seeded) embedding cache so far
     done: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"target": self.target, "reason": self.reason, "startedAt": self.started_at,
                 "chunks": self.chunks, "ready": self.ready, "pending": self.pending,
-                "done": self.done}
+                "chunksQueued": self.queued, "chunksFromCache": self.cached, "done": self.done}
 
 
 def generation_path(store_path: Path) -> Path:
@@ -140,6 +142,8 @@ def progress_of(info: dict[str, Any], settings: Settings) -> RebuildProgress:
         progress.chunks = sum(states.values())
         progress.ready = states.get("ready", 0)
         progress.pending = states.get("pending", 0) if has_provider else 0
+        work = schema.get_meta(db, "rebuild_work") or {}
+        progress.queued, progress.cached = work.get("queued", 0), work.get("cached", 0)
     finally:
         db.close()
     return progress
@@ -167,6 +171,7 @@ def rebuild_step(settings: Settings, choice: ProviderChoice,
                 if progress.pending and schema.get_meta(target, "last_index_at") is not None:
                     return progress  # vectors still coming: a disk pass now would be wasted
                 report = index_once(target, settings, choice, submit)
+                _count_work(target, report)
                 progress = progress_of(info, settings)
                 if report.rebuild_needed:
                     raise RuntimeError("the rebuild target was built for another configuration;"
@@ -180,6 +185,15 @@ def rebuild_step(settings: Settings, choice: ProviderChoice,
                 target.close()
         finally:
             live.close()
+
+
+def _count_work(target: Database, report: IndexReport) -> None:
+    """Add a pass's queue and cache figures to the target's running totals."""
+    totals = schema.get_meta(target, "rebuild_work") or {"queued": 0, "cached": 0}
+    totals["queued"] += report.chunks_queued
+    totals["cached"] += report.chunks_cached
+    with schema.transaction(target):
+        schema.set_meta(target, "rebuild_work", totals)
 
 
 def _checkpoint(db: Database) -> None:

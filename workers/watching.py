@@ -107,8 +107,7 @@ class WatchService:
         idle = self.queues_idle()
         report = self._pass(None, self.lost_after_s if idle else REQUEUE_AFTER_S)
         self.stats.reconciles += 1
-        if idle:
-            self.stats.requeued_lost += report.chunks_queued
+        self.stats.requeued_lost += report.chunks_requeued
         return report
 
     def on_tick(self) -> None:
