@@ -19,6 +19,13 @@ from typing import Any
 from pipeline.chunking import chunk_markdown, enforce_input_limit
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
+from pipeline.sessions import (
+    SESSIONS_SOURCE,
+    needs_sync,
+    session_files,
+    session_files_at,
+    transcript_chunks,
+)
 from pipeline.sources import SourceFile, memory_files, memory_files_at
 from pipeline.store import cache, schema, writer
 from pipeline.store.engine import Database
@@ -108,6 +115,9 @@ def _sync_file(db: Database, file: SourceFile, known: tuple[str, int, int, str |
     if known is not None and known[1:3] == (stat.st_mtime_ns, stat.st_size):
         return
     raw, text, error = _read_text(file, stat.st_size)
+    if (file.source == SESSIONS_SOURCE and raw is not None and known is not None
+            and known[3] is None and not needs_sync(raw, known[0], known[2], settings)):
+        return  # a transcript that grew a little: wait for the delta thresholds
     digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
     if known is not None and error is None and known[0] == digest and known[3] is None:
         writer.touch_file(db, file.path, stat.st_mtime_ns, stat.st_size)
@@ -120,7 +130,8 @@ def _sync_file(db: Database, file: SourceFile, known: tuple[str, int, int, str |
         report.errors.append(f"{file.path}: {error}")
         writer.record_file_error(db, record)
         return
-    chunks = chunk_markdown(text, settings.chunking.tokens, settings.chunking.overlap)
+    chunker = transcript_chunks if file.source == SESSIONS_SOURCE else chunk_markdown
+    chunks = chunker(text, settings.chunking.tokens, settings.chunking.overlap)
     if max_input_bytes:
         chunks = enforce_input_limit(chunks, max_input_bytes)
     writer.replace_file(db, record, chunks)
@@ -158,9 +169,13 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     known = _known_files(db)
     if paths is None:
         on_disk = memory_files(settings.workspace, settings.extra_paths)
+        on_disk += session_files(settings)
         gone = known.keys() - {f.path for f in on_disk}
     else:
+        paths = list(paths)
         on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths)
+        sessions, session_scopes = session_files_at(settings, paths)
+        on_disk, scopes = on_disk + sessions, scopes | session_scopes
         present = {f.path for f in on_disk}
         gone = {p for p in known if p not in present and _in_scope(p, scopes)}
     report.files = len(on_disk)

@@ -30,6 +30,7 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from pipeline.config import Settings
+from pipeline.sessions import SESSIONS_SOURCE
 from pipeline.sources import IGNORED_DIRS
 
 DEFAULT_DEBOUNCE_S = 1.5
@@ -101,6 +102,8 @@ def watch_targets(settings: Settings) -> list[tuple[Path, bool]]:
             targets.append((extra, True))
         elif extra.parent.is_dir():
             targets.append((extra.parent, False))
+    if SESSIONS_SOURCE in settings.sources and settings.sessions_dir.is_dir():
+        targets.append((settings.sessions_dir, False))
     seen: dict[Path, bool] = {}
     for folder, recursive in targets:
         seen[folder] = seen.get(folder, False) or recursive
