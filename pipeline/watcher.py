@@ -18,6 +18,7 @@ reconcile, rebuild steps). Its rules:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from pipeline.config import Settings
@@ -126,17 +127,23 @@ class Watcher:
                                        else Observer())
         self.tick_s = tick_s
         self._handler = _Handler(self.batcher)
-        self._watched: set[Path] = set()
+        self._watched: dict[Path, ObservedWatch] = {}
         self._stop = threading.Event()
 
     def _schedule(self) -> list[Path]:
-        """Watch every target not watched yet (``memory/`` may appear after start)."""
+        """Watch every target not watched yet (``memory/`` may appear after start, or vanish
+        and come back: a watch on a deleted folder is dead and is dropped here)."""
+        for folder, watch in list(self._watched.items()):
+            if not folder.is_dir():
+                with contextlib.suppress(KeyError):  # its emitter may have gone on its own
+                    self.observer.unschedule(watch)
+                del self._watched[folder]
         added = []
         for folder, recursive in watch_targets(self.settings):
             if folder in self._watched:
                 continue
-            self.observer.schedule(self._handler, str(folder), recursive=recursive)
-            self._watched.add(folder)
+            self._watched[folder] = self.observer.schedule(self._handler, str(folder),
+                                                           recursive=recursive)
             added.append(folder)
         return added
 

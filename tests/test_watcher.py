@@ -130,3 +130,36 @@ def test_observer_turns_changes_into_one_settled_batch(tmp_path: Path, make_sett
     batch = batches[0]
     assert ws / "memory" / "a.md" in batch and ws / "memory" / "sub" / "new.md" in batch
     assert not any("node_modules" in p.parts for p in batch)
+
+
+def test_memory_folder_deleted_and_recreated_is_watched_again(tmp_path: Path,
+                                                              make_settings) -> None:
+    import shutil
+
+    ws = tmp_path / "ws"
+    _tree(ws)
+    settings = make_settings(ws, provider="none")
+    batches: list[set[Path]] = []
+    watcher = Watcher(settings, batches.append, debounce_s=0.3)
+    thread = threading.Thread(target=watcher.run)
+    thread.start()
+
+    def wait_for(path: Path) -> bool:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(path in b for b in batches):
+                return True
+            time.sleep(0.05)
+        return False
+
+    try:
+        time.sleep(0.3)
+        shutil.rmtree(ws / "memory")
+        assert wait_for(ws / "memory")
+        (ws / "memory").mkdir()
+        time.sleep(0.5)  # the new folder is picked up by the loop
+        (ws / "memory" / "again.md").write_text("back\n")
+        assert wait_for(ws / "memory" / "again.md"), batches
+    finally:
+        watcher.stop()
+        thread.join(10)
