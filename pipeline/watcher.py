@@ -138,7 +138,9 @@ class Watcher:
                 with contextlib.suppress(KeyError):  # its emitter may have gone on its own
                     self.observer.unschedule(watch)
                 del self._watched[folder]
-        added = []
+        added: list[Path] = []
+        if not self.settings.sync.watch:  # sync.watch = false: reconcile ticks only
+            return added
         for folder, recursive in watch_targets(self.settings):
             if folder in self._watched:
                 continue

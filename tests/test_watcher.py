@@ -163,3 +163,22 @@ def test_memory_folder_deleted_and_recreated_is_watched_again(tmp_path: Path,
     finally:
         watcher.stop()
         thread.join(10)
+
+
+def test_sync_watch_false_watches_nothing(tmp_path: Path, make_settings) -> None:
+    ws = tmp_path / "ws"
+    _tree(ws)
+    ticks: list[int] = []
+    watcher = Watcher(make_settings(ws, provider="none", sync={"watch": False}),
+                      lambda batch: pytest.fail(f"no batch expected: {batch}"),
+                      on_tick=lambda: ticks.append(1), debounce_s=0.1)
+    watcher.start()
+    try:
+        (ws / "memory" / "a.md").write_text("changed\n")
+        for _ in range(10):
+            time.sleep(0.05)
+            watcher.step()
+    finally:
+        watcher.observer.stop()
+        watcher.observer.join(5)
+    assert len(ticks) == 10 and watcher.observer.emitters == set()
