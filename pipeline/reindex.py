@@ -95,39 +95,44 @@ def start_rebuild(settings: Settings, choice: ProviderChoice, reason: str) -> Pa
     A rebuild already under way for the same fingerprint is kept; one for an older fingerprint
     is abandoned and its file deleted.
     """
-    store_path = settings.store.path
-    identity = index_identity(choice.spec, settings)
-    with rebuild_lock(store_path):
-        live = _open(settings, store_path)
+    with rebuild_lock(settings.store.path):
+        live = _open(settings, settings.store.path)
         try:
-            info = rebuild_info(live)
-            if info is not None and Path(info["target"]).exists():
-                target = _open(settings, info["target"])
-                try:
-                    if schema.get_meta(target, "index") == identity:
-                        return Path(info["target"])
-                finally:
-                    target.close()
-                remove_store_file(Path(info["target"]))
-            path = generation_path(store_path)
-            new = _open(settings, path)
-            try:
-                new.conn.execute("ATTACH DATABASE ? AS live", (os.path.realpath(store_path),))
-                try:
-                    with schema.transaction(new) as conn:
-                        schema.set_meta(new, "index", identity)
-                        conn.execute("INSERT OR IGNORE INTO main.embedding_cache "
-                                     "SELECT * FROM live.embedding_cache")
-                finally:
-                    new.conn.execute("DETACH DATABASE live")
-            finally:
-                new.close()
-            with schema.transaction(live):
-                schema.set_meta(live, REINDEX_META, {"target": str(path), "reason": reason,
-                                                     "started_at": time.time()})
-            return path
+            return _start_locked(live, settings, choice, reason)
         finally:
             live.close()
+
+
+def _start_locked(live: Database, settings: Settings, choice: ProviderChoice,
+                  reason: str) -> Path:
+    store_path = settings.store.path
+    identity = index_identity(choice.spec, settings)
+    info = rebuild_info(live)
+    if info is not None and Path(info["target"]).exists():
+        target = _open(settings, info["target"])
+        try:
+            if schema.get_meta(target, "index") == identity:
+                return Path(info["target"])
+        finally:
+            target.close()
+        remove_store_file(Path(info["target"]))
+    path = generation_path(store_path)
+    new = _open(settings, path)
+    try:
+        new.conn.execute("ATTACH DATABASE ? AS live", (os.path.realpath(store_path),))
+        try:
+            with schema.transaction(new) as conn:
+                schema.set_meta(new, "index", identity)
+                conn.execute("INSERT OR IGNORE INTO main.embedding_cache "
+                             "SELECT * FROM live.embedding_cache")
+        finally:
+            new.conn.execute("DETACH DATABASE live")
+    finally:
+        new.close()
+    with schema.transaction(live):
+        schema.set_meta(live, REINDEX_META, {"target": str(path), "reason": reason,
+                                             "started_at": time.time()})
+    return path
 
 
 def progress_of(info: dict[str, Any], settings: Settings) -> RebuildProgress:
@@ -165,6 +170,10 @@ def rebuild_step(settings: Settings, choice: ProviderChoice,
             info = rebuild_info(live)
             if info is None:
                 return None
+            # The configuration may have changed again since the rebuild started: then the
+            # target is for a fingerprint nobody wants any more, and a new one replaces it.
+            _start_locked(live, settings, choice, info.get("reason", "configuration changed"))
+            info = rebuild_info(live)
             target = _open(settings, info["target"])
             try:
                 progress = progress_of(info, settings)
@@ -173,9 +182,6 @@ def rebuild_step(settings: Settings, choice: ProviderChoice,
                 report = index_once(target, settings, choice, submit)
                 _count_work(target, report)
                 progress = progress_of(info, settings)
-                if report.rebuild_needed:
-                    raise RuntimeError("the rebuild target was built for another configuration;"
-                                       " run `memq reindex` again")
                 if progress.pending:
                     return progress
                 swap_in(store_path, live, target)
@@ -206,15 +212,17 @@ def swap_in(store_path: Path, live: Database, new: Database) -> None:
     _checkpoint(new)
     _checkpoint(live)
     old_real = Path(os.path.realpath(store_path))
-    legacy = not store_path.is_symlink()  # a store created before its first rebuild
+    legacy = not store_path.is_symlink()  # a plain file: the store before its first rebuild
     link = store_path.with_name(f"{store_path.name}.swap")
     link.unlink(missing_ok=True)
     link.symlink_to(new.path.name)  # relative: the generations live in one folder
     os.replace(link, store_path)
-    if legacy:  # the old file's name now is the link; only its side files are left over
-        for suffix in SIDE_FILES:
-            Path(f"{store_path}{suffix}").unlink(missing_ok=True)
-    elif old_real != Path(os.path.realpath(new.path)):
+    # Side files named after the link itself are never used again (SQLite names them after
+    # the file the link points to): left by the store before its first rebuild, or re-created
+    # by a connection to it that was opened just before the swap.
+    for suffix in SIDE_FILES:
+        Path(f"{store_path}{suffix}").unlink(missing_ok=True)
+    if not legacy and old_real != Path(os.path.realpath(new.path)):
         remove_store_file(old_real)
 
 

@@ -11,8 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.embeddings.registry import choose_provider
 from pipeline.query import memory_search
+from pipeline.reindex import rebuild_step, start_rebuild
 from pipeline.status import index_status
+from pipeline.store import schema
+from pipeline.store.engine import connect
 from tests.fakes.tiny_gguf import write_tiny_gguf
 from tests.indexcheck import index_vs_disk, wait_until
 from workers.indexing import run_index
@@ -20,9 +24,11 @@ from workers.indexing import run_index
 pytestmark = pytest.mark.integration
 
 
-def _store_files(settings) -> list[str]:
+def _generations(settings) -> list[str]:
+    """Store generation files (not their -wal/-shm) next to the store path."""
     folder = settings.store.path.parent
-    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
+    return sorted(p.name for p in folder.iterdir()
+                  if ".gen-" in p.name and not p.name.endswith(("-wal", "-shm")))
 
 
 def test_model_change_rebuilds_beside_while_searches_answer(workspace: Path, make_settings,
@@ -85,7 +91,7 @@ def test_model_change_rebuilds_beside_while_searches_answer(workspace: Path, mak
     s = index_status(new)
     assert (s["model"], s["dims"], s["reindex"]) == ("tiny-bert-b", 48, None)
     wait_until(lambda: index_vs_disk(new), 10, "after the swap")
-    assert settings_link(new) and len(_store_files(new)) <= 4  # link + one generation (+wal/shm)
+    assert settings_link(new) and _generations(new) == [os.readlink(new.store.path)]
 
 
 def settings_link(settings) -> bool:
@@ -115,9 +121,7 @@ def test_second_full_reindex_embeds_nothing(workspace: Path, make_settings, tiny
     wait_until(lambda: index_vs_disk(settings), 10, "after the cached reindex")
     again = run_index(settings, wait=True, rebuild="test: once more")  # a second swap
     assert again.rebuild.done and again.rebuild.queued == 0
-    generations = [f for f in _store_files(settings)
-                   if ".gen-" in f and not f.endswith(("-wal", "-shm"))]
-    assert len(generations) == 1, _store_files(settings)  # old generations are deleted
+    assert _generations(settings) == [os.readlink(settings.store.path)]  # old ones deleted
 
 
 def test_reindex_no_wait_is_finished_by_the_writer(workspace: Path, make_settings, tiny_model,
@@ -138,3 +142,27 @@ def test_reindex_no_wait_is_finished_by_the_writer(workspace: Path, make_setting
     assert index_status(settings)["reindex"] is None, fleet.logs()
     assert os.path.realpath(settings.store.path) != before
     wait_until(lambda: index_vs_disk(settings), 10, "after the queued reindex")
+
+
+def test_rebuild_for_an_outdated_configuration_is_retargeted(workspace: Path,
+                                                             make_settings) -> None:
+    """No queue needed (keyword-only): a rebuild started for configuration B is replaced by
+    one for C when the configuration changes again before B was swapped in."""
+    a = make_settings(workspace, provider="none")
+    run_index(a, wait=True)
+    b = make_settings(workspace, provider="none", chunking={"tokens": 64, "overlap": 8})
+    swapped = run_index(b, wait=False)  # keyword-only: no queue, so rebuilt at once
+    assert swapped.report.rebuild_needed and swapped.rebuild.done
+    target_b = start_rebuild(b, choose_provider(b), "forced, never stepped")
+    assert target_b.exists() and index_status(b)["reindex"]["target"] == str(target_b)
+    c = make_settings(workspace, provider="none", chunking={"tokens": 128, "overlap": 0})
+    progress = rebuild_step(c, choose_provider(c), None)
+    assert progress.done and progress.target != str(target_b)
+    assert not target_b.exists()
+    s = index_status(c)
+    assert s["reindex"] is None and s["chunks"] == progress.chunks > 0
+    db = connect(c.store.path)
+    try:
+        assert schema.get_meta(db, "index")["chunk_tokens"] == 128
+    finally:
+        db.close()

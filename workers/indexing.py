@@ -142,12 +142,15 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
             connection = stack.enter_context(app.connection_for_write(broker_url))
             submit = partial(submit_embed_job, connection=connection)
             run.report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
-            if run.report.rebuild_needed or rebuild:
+            resume = wait and rebuild_info(db) is not None  # finish one left unfinished
+            if run.report.rebuild_needed or rebuild or resume:
                 run.rebuild = _rebuild(settings, choice, submit, wait=wait,
                                        reason=rebuild or "configuration changed",
                                        connection=connection, on_progress=on_progress,
                                        check_workers=_embedded_check(fleet) if fleet else None)
                 run.waited = wait
+                db.close()  # it may name the generation that was just swapped out
+                db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
             elif wait:
                 wait_for_vectors(db, on_progress=on_progress, warn=warn,
                                  check_workers=_embedded_check(fleet) if fleet else None)

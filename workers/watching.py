@@ -49,6 +49,8 @@ def queued_messages(connection: Connection, queue: str) -> int:
 
 @dataclass
 class WatchStats:
+    """What a watch session did, for its caller and its tests."""
+
     batches: int = 0
     paths: int = 0
     reconciles: int = 0
@@ -88,6 +90,8 @@ class WatchService:
         if report.rebuild_needed and not rebuilding:
             start_rebuild(self.settings, self.choice, "configuration changed")
             log.warning("configuration changed: building a new index beside the live one")
+        # (A rebuild already under way is re-targeted by its next step if it is for an older
+        # configuration than this one.)
         self.stats.last_report = report
         return report
 
