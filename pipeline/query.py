@@ -21,6 +21,7 @@ from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
 from pipeline.embeddings.registry import ProviderSpec
 from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.jobs import provider_for
+from pipeline.reindex import rebuild_info
 from pipeline.sources import memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
@@ -178,6 +179,9 @@ def memory_search(query: str, *, settings: Settings | None = None,
             out["pending"] = pending
         if warning:
             out["warning"] = warning
+        rebuild = rebuild_info(db)
+        if rebuild is not None:  # answered from the live index while its successor is built
+            out["rebuilding"] = rebuild.get("reason") or "reindex"
         return out
     finally:
         db.close()

@@ -46,12 +46,14 @@ def test_model_change_rebuilds_beside_while_searches_answer(workspace: Path, mak
     new = make_settings(workspace, provider="local", brokerUrl=broker_url,
                         local={"modelPath": str(other)}, query={"minScore": 0.0})
     seen: list[tuple[str | None, int, str | None]] = []
+    rebuilding: list[str | None] = []
     stop = threading.Event()
 
     def search_loop() -> None:
         while not stop.is_set():
             try:
                 out = memory_search("Zigbee coordinator antenna", settings=new)
+                rebuilding.append(out.get("rebuilding"))
                 seen.append((out["model"], len(out["results"]), out.get("warning")))
             except Exception as exc:  # recorded, asserted below
                 seen.append((None, 0, repr(exc)))
@@ -71,6 +73,7 @@ def test_model_change_rebuilds_beside_while_searches_answer(workspace: Path, mak
             time.sleep(0.05)
         assert len(seen) >= during + 10 and rebuild.is_alive()
         assert {m for m, _, _ in seen[during:]} == {"tiny-bert"}  # the live (old) index
+        assert set(rebuilding[during:]) == {"configuration changed"}  # and it says so
         fleet.start(["embed.local"], "embed")
         rebuild.join(60)
         swapped = len(seen)
@@ -88,6 +91,7 @@ def test_model_change_rebuilds_beside_while_searches_answer(workspace: Path, mak
     assert models[0] == "tiny-bert" and models[-1] == "tiny-bert-b", sorted(set(models))
     switch = models.index("tiny-bert-b")
     assert set(models[switch:]) == {"tiny-bert-b"}  # no flapping back
+    assert rebuilding[-1] is None
     s = index_status(new)
     assert (s["model"], s["dims"], s["reindex"]) == ("tiny-bert-b", 48, None)
     wait_until(lambda: index_vs_disk(new), 10, "after the swap")
