@@ -22,6 +22,7 @@ from pipeline.embeddings.registry import ProviderSpec
 from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.jobs import provider_for
 from pipeline.reindex import rebuild_info
+from pipeline.sessions import session_get
 from pipeline.sources import memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
@@ -235,9 +236,13 @@ def memory_get(path: str, from_line: int | None = None, lines: int | None = None
     """Read lines of a memory file, only inside the memory roots (OpenClaw's ``memory_get``).
 
     A missing (but allowed) file gives empty text; anything outside the roots, a symlink or a
-    non-``.md`` path raises :class:`MemoryPathError`.
+    non-``.md`` path raises :class:`MemoryPathError`. With session memory on, session hits
+    (``sessions/<file>.jsonl``) open too, by JSONL line (:func:`pipeline.sessions.session_get`).
     """
     settings = settings or load_settings(workspace=workspace)
+    session = session_get(settings, str(path), from_line, lines)
+    if session is not None:
+        return session
     target = _resolve_memory_path(settings, str(path))
     rel = relative_path(settings.workspace, target)
     if not target.exists():

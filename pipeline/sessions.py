@@ -121,3 +121,28 @@ def needs_sync(raw: bytes, known_hash: str, known_size: int, settings: Settings)
     grown = raw[known_size:]
     deltas = settings.sync.sessions
     return len(grown) >= deltas.delta_bytes or grown.count(b"\n") >= deltas.delta_messages
+
+
+def session_get(settings: Settings, requested: str, from_line: int | None,
+                lines: int | None) -> dict[str, Any] | None:
+    """``memory_get`` for a session hit (``sessions/<file>.jsonl``), or None for other paths.
+
+    The window is in JSONL lines, as a hit's ``startLine``/``endLine`` are; the text is the
+    transcript lines (``User: …``/``Assistant: …``) that came from those JSONL lines. Only a
+    plain file directly in the sessions folder can be read.
+    """
+    if SESSIONS_SOURCE not in settings.sources or not requested.startswith("sessions/"):
+        return None
+    name = requested.removeprefix("sessions/")
+    if "/" in name or "\\" in name or "\x00" in name or not name.endswith(".jsonl") \
+            or name.startswith("."):
+        return None
+    path = Path(settings.sessions_dir) / name
+    if path.is_symlink() or not path.is_file():
+        return {"path": requested, "text": ""}
+    t = transcript(path.read_text(encoding="utf-8", errors="replace"))
+    start = max(1, int(from_line or 1))
+    end = None if lines is None else start - 1 + max(0, int(lines))
+    picked = [text for text, number in zip(t.text.split("\n"), t.line_map, strict=False)
+              if number >= start and (end is None or number <= end)]
+    return {"path": requested, "text": "\n".join(picked), "from": start, "lines": len(picked)}

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.embeddings.registry import choose_provider
 from pipeline.producer import index_once
-from pipeline.query import memory_search
+from pipeline.query import MemoryPathError, memory_get, memory_search
 from pipeline.sessions import transcript
 from pipeline.store.engine import connect
 from workers.indexing import run_index
@@ -77,6 +77,19 @@ def test_sessions_indexed_with_jsonl_line_ranges(sessions) -> None:
     hit = memory_search("gate code 4471", settings=settings)["results"][0]
     assert (hit["path"], hit["source"], hit["startLine"], hit["endLine"]) == (
         "sessions/abc.jsonl", "sessions", 2, 3)
+    # The hit opens with memory_get, by JSONL line.
+    got = memory_get(hit["path"], hit["startLine"], hit["endLine"] - hit["startLine"] + 1,
+                     settings=settings)
+    assert got == {"path": "sessions/abc.jsonl", "from": 2, "lines": 2, "text": rows[0][4]}
+    assert memory_get("sessions/abc.jsonl", 3, 1, settings=settings)["text"] == (
+        "Assistant: The gate code is 4471.")
+    assert memory_get("sessions/gone.jsonl", settings=settings) == {
+        "path": "sessions/gone.jsonl", "text": ""}
+    (folder / "evil.jsonl").symlink_to(folder / "abc.jsonl")
+    assert memory_get("sessions/evil.jsonl", settings=settings)["text"] == ""
+    for bad in ("sessions/../abc.jsonl", "sessions/notes.txt", "sessions/sub/abc.jsonl"):
+        with pytest.raises(MemoryPathError):
+            memory_get(bad, settings=settings)
 
 
 def test_session_memory_off_means_no_transcripts(sessions, make_settings, workspace) -> None:
@@ -90,6 +103,8 @@ def test_session_memory_off_means_no_transcripts(sessions, make_settings, worksp
         assert _session_rows(db) == []
     finally:
         db.close()
+    with pytest.raises(MemoryPathError):
+        memory_get("sessions/abc.jsonl", settings=settings)
 
 
 def test_delta_thresholds_truncation_and_rotation(sessions) -> None:
