@@ -24,7 +24,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
     db = open_store(settings)
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
-                      mode=None, reason="never indexed: run `memq index`")
+                      mode=None, reason="never indexed: run `memq index`", reindex=None)
         return status
     try:
         conn = db.conn

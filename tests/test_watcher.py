@@ -182,3 +182,23 @@ def test_sync_watch_false_watches_nothing(tmp_path: Path, make_settings) -> None
         watcher.observer.stop()
         watcher.observer.join(5)
     assert len(ticks) == 10 and watcher.observer.emitters == set()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to count descriptors")
+def test_watching_a_big_tree_costs_a_few_descriptors_not_one_per_file(tmp_path: Path,
+                                                                      make_settings) -> None:
+    ws = tmp_path / "ws"
+    for d in range(60):
+        folder = ws / "memory" / f"topic-{d:02d}"
+        folder.mkdir(parents=True)
+        for f in range(50):
+            (folder / f"note-{f:02d}.md").write_text(f"note {d}/{f}\n")
+    before = len(os.listdir("/proc/self/fd"))
+    watcher = Watcher(make_settings(ws, provider="none"), lambda batch: None, debounce_s=0.1)
+    watcher.start()
+    try:
+        during = len(os.listdir("/proc/self/fd"))
+    finally:
+        watcher.observer.stop()
+        watcher.observer.join(5)
+    assert during - before < 16, (before, during)  # 3,000 files in 61 folders
