@@ -27,7 +27,13 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.producer import EmbedJob, IndexReport, index_identity, index_once
+from pipeline.producer import (
+    REQUEUE_AFTER_S,
+    EmbedJob,
+    IndexReport,
+    index_identity,
+    index_once,
+)
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
 
@@ -155,13 +161,15 @@ def progress_of(info: dict[str, Any], settings: Settings) -> RebuildProgress:
 
 
 def rebuild_step(settings: Settings, choice: ProviderChoice,
-                 submit: Callable[[EmbedJob], None] | None) -> RebuildProgress | None:
+                 submit: Callable[[EmbedJob], None] | None, *,
+                 requeue_after_s: float | None = None) -> RebuildProgress | None:
     """One producer pass over the rebuild's target; swaps it in when it has converged.
 
     Converged means: after a full disk pass, no chunk is waiting for a vector (the target then
     holds everything on disk as of that pass, like any freshly synced index). While vectors
     are still pending a step only counts them, so polling is cheap. Returns None when no
-    rebuild is under way.
+    rebuild is under way. ``requeue_after_s`` (a reconcile that found the queues empty) forces
+    a pass that queues again the target's chunks whose messages were lost.
     """
     store_path = settings.store.path
     with rebuild_lock(store_path):
@@ -177,9 +185,12 @@ def rebuild_step(settings: Settings, choice: ProviderChoice,
             target = _open(settings, info["target"])
             try:
                 progress = progress_of(info, settings)
-                if progress.pending and schema.get_meta(target, "last_index_at") is not None:
+                synced = schema.get_meta(target, "last_index_at") is not None
+                if progress.pending and synced and requeue_after_s is None:
                     return progress  # vectors still coming: a disk pass now would be wasted
-                report = index_once(target, settings, choice, submit)
+                report = index_once(target, settings, choice, submit,
+                                    requeue_after_s=REQUEUE_AFTER_S if requeue_after_s is None
+                                    else requeue_after_s)
                 _count_work(target, report)
                 progress = progress_of(info, settings)
                 if progress.pending:

@@ -1,6 +1,6 @@
 """``memq watch`` for real: a watchdog observer, a real Redis broker and real ``celery worker``
 processes. Bursts of edits end in an index equal to the disk; events and queue messages dropped
-on purpose are healed by the reconcile."""
+on purpose (in the live index and in a rebuild) are healed by the reconcile."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.embeddings.registry import choose_provider
+from pipeline.reindex import rebuild_step
 from pipeline.status import index_status
+from tests.fakes.tiny_gguf import write_tiny_gguf
 from tests.indexcheck import index_vs_disk, wait_until
 from workers.app import app
+from workers.indexing import run_index
 from workers.tasks import submit_embed_job
 from workers.watching import WatchService
 
@@ -117,3 +120,36 @@ def test_lost_queue_messages_are_queued_again(service: WatchService, fleet, brok
     assert second.chunks_queued == first.chunks_queued
     assert service.stats.requeued_lost == first.chunks_queued
     wait_until(lambda: index_vs_disk(settings), 60, "after re-queueing lost chunks")
+
+
+def test_lost_messages_of_a_rebuild_are_queued_again(local_settings, make_settings, workspace,
+                                                     broker_url, fleet, tmp_path) -> None:
+    fleet.start(["store"], "writer")
+    embed = fleet.start(["embed.local"], "embed")
+    run_index(local_settings, wait=True)
+    embed.terminate()
+    embed.wait(20)
+    other = write_tiny_gguf(tmp_path / "tiny-bert-b.gguf", hidden=48)
+    new = make_settings(workspace, provider="local", brokerUrl=broker_url,
+                        local={"modelPath": str(other)})
+    choice = choose_provider(new)
+    with app.connection_for_write(broker_url) as connection:
+        service = WatchService(new, choice, partial(submit_embed_job, connection=connection),
+                               connection, reconcile_s=3600, lost_after_s=0.0)
+        service.reconcile()  # sees the new model: starts a rebuild, whose first pass queues
+        queued = index_status(new)["reindex"]["pending"]
+        assert queued > 0 and index_status(new)["reindex"]["chunksQueued"] == queued
+        assert connection.default_channel.queue_purge("embed.local") >= 1  # lost, on purpose
+        fleet.start(["embed.local"], "embed")
+        time.sleep(2.0)
+        assert index_status(new)["reindex"]["pending"] == queued  # nothing will come
+        service.reconcile()  # queues idle: the rebuild's lost chunks are queued again
+        assert index_status(new)["reindex"]["chunksQueued"] == 2 * queued
+        deadline = time.monotonic() + 60
+        progress = rebuild_step(new, choice, service.submit)
+        while not progress.done and time.monotonic() < deadline:
+            time.sleep(0.3)
+            progress = rebuild_step(new, choice, service.submit)
+    assert progress.done, fleet.logs()
+    assert index_status(new)["model"] == "tiny-bert-b"
+    wait_until(lambda: index_vs_disk(new), 10, "after the rebuild")

@@ -107,11 +107,15 @@ class WatchService:
                        for q in (embed_queue(self.choice.spec.name), STORE_QUEUE))
 
     def reconcile(self) -> IndexReport:
-        """A full pass; pending chunks whose message was lost are queued again."""
+        """A full pass; pending chunks whose message was lost are queued again (in the live
+        store, and in a rebuild's target)."""
         idle = self.queues_idle()
         report = self._pass(None, self.lost_after_s if idle else REQUEUE_AFTER_S)
         self.stats.reconciles += 1
         self.stats.requeued_lost += report.chunks_requeued
+        if idle:
+            rebuild_step(self.settings, self.choice, self.submit,
+                         requeue_after_s=self.lost_after_s)
         return report
 
     def on_tick(self) -> None:
