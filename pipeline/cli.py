@@ -78,7 +78,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not out["results"]:
         lines.append("no results")
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
-    notes = ("reason", "pending", "warning", "rebuilding")
+    notes = ("reason", "synced", "pending", "warning", "rebuilding")
     footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
     lines.append(footer)
     _emit(args, out, "\n".join(lines))

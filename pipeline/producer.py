@@ -26,7 +26,7 @@ from pipeline.sessions import (
     session_files_at,
     transcript_chunks,
 )
-from pipeline.sources import SourceFile, memory_files, memory_files_at
+from pipeline.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
 from pipeline.store import cache, schema, writer
 from pipeline.store.engine import Database
 from pipeline.store.vectors import drop_vectors
@@ -185,6 +185,26 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
         writer.delete_file(db, path)
         report.deleted += 1
     return report
+
+
+def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
+    """Memory files that are new, gone, or whose stat moved since the store saw them.
+
+    Stats only, no hashing: the cheap check a search makes before answering. Session
+    transcripts are left out: they change on every turn and have their own delta thresholds.
+    """
+    known = {path: (mtime, size) for path, mtime, size in db.conn.execute(
+        "SELECT path, mtime_ns, size FROM files WHERE source = ?", (MEMORY_SOURCE,))}
+    stale: list[Path] = []
+    for file in memory_files(settings.workspace, settings.extra_paths):
+        try:
+            stat = file.abs_path.stat()
+        except OSError:
+            continue
+        if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):
+            stale.append(file.abs_path)
+    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known]
+    return stale
 
 
 def group_jobs(pending: Sequence[writer.PendingChunk], max_chunks: int = JOB_MAX_CHUNKS,

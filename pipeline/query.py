@@ -18,9 +18,10 @@ import numpy as np
 
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
-from pipeline.embeddings.registry import ProviderSpec
+from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
 from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.jobs import provider_for
+from pipeline.producer import stale_memory_paths, sync_files
 from pipeline.reindex import rebuild_info
 from pipeline.sessions import session_get
 from pipeline.sources import memory_files, relative_path
@@ -141,6 +142,26 @@ def search_store(db: Database, settings: Settings, query: str, *,
     return {"results": _result_rows(db, picked)}
 
 
+def _sync_if_stale(db: Database, settings: Settings, spec: ProviderSpec | None,
+                   provider: EmbeddingProvider | None) -> int:
+    """``sync.onSearch``: bring the chunk rows of changed memory files up to date before
+    answering, so a search never answers silently from old text. Returns the files synced.
+
+    Only rows are written (keyword search sees the new text at once); their vectors are queued
+    by the next ``memq index`` or ``memq watch`` pass, and the result says they are pending.
+    Nothing happens while the index is being rebuilt for another configuration, or when the
+    index's provider cannot be built here (its input limit decides how chunks are cut).
+    """
+    if spec is not None and provider is None:
+        return 0
+    stale = stale_memory_paths(db, settings)
+    if not stale:
+        return 0
+    choice = ProviderChoice(provider, spec, schema.get_meta(db, "mode_reason"))
+    report = sync_files(db, settings, choice, paths=stale)
+    return report.changed + report.deleted
+
+
 def memory_search(query: str, *, settings: Settings | None = None,
                   workspace: str | os.PathLike[str] | None = None,
                   max_results: int | None = None, min_score: float | None = None
@@ -163,6 +184,7 @@ def memory_search(query: str, *, settings: Settings | None = None,
                 provider = provider_for(spec, settings)
             except EmbeddingError as exc:
                 warning = f"query embedding unavailable, keyword results only: {exc}"
+        synced = _sync_if_stale(db, settings, spec, provider) if settings.sync.on_search else 0
         try:
             out = search_store(db, settings, query, max_results=max_results,
                                min_score=min_score, provider=provider)
@@ -180,6 +202,8 @@ def memory_search(query: str, *, settings: Settings | None = None,
             out["pending"] = pending
         if warning:
             out["warning"] = warning
+        if synced:
+            out["synced"] = synced
         rebuild = rebuild_info(db)
         if rebuild is not None:  # answered from the live index while its successor is built
             out["rebuilding"] = rebuild.get("reason") or "reindex"
