@@ -79,7 +79,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not out["results"]:
         lines.append("no results")
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
-    footer += "]" + "".join(f" {k}: {out[k]}" for k in ("reason", "pending", "warning") if k in out)
+    notes = ("reason", "synced", "pending", "warning", "rebuilding")
+    footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0
@@ -117,11 +118,49 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"{s['failed']} failed)",
         f"last index: {when}",
     ]
+    if s["reindex"]:
+        r = s["reindex"]
+        lines.append(f"reindex:   building ({r['reason']}): {r['ready']}/{r['chunks']} chunks "
+                     f"with vectors, {r['pending']} pending; searches use the live index")
     if s["vector_backend_reason"]:
         lines.append(f"note: {s['vector_backend_reason']}")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
     lines += [f"failed chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
     _emit(args, s, "\n".join(lines))
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    import logging
+
+    from workers.watching import run_watch
+
+    logging.basicConfig(level=logging.WARNING, format="memq watch: %(message)s")
+    settings = _settings(args)
+    print(f"memq: watching {settings.workspace} (Ctrl-C to stop)", file=sys.stderr)
+    debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
+    run_watch(settings, polling=args.polling, debounce_s=debounce,
+              reconcile_minutes=args.interval_minutes)
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from workers.indexing import run_index
+
+    def warn(message: str) -> None:
+        print(f"memq: {message}", file=sys.stderr)
+
+    run = run_index(_settings(args), wait=not args.no_wait, rebuild="memq reindex", warn=warn)
+    progress = run.rebuild.as_dict() if run.rebuild else None
+    data = {"mode": run.mode, "provider": run.provider, "model": run.model,
+            "reindex": progress, "waited": run.waited, "seconds": round(run.seconds, 3)}
+    if run.waited:
+        human = (f"reindexed: new index swapped in ({progress['chunks'] if progress else 0} "
+                 f"chunks) in {run.seconds:.1f}s")
+    else:
+        human = ("reindex queued: a new index is being built beside the live one; "
+                 "`memq status` shows its progress")
+    _emit(args, data, human)
     return 0
 
 
@@ -212,6 +251,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[common], help="what is indexed, pending and why")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("watch", parents=[common], help="index memory files as they change")
+    p.add_argument("--polling", action="store_true",
+                   help="poll the files (for file systems without change events)")
+    p.add_argument("--debounce-ms", type=int, help="quiet time before a batch is indexed")
+    p.add_argument("--interval-minutes", type=float,
+                   help="full reconcile period (default: sync.intervalMinutes, else 10)")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("reindex", parents=[common],
+                       help="rebuild the index beside the live one, then swap it in")
+    p.add_argument("--no-wait", action="store_true", help="return once the rebuild is queued")
+    p.set_defaults(func=cmd_reindex)
 
     p = sub.add_parser("worker", parents=[common], help="run a Celery worker of the fleet")
     p.add_argument("--role", choices=ROLES, required=True)

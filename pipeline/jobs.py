@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import os
 import threading
 from dataclasses import replace
 from typing import Any
@@ -30,6 +31,7 @@ Result = dict[str, Any]
 
 _providers: dict[str, EmbeddingProvider] = {}
 _stores: dict[str, Database] = {}
+_inodes: dict[str, int] = {}
 _lock = threading.Lock()
 
 
@@ -98,14 +100,29 @@ def after_crash(job: Job) -> tuple[list[Job], Result | None]:
     return [], failure_result(job, f"worker crashed {attempt} times embedding this chunk")
 
 
-def store_for(path: str, settings: Settings) -> Database:
-    """One open connection per store file per writer process."""
+def store_for(path: str, settings: Settings) -> Database | None:
+    """One open connection per store file per writer process; None when the file is gone.
+
+    Jobs name a store generation by its real path; a generation deleted after a rebuild was
+    swapped in must not be re-created empty by a late result, nor keep its cached connection.
+    """
     with _lock:
-        if path not in _stores:
+        try:
+            inode = os.stat(path).st_ino
+        except FileNotFoundError:
+            stale = _stores.pop(path, None)
+            if stale is not None:
+                stale.close()
+            return None
+        db = _stores.get(path)
+        if db is not None and _inodes.get(path) != inode:
+            db.close()
+            db = None
+        if db is None:
             db = connect(path, want_vectors=settings.store.vector_enabled)
             schema.ensure_schema(db)
-            _stores[path] = db
-        return _stores[path]
+            _stores[path], _inodes[path] = db, inode
+        return db
 
 
 def apply_result(result: Result, settings: Settings) -> writer.WriteOutcome:
@@ -115,6 +132,9 @@ def apply_result(result: Result, settings: Settings) -> writer.WriteOutcome:
     is refused whole and reported in the outcome; the chunks stay pending for the new model.
     """
     db = store_for(result["store"], settings)
+    if db is None:
+        return writer.WriteOutcome(refused=f"store {result['store']} no longer exists "
+                                           "(replaced by a rebuild)")
     try:
         return _apply(db, result, settings)
     except db.operational_error as exc:

@@ -133,7 +133,9 @@ class MemoryTools:
 
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
         stale = find_stale(self.settings)
-        out = memory_search(args["query"], settings=self.settings,
+        # Never sync in the request path: the answer comes from the index as it is (and says
+        # so), the background refresher catches up.
+        out = memory_search(args["query"], settings=self.settings, sync=False,
                             max_results=args.get("maxResults"), min_score=args.get("minScore"))
         if stale:
             out["dirty"] = len(stale)

@@ -11,14 +11,22 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pipeline.chunking import chunk_markdown, enforce_input_limit
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
-from pipeline.sources import SourceFile, memory_files
+from pipeline.sessions import (
+    SESSIONS_SOURCE,
+    needs_sync,
+    session_files,
+    session_files_at,
+    transcript_chunks,
+)
+from pipeline.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
 from pipeline.store import cache, schema, writer
 from pipeline.store.engine import Database
 from pipeline.store.vectors import drop_vectors
@@ -39,12 +47,19 @@ class IndexReport:
     failed: int = 0
     chunks_cached: int = 0
     chunks_queued: int = 0
+    chunks_requeued: int = 0  # of those, chunks queued before whose message was presumed lost
     jobs: int = 0
     errors: list[str] = field(default_factory=list)
+    rebuild_needed: bool = False
 
 
 def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, Any]:
-    """What the vectors of an index depend on; a change means they must be rebuilt."""
+    """The index fingerprint: everything its chunks and vectors depend on.
+
+    Provider, model, provider key and options (dimensions live there for remote providers),
+    chunking, and the scope (sources, extra paths). Any change builds a new index beside the
+    live one (:mod:`pipeline.reindex`); the live one is never altered in place.
+    """
     return {
         "provider": spec.name if spec else None,
         "model": spec.model if spec else None,
@@ -52,25 +67,27 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
         "options": spec.options if spec else {},
         "chunk_tokens": settings.chunking.tokens,
         "chunk_overlap": settings.chunking.overlap,
+        "sources": list(settings.sources),
+        "extra_paths": sorted(str(p) for p in settings.extra_paths),
     }
 
 
-def _adopt_identity(db: Database, identity: dict[str, Any]) -> None:
-    """Record the index identity; if the model changed, drop every vector (no mixing, ever)."""
+def adopt_identity(db: Database, identity: dict[str, Any]) -> bool:
+    """Record the fingerprint of a fresh store; False when the store was built for another one.
+
+    A store with another fingerprint is left exactly as it is (searches keep answering from
+    it) until a rebuild replaces it.
+    """
     current = schema.get_meta(db, "index")
     if current == identity:
-        return
-    with schema.transaction(db) as conn:
-        if current is not None and (current.get("provider"), current.get("model")) != (
-            identity["provider"], identity["model"]
-        ):
-            drop_vectors(db)
-            conn.execute("UPDATE chunks SET state = 'pending', error = NULL, queued_at = NULL")
-        if current is not None and (current.get("chunk_tokens"), current.get("chunk_overlap")) != (
-            identity["chunk_tokens"], identity["chunk_overlap"]
-        ):
-            conn.execute("UPDATE files SET mtime_ns = -1")  # re-chunk every file
+        return True
+    if current is not None and db.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
+        return False
+    with schema.transaction(db):
+        if current is not None:
+            drop_vectors(db)  # an empty store: nothing to keep, and the width may change
         schema.set_meta(db, "index", identity)
+    return True
 
 
 def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, str | None]:
@@ -101,6 +118,9 @@ def _sync_file(batch: schema.WriteBatch, file: SourceFile,
     if known is not None and known[1:3] == (stat.st_mtime_ns, stat.st_size):
         return
     raw, text, error = _read_text(file, stat.st_size)
+    if (file.source == SESSIONS_SOURCE and raw is not None and known is not None
+            and known[3] is None and not needs_sync(raw, known[0], known[2], settings)):
+        return  # a transcript that grew a little: wait for the delta thresholds
     digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
     if known is not None and error is None and known[0] == digest and known[3] is None:
         with batch.unit():
@@ -115,62 +135,85 @@ def _sync_file(batch: schema.WriteBatch, file: SourceFile,
         with batch.unit():
             writer.record_file_error(db, record)
         return
-    chunks = chunk_markdown(text, settings.chunking.tokens, settings.chunking.overlap)
+    chunker = transcript_chunks if file.source == SESSIONS_SOURCE else chunk_markdown
+    chunks = chunker(text, settings.chunking.tokens, settings.chunking.overlap)
     if max_input_bytes:
         chunks = enforce_input_limit(chunks, max_input_bytes)
     with batch.unit():
         writer.replace_file(db, record, chunks)
 
 
-def sync_files(db: Database, settings: Settings, choice: ProviderChoice) -> IndexReport:
-    """Bring chunk rows in line with the disk. Keyword search is complete when this returns.
-
-    Changed files are written in batched transactions (:class:`schema.WriteBatch`), one
-    all-or-nothing savepoint per file; an unchanged file costs one ``stat`` and no write.
-    """
-    schema.ensure_schema(db)
-    _adopt_identity(db, index_identity(choice.spec, settings))
-    with schema.transaction(db):
-        schema.set_meta(db, "mode_reason", choice.reason)
-    report = IndexReport()
-    max_input = choice.provider.max_input_bytes if choice.provider else None
-    known = {
+def _known_files(db: Database) -> dict[str, tuple[str, int, int, str | None]]:
+    return {
         path: (h, m, s, e)
         for path, h, m, s, e in db.conn.execute(
             "SELECT path, hash, mtime_ns, size, error FROM files"
         )
     }
-    on_disk = memory_files(settings.workspace, settings.extra_paths)
+
+
+def _in_scope(path: str, scopes: set[str]) -> bool:
+    return path in scopes or any(path.startswith(s + "/") for s in scopes)
+
+
+def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
+               paths: Iterable[Path] | None = None) -> IndexReport:
+    """Bring chunk rows in line with the disk. Keyword search is complete when this returns.
+
+    With ``paths`` (what a watcher saw change: files or folders), only those are looked at;
+    without, every memory file is. A store built for another fingerprint is not touched:
+    ``report.rebuild_needed`` says a new index must be built (see :mod:`pipeline.reindex`).
+    """
+    schema.ensure_schema(db)
+    report = IndexReport()
+    if not adopt_identity(db, index_identity(choice.spec, settings)):
+        report.rebuild_needed = True
+        return report
+    with schema.transaction(db):
+        schema.set_meta(db, "mode_reason", choice.reason)
+    max_input = choice.provider.max_input_bytes if choice.provider else None
+    known = _known_files(db)
+    if paths is None:
+        on_disk = memory_files(settings.workspace, settings.extra_paths)
+        on_disk += session_files(settings)
+        gone = known.keys() - {f.path for f in on_disk}
+    else:
+        paths = list(paths)
+        on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths)
+        sessions, session_scopes = session_files_at(settings, paths)
+        on_disk, scopes = on_disk + sessions, scopes | session_scopes
+        present = {f.path for f in on_disk}
+        gone = {p for p in known if p not in present and _in_scope(p, scopes)}
     report.files = len(on_disk)
     with schema.WriteBatch(db) as batch:
         for file in on_disk:
             _sync_file(batch, file, known.get(file.path), settings, max_input, report)
-        present = {f.path for f in on_disk}
-        for path in sorted(known.keys() - present):
+        for path in sorted(gone):
             with batch.unit():
                 writer.delete_file(db, path)
             report.deleted += 1
     return report
 
 
-def stale_paths(db: Database, settings: Settings) -> list[str]:
-    """Memory files whose disk state differs from the index (changed, new or deleted).
+def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
+    """Memory files that are new, gone, or whose stat moved since the store saw them.
 
-    Read-only and stat-only (no hashing): cheap enough to run before every search, so a
-    long-running reader can tell whether the index is behind the disk without syncing it.
+    Read-only and stat-only (no hashing): the cheap check a search makes before answering, so
+    a long-running reader can tell whether the index is behind the disk without syncing it.
+    Session transcripts are left out: they change on every turn and have their own delta
+    thresholds.
     """
-    known = {path: (m, s) for path, m, s in db.conn.execute(
-        "SELECT path, mtime_ns, size FROM files")}
-    stale = []
-    on_disk = memory_files(settings.workspace, settings.extra_paths)
-    for file in on_disk:
+    known = {path: (mtime, size) for path, mtime, size in db.conn.execute(
+        "SELECT path, mtime_ns, size FROM files WHERE source = ?", (MEMORY_SOURCE,))}
+    stale: list[Path] = []
+    for file in memory_files(settings.workspace, settings.extra_paths):
         try:
             stat = file.abs_path.stat()
         except OSError:
             continue
-        if known.get(file.path) != (stat.st_mtime_ns, stat.st_size):
-            stale.append(file.path)
-    stale.extend(sorted(known.keys() - {f.path for f in on_disk}))
+        if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):
+            stale.append(file.abs_path)
+    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known]
     return stale
 
 
@@ -193,22 +236,26 @@ def group_jobs(pending: Sequence[writer.PendingChunk], max_chunks: int = JOB_MAX
 
 
 def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob], None], *,
-                  retry_failed: bool = False, report: IndexReport | None = None) -> IndexReport:
+                  retry_failed: bool = False, report: IndexReport | None = None,
+                  requeue_after_s: float = REQUEUE_AFTER_S) -> IndexReport:
     """Serve pending chunks from the cache and submit the rest as embedding jobs.
 
-    Chunks queued less than ``REQUEUE_AFTER_S`` ago are left alone (their job is in flight);
+    Chunks queued less than ``requeue_after_s`` ago are left alone (their job is in flight);
     older ones are presumed lost with their message and queued again, which is safe because
-    every write is idempotent.
+    every write is idempotent. Jobs name the store by its real path, so a job queued before a
+    rebuild swapped the live index cannot write into the new one by accident.
     """
     report = report or IndexReport()
     states = ("pending", "failed") if retry_failed else ("pending",)
-    cutoff = time.time() - REQUEUE_AFTER_S
+    cutoff = time.time() - requeue_after_s
     rows = db.conn.execute(
-        f"SELECT rowid, id, hash, text FROM chunks WHERE state IN ({','.join('?' * len(states))})"
-        " AND (queued_at IS NULL OR queued_at < ?) ORDER BY path, start_line",
+        f"SELECT rowid, id, hash, text, queued_at FROM chunks WHERE state IN "
+        f"({','.join('?' * len(states))}) AND (queued_at IS NULL OR queued_at < ?) "
+        "ORDER BY path, start_line",
         (*states, cutoff),
     ).fetchall()
-    pending = [writer.PendingChunk(*row) for row in rows]
+    pending = [writer.PendingChunk(*row[:4]) for row in rows]
+    report.chunks_requeued += sum(1 for row in rows if row[4] is not None)
     if not pending:
         return report
     hits = cache.get_cached(db, spec.name, spec.model, spec.provider_key, (p.hash for p in pending))
@@ -217,7 +264,7 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
     for group in group_jobs(remaining):
         job: EmbedJob = {
             "spec": spec.to_dict(),
-            "store": str(db.path),
+            "store": os.path.realpath(db.path),
             "chunks": [[p.id, p.hash, p.text] for p in group],
             "attempt": 0,
         }
@@ -229,12 +276,20 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
 
 
 def index_once(db: Database, settings: Settings, choice: ProviderChoice,
-               submit: Callable[[EmbedJob], None] | None, *, retry_failed: bool = False
+               submit: Callable[[EmbedJob], None] | None, *, retry_failed: bool = False,
+               paths: Iterable[Path] | None = None, requeue_after_s: float = REQUEUE_AFTER_S
                ) -> IndexReport:
-    """One producer pass: sync chunk rows, then (with a provider) queue what needs vectors."""
-    report = sync_files(db, settings, choice)
+    """One producer pass: sync chunk rows, then (with a provider) queue what needs vectors.
+
+    ``paths`` limits the pass to what changed (a watcher's batch); ``requeue_after_s`` is how
+    old a pending chunk's queue message must be before it is presumed lost.
+    """
+    report = sync_files(db, settings, choice, paths)
+    if report.rebuild_needed:
+        return report
     if choice.spec is not None and submit is not None:
-        queue_pending(db, choice.spec, submit, retry_failed=retry_failed, report=report)
+        queue_pending(db, choice.spec, submit, retry_failed=retry_failed, report=report,
+                      requeue_after_s=requeue_after_s)
     with schema.transaction(db):
         cache.prune_cache(db, settings.cache.max_entries)
         schema.set_meta(db, "last_index_at", time.time())

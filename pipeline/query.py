@@ -18,9 +18,12 @@ import numpy as np
 
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
-from pipeline.embeddings.registry import ProviderSpec
+from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
 from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.jobs import provider_for
+from pipeline.producer import stale_memory_paths, sync_files
+from pipeline.reindex import rebuild_info
+from pipeline.sessions import session_get
 from pipeline.sources import memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, StoreError, connect
@@ -139,13 +142,35 @@ def search_store(db: Database, settings: Settings, query: str, *,
     return {"results": _result_rows(db, picked)}
 
 
+def _sync_if_stale(db: Database, settings: Settings, spec: ProviderSpec | None,
+                   provider: EmbeddingProvider | None) -> int:
+    """``sync.onSearch``: bring the chunk rows of changed memory files up to date before
+    answering, so a search never answers silently from old text. Returns the files synced.
+
+    Only rows are written (keyword search sees the new text at once); their vectors are queued
+    by the next ``memq index`` or ``memq watch`` pass, and the result says they are pending.
+    Nothing happens while the index is being rebuilt for another configuration, or when the
+    index's provider cannot be built here (its input limit decides how chunks are cut).
+    """
+    if spec is not None and provider is None:
+        return 0
+    stale = stale_memory_paths(db, settings)
+    if not stale:
+        return 0
+    choice = ProviderChoice(provider, spec, schema.get_meta(db, "mode_reason"))
+    report = sync_files(db, settings, choice, paths=stale)
+    return report.changed + report.deleted
+
+
 def memory_search(query: str, *, settings: Settings | None = None,
                   workspace: str | os.PathLike[str] | None = None,
-                  max_results: int | None = None, min_score: float | None = None
-                  ) -> dict[str, Any]:
+                  max_results: int | None = None, min_score: float | None = None,
+                  sync: bool | None = None) -> dict[str, Any]:
     """Search an agent's memory; returns OpenClaw's result shape plus provider/model/mode.
 
     Never raises for the content of ``query``: any text gives results or an empty list.
+    ``sync`` (default: ``sync.onSearch``) first brings changed files' rows up to date; a
+    long-running server passes False and refreshes in the background instead.
     """
     settings = settings or load_settings(workspace=workspace)
     query = str(query)
@@ -166,6 +191,9 @@ def memory_search(query: str, *, settings: Settings | None = None,
                 provider = provider_for(spec, settings)
             except EmbeddingError as exc:
                 warning = f"query embedding unavailable, keyword results only: {exc}"
+        if sync is None:
+            sync = settings.sync.on_search
+        synced = _sync_if_stale(db, settings, spec, provider) if sync else 0
         try:
             out = search_store(db, settings, query, max_results=max_results,
                                min_score=min_score, provider=provider)
@@ -183,6 +211,11 @@ def memory_search(query: str, *, settings: Settings | None = None,
             out["pending"] = pending
         if warning:
             out["warning"] = warning
+        if synced:
+            out["synced"] = synced
+        rebuild = rebuild_info(db)
+        if rebuild is not None:  # answered from the live index while its successor is built
+            out["rebuilding"] = rebuild.get("reason") or "reindex"
         return out
     finally:
         db.close()
@@ -236,9 +269,13 @@ def memory_get(path: str, from_line: int | None = None, lines: int | None = None
     """Read lines of a memory file, only inside the memory roots (OpenClaw's ``memory_get``).
 
     A missing (but allowed) file gives empty text; anything outside the roots, a symlink or a
-    non-``.md`` path raises :class:`MemoryPathError`.
+    non-``.md`` path raises :class:`MemoryPathError`. With session memory on, session hits
+    (``sessions/<file>.jsonl``) open too, by JSONL line (:func:`pipeline.sessions.session_get`).
     """
     settings = settings or load_settings(workspace=workspace)
+    session = session_get(settings, str(path), from_line, lines)
+    if session is not None:
+        return session
     target = resolve_memory_path(settings, str(path))
     rel = relative_path(settings.workspace, target)
     if not target.exists():

@@ -16,9 +16,9 @@ import threading
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.jobs import provider_for
-from pipeline.producer import IndexReport, index_once, stale_paths
+from pipeline.producer import IndexReport, index_once, stale_memory_paths
 from pipeline.query import index_spec
-from pipeline.sources import memory_files
+from pipeline.sources import memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
 
@@ -68,7 +68,7 @@ def find_stale(settings: Settings) -> list[str]:
     db = connect(settings.store.path, want_vectors=False)
     try:
         schema.ensure_schema(db)
-        return stale_paths(db, settings)
+        return [relative_path(settings.workspace, p) for p in stale_memory_paths(db, settings)]
     finally:
         db.close()
 

@@ -8,7 +8,7 @@ link loop or a link to ``/`` cannot pull half the disk into the index.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,3 +95,60 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = ()) -> list[So
         found.append(SourceFile(rel, listed, MEMORY_SOURCE))
     found.sort(key=lambda f: f.path)
     return found
+
+
+def _clean_below(root: Path, path: Path) -> bool:
+    """True when ``path`` lies inside ``root`` with no symlink and no ignored folder on the way."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return False
+    current = root
+    for part in parts:
+        if part in IGNORED_DIRS:
+            return False
+        current = current / part
+        if current.is_symlink():
+            return False
+    return True
+
+
+def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...],
+                    paths: Iterable[Path]) -> tuple[list[SourceFile], set[str]]:
+    """The memory files at or below ``paths`` (files or folders), without listing the roots.
+
+    Returns (memory files found on disk, relative path prefixes the caller may treat as gone
+    when the store knows a file there that is not on disk). This is what a watcher's targeted
+    sync needs: it costs a few stats per event instead of a walk of every root.
+    """
+    workspace = Path(workspace)
+    extras = [e if e.is_absolute() else workspace / e for e in extra_paths]
+    roots = [workspace / "memory", *[e for e in extras if not e.is_file()]]
+    found: dict[str, SourceFile] = {}
+    scopes: set[str] = set()
+    for raw in paths:
+        path = Path(os.path.abspath(raw))
+        rel = relative_path(workspace, path)
+        if path.parent == workspace and path.name.lower() == "memory.md":
+            scopes.update({"MEMORY.md", "memory.md"})
+            for f in memory_files(workspace, ()):
+                if f.path.lower() == "memory.md":
+                    found[f.path] = f
+            continue
+        if path in extras and not path.is_dir():
+            scopes.add(rel)
+            if path.is_file() and not path.is_symlink() and path.name.lower().endswith(".md"):
+                found[rel] = SourceFile(rel, str(path), MEMORY_SOURCE)
+            continue
+        root = next((r for r in roots if path == r or _clean_below(r, path)), None)
+        if root is None:
+            continue
+        scopes.add(rel)
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            for listed, _, f_rel in _markdown_under(path, rel):
+                found[f_rel] = SourceFile(f_rel, listed, MEMORY_SOURCE)
+        elif path.is_file() and path.name.lower().endswith(".md"):
+            found[rel] = SourceFile(rel, str(path), MEMORY_SOURCE)
+    return sorted(found.values(), key=lambda f: f.path), scopes

@@ -6,6 +6,7 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.query import open_store
+from pipeline.reindex import progress_of, rebuild_info
 from pipeline.store import schema
 from pipeline.store.vectors import count_vectors, vector_dims
 
@@ -23,7 +24,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
     db = open_store(settings)
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
-                      mode=None, reason="never indexed: run `memq index`")
+                      mode=None, reason="never indexed: run `memq index`", reindex=None)
         return status
     try:
         conn = db.conn
@@ -56,6 +57,8 @@ def index_status(settings: Settings) -> dict[str, Any]:
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
         )
+        info = rebuild_info(db)
+        status["reindex"] = progress_of(info, settings).as_dict() if info else None
         return status
     finally:
         db.close()

@@ -1,5 +1,5 @@
 """``memory_append`` writes whole notes inside the memory roots, and the index can tell it is
-behind (``stale_paths``) and catch up (``refresh_index``) without any broker."""
+behind (``find_stale``) and catch up (``refresh_index``) without any broker."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 from pipeline import append as append_module
 from pipeline.append import AppendError, memory_append
-from pipeline.producer import stale_paths
 from pipeline.query import MemoryPathError, memory_get, memory_search
 from pipeline.refresh import VECTORS_NONE, find_stale, refresh_index
 from pipeline.store.engine import connect
@@ -104,7 +103,8 @@ def test_concurrent_appends_keep_every_note_whole(workspace: Path, make_settings
 
 
 def test_stale_paths_then_refresh_without_a_broker(workspace: Path, make_settings) -> None:
-    settings = make_settings(workspace, provider="none")
+    # onSearch off: searches answer from the index as it is, so refresh_index is what syncs.
+    settings = make_settings(workspace, provider="none", sync={"onSearch": False})
     assert len(find_stale(settings)) == 5  # nothing indexed yet: every memory file
     report, vectors = refresh_index(settings)
     assert report.changed == 5 and vectors == VECTORS_NONE
@@ -114,7 +114,7 @@ def test_stale_paths_then_refresh_without_a_broker(workspace: Path, make_setting
     (workspace / "memory" / "2026-11-03.md").unlink()
     db = connect(settings.store.path, want_vectors=False)
     try:
-        assert stale_paths(db, settings) == ["memory/2026-12-02.md", "memory/2026-11-03.md"]
+        assert find_stale(settings) == ["memory/2026-12-02.md", "memory/2026-11-03.md"]
     finally:
         db.close()
     assert memory_search("capybara", settings=settings)["results"] == []

@@ -12,8 +12,8 @@ from pipeline import jobs
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.producer import MAX_FILE_BYTES, group_jobs, index_once
 from pipeline.query import memory_search
+from pipeline.reindex import rebuild_step, start_rebuild
 from pipeline.status import index_status
-from pipeline.store import schema
 from pipeline.store.engine import connect
 from pipeline.store.writer import PendingChunk
 
@@ -151,9 +151,18 @@ def test_local_model_index_cache_and_model_switch(workspace, make_settings, tiny
     note.write_text(text)
     report, queued = run(db, settings, choice)
     assert report.chunks_cached >= 1 and queued == []
-    # Switching to keyword-only keeps chunks, drops vectors; never mixes models.
+    # Switching to keyword-only leaves the live index alone and asks for a rebuild; the
+    # rebuilt index (swapped in) has no vectors: models never mix.
     none = make_settings(workspace, provider="none")
-    run(db, none, choose_provider(none))
-    assert schema.get_meta(db, "index")["provider"] is None
-    assert index_status(none)["vectors"] == 0
+    vectors = index_status(settings)["vectors"]
+    report, queued = run(db, none, choose_provider(none))
+    assert report.rebuild_needed and queued == [] and report.changed == 0
+    assert index_status(none)["vectors"] == vectors > 0
     db.close()
+    start_rebuild(none, choose_provider(none), "test")
+    progress = rebuild_step(none, choose_provider(none), None)
+    assert progress.done and progress.chunks > 0
+    assert settings.store.path.is_symlink()
+    s = index_status(none)
+    assert (s["provider"], s["vectors"], s["chunks"], s["reindex"]) == (
+        None, 0, progress.chunks, None)

@@ -11,13 +11,21 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kombu import Connection
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.producer import IndexReport, index_once
+from pipeline.producer import EmbedJob, IndexReport, index_once
+from pipeline.reindex import (
+    RebuildProgress,
+    progress_of,
+    rebuild_info,
+    rebuild_step,
+    start_rebuild,
+)
 from pipeline.store import schema
 from pipeline.store.engine import Database, as_store_error, connect
 from workers.app import app, embed_queue
@@ -45,6 +53,7 @@ class IndexRun:
     seconds: float = 0.0
     failed_chunks: int = 0
     warnings: list[str] = field(default_factory=list)
+    rebuild: RebuildProgress | None = None
 
 
 def pending_count(db: Database) -> int:
@@ -95,8 +104,13 @@ def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | 
 def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = False,
               on_progress: Callable[[int, int], None] | None = None,
               warn: Callable[[str], None] | None = None,
-              choice: ProviderChoice | None = None) -> IndexRun:
-    """Index the workspace once; with ``wait``, return only when every vector is written."""
+              choice: ProviderChoice | None = None, rebuild: str | None = None) -> IndexRun:
+    """Index the workspace once; with ``wait``, return only when every vector is written.
+
+    When the configuration's fingerprint no longer matches the store's, or ``rebuild`` names a
+    reason (``memq reindex``), a new index is built beside the live one and swapped in when
+    complete (:mod:`pipeline.reindex`); with ``wait`` this returns after the swap.
+    """
     started = time.monotonic()
     choice = choice or choose_provider(settings)
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
@@ -106,6 +120,9 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
         schema.ensure_schema(db)
         if choice.spec is None:
             run.report = index_once(db, settings, choice, None)
+            if run.report.rebuild_needed or rebuild:
+                run.rebuild = _rebuild(settings, choice, None, wait=True,
+                                       reason=rebuild or "configuration changed")
             return run
         with ExitStack() as stack:
             fleet = None
@@ -121,15 +138,23 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
                                                           _worker_env(settings)))
                 broker_url = fleet.broker.url
                 # Jobs queued by an earlier embedded run died with its private broker.
-                _forget_queued(db)
-                stack.callback(_forget_queued, db)
+                _forget_queued(settings)
+                stack.callback(_forget_queued, settings)
             from workers.tasks import submit_embed_job
 
             connection = stack.enter_context(app.connection_for_write(broker_url))
-            run.report = index_once(db, settings, choice,
-                                    partial(submit_embed_job, connection=connection),
-                                    retry_failed=retry_failed)
-            if wait:
+            submit = partial(submit_embed_job, connection=connection)
+            run.report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
+            resume = wait and rebuild_info(db) is not None  # finish one left unfinished
+            if run.report.rebuild_needed or rebuild or resume:
+                run.rebuild = _rebuild(settings, choice, submit, wait=wait,
+                                       reason=rebuild or "configuration changed",
+                                       connection=connection, on_progress=on_progress,
+                                       check_workers=_embedded_check(fleet) if fleet else None)
+                run.waited = wait
+                db.close()  # it may name the generation that was just swapped out
+                db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+            elif wait:
                 wait_for_vectors(db, on_progress=on_progress, warn=warn,
                                  check_workers=_embedded_check(fleet) if fleet else None)
                 run.waited = True
@@ -146,10 +171,52 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
         db.close()
 
 
-def _forget_queued(db: Database) -> None:
-    """The embedded broker's messages die with it: let the next run queue leftovers again."""
-    with schema.transaction(db):
-        db.conn.execute("UPDATE chunks SET queued_at = NULL WHERE state = 'pending'")
+def _forget_queued(settings: Settings) -> None:
+    """The embedded broker's messages die with it: let the next run queue leftovers again
+    (in the live store and in a rebuild's target)."""
+    live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+    try:
+        paths = [settings.store.path]
+        info = rebuild_info(live)
+        if info is not None and Path(info["target"]).exists():
+            paths.append(Path(info["target"]))
+    finally:
+        live.close()
+    for path in paths:
+        db = connect(path, want_vectors=settings.store.vector_enabled)
+        try:
+            with schema.transaction(db):
+                db.conn.execute("UPDATE chunks SET queued_at = NULL WHERE state = 'pending'")
+        finally:
+            db.close()
+
+
+def _rebuild(settings: Settings, choice: ProviderChoice, submit: Callable[[EmbedJob], None] | None,
+             *, wait: bool, reason: str, connection: Connection | None = None,
+             on_progress: Callable[[int, int], None] | None = None,
+             check_workers: Callable[[], None] | None = None) -> RebuildProgress:
+    """Build a new index beside the live one; with ``wait``, drive it to the swap here,
+    else hand its steps to the ``store`` queue's worker."""
+    start_rebuild(settings, choice, reason)
+    if not wait:
+        from workers.tasks import submit_reindex_step
+
+        submit_reindex_step(connection=connection)
+        live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+        try:
+            info = rebuild_info(live)
+        finally:
+            live.close()
+        return progress_of(info, settings) if info else RebuildProgress("", reason, 0.0)
+    while True:
+        progress = rebuild_step(settings, choice, submit)
+        if progress is None or progress.done:
+            return progress or RebuildProgress("", reason, 0.0, done=True)
+        if on_progress:
+            on_progress(progress.ready, progress.chunks)
+        if check_workers:
+            check_workers()
+        time.sleep(POLL_S)
 
 
 

@@ -77,3 +77,30 @@ def write_vectors(self: Task, result: jobs.Result) -> dict[str, object]:
         log.warning("result refused: %s", outcome.refused)
     return {"written": outcome.written, "stale": outcome.stale, "failed": outcome.failed,
             "refused": outcome.refused}
+
+
+REINDEX_POLL_S = 1.0
+
+
+def submit_reindex_step(connection: Connection | None = None, countdown: float = 0.0) -> None:
+    """Queue the next step of a rebuild on the ``store`` queue (the host that owns SQLite)."""
+    reindex_step.apply_async(queue=STORE_QUEUE, countdown=countdown, connection=connection)
+
+
+@app.task(name="memq.reindex_step")
+def reindex_step() -> dict[str, object]:
+    """Drive a rebuild one short step at a time, re-queueing itself until it is swapped in.
+
+    Each step is a producer pass over the new generation; no task ever waits for the queues,
+    so the single store consumer is never blocked by the rebuild it serves.
+    """
+    from pipeline.embeddings.registry import choose_provider
+    from pipeline.reindex import rebuild_step
+
+    cfg = settings()
+    progress = rebuild_step(cfg, choose_provider(cfg), submit_embed_job)
+    if progress is None:
+        return {"rebuild": None}
+    if not progress.done:
+        submit_reindex_step(countdown=REINDEX_POLL_S)
+    return progress.as_dict()

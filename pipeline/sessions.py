@@ -1,0 +1,148 @@
+"""Session transcripts (``sources: [memory, sessions]`` with ``experimental.sessionMemory``).
+
+OpenClaw's agents append one JSON record per line to ``<sessionsDir>/*.jsonl``. What is worth
+searching is the conversation: ``type: "message"`` records from the user or the assistant, their
+``text`` blocks only (no tool calls, tool results or thinking), whitespace collapsed, written as
+``User: …`` / ``Assistant: …`` lines. A line map sends every such line back to its JSONL line, so
+a hit names the transcript lines it came from. Files are stored as ``sessions/<file>.jsonl``.
+
+Transcripts grow by a few lines per turn; re-indexing one on every write would re-chunk it
+forever. A known transcript is synced again only once it grew by ``deltaBytes`` (100,000) or
+``deltaMessages`` (50) lines, or when it is no longer an extension of what was indexed (it was
+truncated, rotated or rewritten): then it counts as new, in full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.chunking import Chunk, chunk_markdown
+from pipeline.config import Settings
+from pipeline.sources import SourceFile
+
+SESSIONS_SOURCE = "sessions"
+ROLES = {"user": "User", "assistant": "Assistant"}
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    line_map: tuple[int, ...]  # 1-based JSONL line of each text line
+
+
+def session_files(settings: Settings) -> list[SourceFile]:
+    """The transcripts to index, when session memory is on (else none)."""
+    if SESSIONS_SOURCE not in settings.sources:
+        return []
+    folder = settings.sessions_dir
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    return [SourceFile(f"sessions/{e.name}", e.path, SESSIONS_SOURCE) for e in entries
+            if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
+
+
+def session_files_at(settings: Settings, paths: Iterable[Path]) -> tuple[list[SourceFile],
+                                                                          set[str]]:
+    """Like :func:`pipeline.sources.memory_files_at`, for transcripts: (found, scopes)."""
+    if SESSIONS_SOURCE not in settings.sources:
+        return [], set()
+    folder = Path(os.path.abspath(settings.sessions_dir))
+    found, scopes = [], set()
+    for raw in paths:
+        path = Path(os.path.abspath(raw))
+        if path == folder:
+            scopes.add("sessions")
+            found.extend(session_files(settings))
+        elif path.parent == folder and path.name.endswith(".jsonl"):
+            scopes.add(f"sessions/{path.name}")
+            if path.is_file() and not path.is_symlink():
+                found.append(SourceFile(f"sessions/{path.name}", str(path), SESSIONS_SOURCE))
+    return found, scopes
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(block.get("text", "") for block in content
+                        if isinstance(block, dict) and block.get("type") == "text"
+                        and isinstance(block.get("text"), str))
+    return ""
+
+
+def transcript(raw: str) -> Transcript:
+    """The searchable text of a JSONL transcript, and where each of its lines came from.
+
+    Lines that are not JSON (a half-written last line) or not a user/assistant message are
+    skipped, never fatal.
+    """
+    lines: list[str] = []
+    line_map: list[int] = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("type") != "message":
+            continue
+        message = record.get("message")
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            continue
+        text = _SPACE.sub(" ", _text_of(message.get("content"))).strip()
+        if text:
+            lines.append(f"{ROLES[message['role']]}: {text}")
+            line_map.append(number)
+    return Transcript("\n".join(lines), tuple(line_map))
+
+
+def transcript_chunks(raw: str, tokens: int, overlap: int) -> list[Chunk]:
+    """Chunks of a transcript with their line ranges mapped back to the JSONL lines."""
+    t = transcript(raw)
+    if not t.text:
+        return []
+    return [Chunk(t.line_map[c.start_line - 1], t.line_map[c.end_line - 1], c.text, c.hash)
+            for c in chunk_markdown(t.text, tokens, overlap)]
+
+
+def needs_sync(raw: bytes, known_hash: str, known_size: int, settings: Settings) -> bool:
+    """Whether a transcript changed enough since it was indexed to be synced again."""
+    if len(raw) < known_size or hashlib.sha256(raw[:known_size]).hexdigest() != known_hash:
+        return True  # truncated, rotated or rewritten: index it again in full
+    grown = raw[known_size:]
+    deltas = settings.sync.sessions
+    return len(grown) >= deltas.delta_bytes or grown.count(b"\n") >= deltas.delta_messages
+
+
+def session_get(settings: Settings, requested: str, from_line: int | None,
+                lines: int | None) -> dict[str, Any] | None:
+    """``memory_get`` for a session hit (``sessions/<file>.jsonl``), or None for other paths.
+
+    The window is in JSONL lines, as a hit's ``startLine``/``endLine`` are; the text is the
+    transcript lines (``User: …``/``Assistant: …``) that came from those JSONL lines. Only a
+    plain file directly in the sessions folder can be read.
+    """
+    if SESSIONS_SOURCE not in settings.sources or not requested.startswith("sessions/"):
+        return None
+    name = requested.removeprefix("sessions/")
+    if "/" in name or "\\" in name or "\x00" in name or not name.endswith(".jsonl") \
+            or name.startswith("."):
+        return None
+    path = Path(settings.sessions_dir) / name
+    if path.is_symlink() or not path.is_file():
+        return {"path": requested, "text": ""}
+    t = transcript(path.read_text(encoding="utf-8", errors="replace"))
+    start = max(1, int(from_line or 1))
+    end = None if lines is None else start - 1 + max(0, int(lines))
+    picked = [text for text, number in zip(t.text.split("\n"), t.line_map, strict=False)
+              if number >= start and (end is None or number <= end)]
+    return {"path": requested, "text": "\n".join(picked), "from": start, "lines": len(picked)}
