@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 from functools import cache
 
 from celery import Task
@@ -15,18 +14,13 @@ from pipeline.embeddings.base import EmbeddingError
 from workers.app import STORE_QUEUE, app, embed_queue
 
 log = logging.getLogger(__name__)
-MAX_RETRIES = 5
+MAX_RETRIES = jobs.MAX_RETRIES
 
 
 @cache
 def settings() -> Settings:
     """This worker's own settings (environment and config file), read once per process."""
     return load_settings()
-
-
-def backoff(retries: int) -> float:
-    """About 0.5 s doubling to an 8 s cap, with up to 20% jitter (OpenClaw's schedule)."""
-    return min(8.0, 0.5 * 2**retries) * (1 + random.random() * 0.2)
 
 
 def submit_embed_job(job: jobs.Job, connection: Connection | None = None) -> None:
@@ -51,8 +45,13 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
         result = jobs.embed_job(job, settings())
     except EmbeddingError as exc:
         if exc.retryable and self.request.retries < MAX_RETRIES:
-            raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
-        result = jobs.failure_result(job, str(exc))
+            delay = jobs.retry_delay(self.request.retries, exc.retry_after)
+            log.info("retrying %d chunk(s) in %.1f s: %s", len(job["chunks"]), delay, exc)
+            raise self.retry(countdown=delay) from None
+        tried = f" (after {self.request.retries} retries)" if exc.retryable else ""
+        log.warning("embedding failed%s, %d chunk(s) marked failed: %s", tried,
+                    len(job["chunks"]), exc)
+        result = jobs.failure_result(job, f"{exc}{tried}")
     write_vectors.apply_async(args=[result], queue=STORE_QUEUE)
     return {"embedded": len(result["vectors"]), "failed": len(result["failed"])}
 
