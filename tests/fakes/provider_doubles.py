@@ -38,6 +38,9 @@ __all__ = ["Fault", "ProviderDouble", "double_vector"]
 STYLES = ("openai", "mistral", "voyage", "gemini", "ollama")
 PREFIX = {"openai": "/v1", "mistral": "/v1", "voyage": "/v1", "gemini": "/v1beta", "ollama": ""}
 DEFAULT_DIMS = {"openai": 1536, "mistral": 1024, "voyage": 1024, "gemini": 3072, "ollama": 768}
+#: Models whose width differs from their service's default above (as the real services answer).
+MODEL_DIMS = {"text-embedding-3-large": 3072, "codestral-embed": 1536, "voyage-3-lite": 512,
+              "text-embedding-004": 768}
 VECTOR_SCALE = 3.5
 
 
@@ -86,6 +89,7 @@ class ProviderDouble:
     def __post_init__(self) -> None:
         if self.style not in STYLES:
             raise ValueError(f"unknown style {self.style!r}")
+        self._fixed_dims = self.dims is not None
         self.dims = self.dims or DEFAULT_DIMS[self.style]
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
@@ -112,7 +116,7 @@ class ProviderDouble:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -175,7 +179,10 @@ class ProviderDouble:
         if route is None:
             return 404, {"Content-Type": "text/plain"}, b"404 page not found", 0.0
         if not self._authorised(headers):
-            return _error(self.style, 401, "invalid_api_key")
+            # Like OpenAI's "Incorrect API key provided: sk-...", echo what was presented, so
+            # tests prove the client scrubs keys out of error text.
+            presented = headers.get("authorization") or headers.get("x-goog-api-key") or "none"
+            return _error(self.style, 401, f"Incorrect API key provided: {presented}.")
         texts = _texts(self.style, path, body)
         if texts is None:
             return _error(self.style, 400, "bad_request")
@@ -194,7 +201,11 @@ class ProviderDouble:
             len(t.encode()) > self.max_input_bytes for t in texts
         ):
             return _error(self.style, "context", "context")
-        dims = _requested_dims(body, self.dims or 0)
+        model = str(body.get("model") or path.rsplit("/", 1)[-1].split(":")[0])
+        dims = self.dims or 0
+        if not self._fixed_dims:
+            dims = MODEL_DIMS.get(model.removeprefix("models/"), dims)
+        dims = _requested_dims(body, dims)
         if fault is not None and fault.kind == "wrong_dims":
             dims += 1
         vectors = [double_vector(t, dims) for t in texts]
@@ -352,8 +363,6 @@ def _error(style: str, kind: str | int, what: str, *, retry_after: float | None 
         "503": "The engine is currently overloaded, please try again later",
         "context": "This model's maximum context length is 8192 tokens, however you requested "
                    "9000 tokens (9000 in your prompt). Please reduce your prompt.",
-        "401": "Incorrect API key provided. You can find your API key at "
-               "https://platform.openai.com/account/api-keys.",
     }.get(str(kind), what)
     if style == "gemini":
         gstatus = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
@@ -374,7 +383,7 @@ def _error(style: str, kind: str | int, what: str, *, retry_after: float | None 
                       "allowed (2048)."
         if kind == 401:
             status, gstatus = 400, "INVALID_ARGUMENT"
-            message = "API key not valid. Please pass a valid API key."
+            message = f"API key not valid. Please pass a valid API key. ({what})"
         if retry_after is not None:
             details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo",
                             "retryDelay": f"{retry_after:g}s"})
