@@ -125,6 +125,8 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
         kwargs["document_input_type"] = settings.document_input_type or settings.input_type
     if "timeout" in options:
         kwargs["timeout"] = float(options["timeout"])
+    if options.get("auth"):  # the producer used a key: a keyless worker must not try without
+        kwargs["key_required"] = True
     return cls(model or None, **kwargs)
 
 
@@ -135,7 +137,7 @@ def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderS
 
 def _remote_options(provider: Any, role: str, timeout: float | None) -> dict[str, Any]:
     """The non-secret facts a worker needs to rebuild the same remote provider."""
-    options: dict[str, Any] = {"role": role}
+    options: dict[str, Any] = {"role": role, "auth": provider.has_key}
     base = _public_base_url(provider.base_url)
     if base and base != provider.default_base_url:
         options["base_url"] = base

@@ -110,6 +110,7 @@ class RemoteProvider:
         if key_required and not api_key:
             raise MissingApiKey(f"{self.name}: no API key (set remote.apiKey or "
                                 f"{' / '.join(self.env_keys)})")
+        self.has_key = bool(api_key)
         user_headers = dict(headers or {})
         self._headers = user_headers
         all_headers = {"Content-Type": "application/json",
