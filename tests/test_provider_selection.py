@@ -12,7 +12,6 @@ from pipeline.embeddings.base import EmbeddingError, MissingApiKey
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
 
 KEY = "sk-SENTINEL-selection-77"
-NO_LOCAL: dict = {}
 
 
 @pytest.fixture
@@ -84,7 +83,8 @@ def test_fallback_uses_its_own_default_model(make_settings, workspace):
                        fallback="gemini", model="text-embedding-3-large")
     assert (choice.spec.name, choice.spec.model) == ("gemini", "gemini-embedding-001")
     assert choice.spec.options["role"] == "fallback"
-    assert choice.reason.startswith("fallback 'gemini' (gemini-embedding-001) used: openai: no API key")
+    assert choice.reason.startswith(
+        "fallback 'gemini' (gemini-embedding-001) used: openai: no API key")
 
 
 def test_fallback_outcomes_when_both_fail(make_settings, workspace):
@@ -99,7 +99,7 @@ def test_fallback_outcomes_when_both_fail(make_settings, workspace):
 
 
 def test_worker_rebuilds_with_its_own_key(make_settings, workspace, monkeypatch):
-    producer, settings = choose(make_settings, workspace, {}, provider="openai",
+    producer, _ = choose(make_settings, workspace, {}, provider="openai",
                                 remote={"baseUrl": "http://127.0.0.1:9/v1", "apiKey": KEY})
     spec = ProviderSpec.from_dict(json.loads(json.dumps(producer.spec.to_dict())))
     monkeypatch.setenv("OPENAI_API_KEY", "sk-worker-own")

@@ -1,0 +1,143 @@
+"""Remote providers through the real pipeline: a real Redis broker, real ``celery worker``
+processes and the OpenAI double on loopback. A storm of 429s and 5xx converges with every
+chunk embedded exactly once; a rejected key fails the chunks with a clear reason; and the API
+key never reaches a log line, a message on Redis, a database row or an error text."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from pipeline.status import index_status
+from pipeline.store.engine import connect
+from tests.fakes.provider_doubles import Fault, ProviderDouble
+from workers.indexing import run_index
+
+pytestmark = pytest.mark.integration
+
+SENTINEL = "sk-SENTINEL-d41d8cd98f00b204"
+WORDS = ["garden", "tomato", "invoice", "Berlin", "flight", "coordinator", "battery", "kettle",
+         "violin", "harbour", "ledger", "meeting", "recipe", "tortoise", "antenna", "migration",
+         "backup", "router", "sketch", "lantern"]
+
+
+def add_notes(workspace: Path, files: int = 60) -> None:
+    rng = random.Random(7)
+    for i in range(files):
+        lines = [f"# Note {i}"] + [" ".join(rng.choices(WORDS, k=12)) + "." for _ in range(30)]
+        name = f"2025-{i // 28 + 1:02d}-{i % 28 + 1:02d}.md"
+        (workspace / "memory" / name).write_text("\n".join(lines) + "\n")
+
+
+class RedisTap:
+    """Records every command Redis receives (MONITOR), to scan what the pipeline sends it."""
+
+    def __init__(self, url: str) -> None:
+        if url.startswith("redis+socket://"):
+            self.client = redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+        else:
+            self.client = redis.Redis.from_url(url)
+        self.seen: list[str] = []
+        self._monitor = self.client.monitor().__enter__()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self._monitor.listen():
+                self.seen.append(str(event.get("command", "")))
+        except Exception:  # the connection closes at the end of the test
+            pass
+
+    def close(self) -> str:
+        self._monitor.connection.disconnect()
+        self._thread.join(5)
+        self.client.close()
+        return "\n".join(self.seen)
+
+
+def database_bytes(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+
+
+def start_workers(fleet, broker_url: str) -> None:
+    fleet.start(["store"], "writer")
+    fleet.start(["embed.openai"], "embed", concurrency=2)
+
+
+def test_fault_storm_converges_with_every_chunk_embedded_once(
+        workspace: Path, make_settings, broker_url, fleet, monkeypatch) -> None:
+    add_notes(workspace)
+    faults = (Fault("429"), Fault("429", retry_after=0.3), Fault("500"), Fault("503"))
+    with ProviderDouble("openai", api_key=SENTINEL, fault_rate=0.3, seed=11,
+                        random_faults=faults) as double:
+        monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+        settings = make_settings(workspace, provider="openai", brokerUrl=broker_url,
+                                 remote={"baseUrl": double.url})
+        tap = RedisTap(broker_url)
+        start_workers(fleet, broker_url)
+        run = run_index(settings, wait=True)
+        sent_to_redis = tap.close()
+        logs = fleet.logs(None)
+
+        status = index_status(settings)
+        assert run.waited and run.report.jobs >= 10, logs[-3000:]
+        assert status["failed"] == 0 and status["pending"] == 0, status["chunk_errors"]
+        assert status["vectors"] == status["chunks"] == run.report.chunks_queued > 40
+        stats = double.stats()
+        assert stats["texts_embedded"] == status["chunks"]  # every chunk embedded exactly once
+        failures = {k: v for k, v in stats["statuses"].items() if k != "200"}
+        assert set(failures) == {"429", "500", "503"}, stats
+        assert sum(failures.values()) >= 0.15 * stats["requests"], stats
+        assert "retrying" in logs
+        print(f"storm: {stats}, {run.report.jobs} jobs, {run.seconds:.1f} s")
+
+        db = connect(settings.store.path)
+        try:
+            rowid, text = db.conn.execute(
+                "SELECT rowid, text FROM chunks ORDER BY rowid LIMIT 1").fetchone()
+            from pipeline.store.vectors import get_vectors
+
+            stored = get_vectors(db, [rowid])[rowid]
+        finally:
+            db.close()
+        want = double.vector(text)
+        np.testing.assert_allclose(stored, want / np.linalg.norm(want), atol=1e-5)
+
+        assert "memq.embed_chunks" in sent_to_redis and "chunks" in sent_to_redis
+        for where, blob in (("worker logs", logs), ("redis traffic", sent_to_redis),
+                            ("status", str(status))):
+            assert SENTINEL not in blob, where
+        assert SENTINEL.encode() not in database_bytes(settings.store.path)
+
+
+def test_rejected_key_fails_chunks_clearly_without_leaking_it(
+        workspace: Path, make_settings, broker_url, fleet, monkeypatch) -> None:
+    with ProviderDouble("openai", api_key="sk-the-right-key") as double:
+        monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)  # wrong: the double echoes it in its 401
+        settings = make_settings(workspace, provider="openai", brokerUrl=broker_url,
+                                 remote={"baseUrl": double.url})
+        tap = RedisTap(broker_url)
+        start_workers(fleet, broker_url)
+        run = run_index(settings, wait=True)
+        sent_to_redis = tap.close()
+        logs = fleet.logs(None)
+
+        status = index_status(settings)
+        assert run.failed_chunks == status["failed"] == status["chunks"] > 0
+        assert status["pending"] == 0 and status["vectors"] == 0
+        [error] = status["chunk_errors"]
+        assert "HTTP 401" in error["error"] and "check the API key" in error["error"]
+        assert "Incorrect API key provided: ***" in error["error"]
+        assert len(double.embed_requests()) == run.report.jobs  # 401 is never retried
+        assert {r.status for r in double.embed_requests()} == {401}
+        for where, blob in (("worker logs", logs), ("redis traffic", sent_to_redis),
+                            ("status", str(status))):
+            assert SENTINEL not in blob, where
+        assert SENTINEL.encode() not in database_bytes(settings.store.path)
+        assert "embedding failed" in logs  # the failure is logged, scrubbed
