@@ -141,3 +141,25 @@ def test_rejected_key_fails_chunks_clearly_without_leaking_it(
             assert SENTINEL not in blob, where
         assert SENTINEL.encode() not in database_bytes(settings.store.path)
         assert "embedding failed" in logs  # the failure is logged, scrubbed
+
+
+def test_context_length_error_is_split_through_real_workers(
+        workspace: Path, make_settings, broker_url, fleet) -> None:
+    """A small-context Ollama model: the one over-long chunk fails, its job-mates are embedded."""
+    long_text = "A very long line about the lantern and the harbour. " * 20  # ~1 KB, one chunk
+    (workspace / "memory" / "2026-09-01.md").write_text(f"# Long\n\n{long_text}\n")
+    with ProviderDouble("ollama", api_key=None, max_input_bytes=700) as double:
+        settings = make_settings(workspace, provider="ollama", brokerUrl=broker_url,
+                                 remote={"baseUrl": double.url})
+        fleet.start(["store"], "writer")
+        fleet.start(["embed.ollama"], "embed")
+        run = run_index(settings, wait=True)
+
+        status = index_status(settings)
+        assert run.report.jobs == 1 and status["chunks"] >= 6
+        assert status["failed"] == 1 and status["vectors"] == status["chunks"] - 1
+        [error] = status["chunk_errors"]
+        assert "input too long" in error["error"] and "context length" in error["error"]
+        batches = [r.body["input"] for r in double.embed_requests()]
+        assert len(batches[0]) == status["chunks"]  # first the whole job, then halves...
+        assert [b for b in batches if len(b) == 1 and b[0].startswith("# Long")]  # ...to it

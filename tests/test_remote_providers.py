@@ -80,6 +80,17 @@ def test_query_and_document_task_types() -> None:
         assert double.embed_requests()[0].body["model"] == "voyage-4-large"
 
 
+def test_voyage_input_type_overrides_change_the_provider_key() -> None:
+    with ProviderDouble("voyage", api_key=KEY) as double:
+        default = make("voyage", double)
+        custom = make("voyage", double, query_input_type="search_query")
+        assert default.provider_key == make("voyage", double, query_input_type="query"
+                                            ).provider_key
+        assert custom.provider_key != default.provider_key
+        custom.embed_query("a")
+        assert double.embed_requests()[0].body["input_type"] == "search_query"
+
+
 @pytest.mark.parametrize("style", ["openai", "mistral"])
 def test_openai_shaped_body(style: str) -> None:
     with ProviderDouble(style, api_key=KEY) as double:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Settings, is_sensitive_header
+from pipeline.config import Settings
 from pipeline.embeddings.base import (
     EmbeddingError,
     EmbeddingProvider,
@@ -141,9 +141,8 @@ def _remote_options(provider: Any, role: str, timeout: float | None) -> dict[str
     base = _public_base_url(provider.base_url)
     if base and base != provider.default_base_url:
         options["base_url"] = base
-    public = {k: v for k, v in provider._headers.items() if not is_sensitive_header(k)}
-    if public:
-        options["headers"] = public
+    if provider.public_headers:
+        options["headers"] = provider.public_headers
     if timeout is not None:
         options["timeout"] = timeout
     return options

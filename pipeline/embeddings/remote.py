@@ -144,8 +144,13 @@ class RemoteProvider:
     # -- the EmbeddingProvider interface ----------------------------------------------------
 
     @property
+    def public_headers(self) -> dict[str, str]:
+        """The user's extra headers that are not credentials (safe for messages and keys)."""
+        return {k: v for k, v in self._headers.items() if not is_sensitive_header(k)}
+
+    @property
     def provider_key(self) -> str:
-        return remote_provider_key(self.name, self.base_url, self.model, self._headers,
+        return remote_provider_key(self.name, self.base_url, self.model, self.public_headers,
                                    self._key_extra())
 
     @property

@@ -33,5 +33,10 @@ class VoyageProvider(OpenAIProvider):
         self.input_types = {"query": query_input_type or "query",
                             "document": document_input_type or "document"}
 
+    def _key_extra(self) -> dict[str, Any]:
+        """Other input types give other vectors; the defaults keep OpenClaw's provider key."""
+        default = {"query": "query", "document": "document"}
+        return {} if self.input_types == default else {"inputTypes": self.input_types}
+
     def _body(self, texts: Sequence[str], kind: str) -> dict[str, Any]:
         return {"model": self.model, "input": list(texts), "input_type": self.input_types[kind]}
