@@ -65,9 +65,28 @@ def database_bytes(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
 
 
-def start_workers(fleet, broker_url: str) -> None:
+def index_through_openai_double(double: ProviderDouble, workspace: Path, make_settings,
+                                broker_url: str, fleet, monkeypatch):
+    """Index via real workers (key SENTINEL in their environment) while tapping Redis.
+
+    Returns (settings, run, status, worker logs, Redis traffic)."""
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    settings = make_settings(workspace, provider="openai", brokerUrl=broker_url,
+                             remote={"baseUrl": double.url})
+    tap = RedisTap(broker_url)
     fleet.start(["store"], "writer")
     fleet.start(["embed.openai"], "embed", concurrency=2)
+    run = run_index(settings, wait=True)
+    sent_to_redis = tap.close()
+    return settings, run, index_status(settings), fleet.logs(None), sent_to_redis
+
+
+def assert_no_sentinel(settings, status, logs: str, sent_to_redis: str) -> None:
+    assert "memq.embed_chunks" in sent_to_redis and "chunks" in sent_to_redis  # tap works
+    for where, blob in (("worker logs", logs), ("redis traffic", sent_to_redis),
+                        ("status", str(status))):
+        assert SENTINEL not in blob, where
+    assert SENTINEL.encode() not in database_bytes(settings.store.path)
 
 
 def test_fault_storm_converges_with_every_chunk_embedded_once(
@@ -76,16 +95,8 @@ def test_fault_storm_converges_with_every_chunk_embedded_once(
     faults = (Fault("429"), Fault("429", retry_after=0.3), Fault("500"), Fault("503"))
     with ProviderDouble("openai", api_key=SENTINEL, fault_rate=0.3, seed=11,
                         random_faults=faults) as double:
-        monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
-        settings = make_settings(workspace, provider="openai", brokerUrl=broker_url,
-                                 remote={"baseUrl": double.url})
-        tap = RedisTap(broker_url)
-        start_workers(fleet, broker_url)
-        run = run_index(settings, wait=True)
-        sent_to_redis = tap.close()
-        logs = fleet.logs(None)
-
-        status = index_status(settings)
+        settings, run, status, logs, sent_to_redis = index_through_openai_double(
+            double, workspace, make_settings, broker_url, fleet, monkeypatch)
         assert run.waited and run.report.jobs >= 10, logs[-3000:]
         assert status["failed"] == 0 and status["pending"] == 0, status["chunk_errors"]
         assert status["vectors"] == status["chunks"] == run.report.chunks_queued > 40
@@ -108,27 +119,15 @@ def test_fault_storm_converges_with_every_chunk_embedded_once(
             db.close()
         want = double.vector(text)
         np.testing.assert_allclose(stored, want / np.linalg.norm(want), atol=1e-5)
-
-        assert "memq.embed_chunks" in sent_to_redis and "chunks" in sent_to_redis
-        for where, blob in (("worker logs", logs), ("redis traffic", sent_to_redis),
-                            ("status", str(status))):
-            assert SENTINEL not in blob, where
-        assert SENTINEL.encode() not in database_bytes(settings.store.path)
+        assert_no_sentinel(settings, status, logs, sent_to_redis)
 
 
 def test_rejected_key_fails_chunks_clearly_without_leaking_it(
         workspace: Path, make_settings, broker_url, fleet, monkeypatch) -> None:
+    # The workers' SENTINEL key is wrong here, and the double echoes it in its 401 body.
     with ProviderDouble("openai", api_key="sk-the-right-key") as double:
-        monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)  # wrong: the double echoes it in its 401
-        settings = make_settings(workspace, provider="openai", brokerUrl=broker_url,
-                                 remote={"baseUrl": double.url})
-        tap = RedisTap(broker_url)
-        start_workers(fleet, broker_url)
-        run = run_index(settings, wait=True)
-        sent_to_redis = tap.close()
-        logs = fleet.logs(None)
-
-        status = index_status(settings)
+        settings, run, status, logs, sent_to_redis = index_through_openai_double(
+            double, workspace, make_settings, broker_url, fleet, monkeypatch)
         assert run.failed_chunks == status["failed"] == status["chunks"] > 0
         assert status["pending"] == 0 and status["vectors"] == 0
         [error] = status["chunk_errors"]
@@ -136,10 +135,7 @@ def test_rejected_key_fails_chunks_clearly_without_leaking_it(
         assert "Incorrect API key provided: ***" in error["error"]
         assert len(double.embed_requests()) == run.report.jobs  # 401 is never retried
         assert {r.status for r in double.embed_requests()} == {401}
-        for where, blob in (("worker logs", logs), ("redis traffic", sent_to_redis),
-                            ("status", str(status))):
-            assert SENTINEL not in blob, where
-        assert SENTINEL.encode() not in database_bytes(settings.store.path)
+        assert_no_sentinel(settings, status, logs, sent_to_redis)
         assert "embedding failed" in logs  # the failure is logged, scrubbed
 
 

@@ -13,9 +13,8 @@ Vectors are deterministic: a hash of the text seeds them, scaled so they are *no
 Retry-After, quota exhaustion, 500/503, stalls, context-length errors, wrong widths and
 malformed JSON, each with the provider's own error body.
 
-A double can also run in its own process (``python -m tests.fakes.provider_doubles``), so a
-fault storm can be aimed at real worker processes: it prints its URL and serves until killed,
-and ``GET /_stats`` returns its request counts.
+Worker processes reach a double running in the test process over loopback, so fault storms
+are aimed at real ``celery worker`` processes.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -160,8 +158,6 @@ class ProviderDouble:
     def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes
                ) -> tuple[int, dict[str, str], bytes, float]:
         """(status, headers, body, delay) for one request."""
-        if method == "GET" and path == "/_stats":
-            return _json(200, self.stats())
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -404,34 +400,3 @@ def _error(style: str, kind: str | int, what: str, *, retry_after: float | None 
              "invalid_request_error", "401": "invalid_request_error"}.get(str(kind), "server_error")
     return _json(status, {"error": {"message": message, "type": etype, "param": None,
                                     "code": code}}, headers)
-
-
-def main(argv: Iterable[str] | None = None) -> None:
-    """Serve one double in this process until killed (for fault storms at real workers)."""
-    import argparse
-    import signal
-    import sys
-
-    p = argparse.ArgumentParser()
-    p.add_argument("--style", default="openai", choices=STYLES)
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--dims", type=int, default=None)
-    p.add_argument("--fault-rate", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(list(argv) if argv is not None else None)
-    double = ProviderDouble(args.style, api_key=args.api_key, dims=args.dims,
-                            fault_rate=args.fault_rate, seed=args.seed,
-                            random_faults=(Fault("429"), Fault("429", retry_after=0.2),
-                                           Fault("500"), Fault("503")))
-    double.start()
-    print(double.url, flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        while True:
-            time.sleep(3600)
-    finally:
-        double.stop()
-
-
-if __name__ == "__main__":
-    main()
