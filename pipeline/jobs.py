@@ -100,10 +100,27 @@ def embed_splitting(provider: EmbeddingProvider, texts: Sequence[str]
     return embed_splitting(provider, texts[:mid]) + embed_splitting(provider, texts[mid:])
 
 
-def embed_job(job: Job, settings: Settings) -> Result:
-    """Embed a job's chunks; raises :class:`EmbeddingError` when the provider fails."""
+def _attach_rate_limit(provider: EmbeddingProvider, spec: ProviderSpec, redis_client: Any
+                       ) -> None:
+    """Hang the fleet-wide limiter a spec asks for on its provider (once per process)."""
+    limits = spec.options.get("rate_limit")
+    if not limits or redis_client is None or getattr(provider, "before_request", None):
+        return
+    from pipeline.embeddings.ratelimit import FleetRateLimiter
+
+    limiter = FleetRateLimiter(redis_client, spec.provider_key, requests=limits.get("requests"),
+                               tokens=limits.get("tokens"))
+    provider.before_request = limiter.acquire  # type: ignore[attr-defined]
+
+
+def embed_job(job: Job, settings: Settings, redis_client: Any = None) -> Result:
+    """Embed a job's chunks; raises :class:`EmbeddingError` when the provider fails.
+
+    ``redis_client`` (the fleet's broker) carries the shared rate limit, if the spec has one.
+    """
     spec = ProviderSpec.from_dict(job["spec"])
     provider = provider_for(spec, settings)
+    _attach_rate_limit(provider, spec, redis_client)
     outcomes = embed_splitting(provider, [text for _, _, text in job["chunks"]])
     result: Result = {"spec": job["spec"], "store": job["store"], "vectors": [], "failed": []}
     for (cid, text_hash, _), out in zip(job["chunks"], outcomes, strict=True):

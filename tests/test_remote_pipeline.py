@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 
 from pipeline.status import index_status
 from pipeline.store.engine import connect
+from tests.conftest import redis_client
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 from workers.indexing import run_index
 
@@ -38,10 +38,7 @@ class RedisTap:
     """Records every command Redis receives (MONITOR), to scan what the pipeline sends it."""
 
     def __init__(self, url: str) -> None:
-        if url.startswith("redis+socket://"):
-            self.client = redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
-        else:
-            self.client = redis.Redis.from_url(url)
+        self.client = redis_client(url)
         self.seen: list[str] = []
         self._monitor = self.client.monitor().__enter__()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -66,13 +63,13 @@ def database_bytes(path: Path) -> bytes:
 
 
 def index_through_openai_double(double: ProviderDouble, workspace: Path, make_settings,
-                                broker_url: str, fleet, monkeypatch):
+                                broker_url: str, fleet, monkeypatch, **remote: object):
     """Index via real workers (key SENTINEL in their environment) while tapping Redis.
 
     Returns (settings, run, status, worker logs, Redis traffic)."""
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     settings = make_settings(workspace, provider="openai", brokerUrl=broker_url,
-                             remote={"baseUrl": double.url})
+                             remote={"baseUrl": double.url, **remote})
     tap = RedisTap(broker_url)
     fleet.start(["store"], "writer")
     fleet.start(["embed.openai"], "embed", concurrency=2)
@@ -96,7 +93,8 @@ def test_fault_storm_converges_with_every_chunk_embedded_once(
     with ProviderDouble("openai", api_key=SENTINEL, fault_rate=0.3, seed=11,
                         random_faults=faults) as double:
         settings, run, status, logs, sent_to_redis = index_through_openai_double(
-            double, workspace, make_settings, broker_url, fleet, monkeypatch)
+            double, workspace, make_settings, broker_url, fleet, monkeypatch,
+            rateLimit={"requestsPerMinute": 10000})
         assert run.waited and run.report.jobs >= 10, logs[-3000:]
         assert status["failed"] == 0 and status["pending"] == 0, status["chunk_errors"]
         assert status["vectors"] == status["chunks"] == run.report.chunks_queued > 40
@@ -106,6 +104,10 @@ def test_fault_storm_converges_with_every_chunk_embedded_once(
         assert set(failures) == {"429", "500", "503"}, stats
         assert sum(failures.values()) >= 0.15 * stats["requests"], stats
         assert "retrying" in logs
+        # Every request the double saw went through the fleet-wide limiter's Redis counters.
+        client = redis_client(broker_url)
+        counted = sum(int(client.get(k)) for k in client.scan_iter("memq:ratelimit:*:r"))
+        assert counted == stats["requests"], (counted, stats)
         print(f"storm: {stats}, {run.report.jobs} jobs, {run.seconds:.1f} s")
 
         db = connect(settings.store.path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from functools import cache
 
+import redis
 from celery import Task
 from kombu import Connection
 
@@ -21,6 +22,19 @@ MAX_RETRIES = jobs.MAX_RETRIES
 def settings() -> Settings:
     """This worker's own settings (environment and config file), read once per process."""
     return load_settings()
+
+
+@cache
+def broker_redis() -> redis.Redis | None:
+    """A client for the broker's Redis, where the fleet-wide rate limits are counted."""
+    url = str(app.conf.broker_url or "")
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    if url.startswith(("redis://", "rediss://")):
+        return redis.Redis.from_url(url)
+    log.warning("rate limits need a Redis broker; %s is not one: not enforced",
+                url.split(":", 1)[0])
+    return None
 
 
 def submit_embed_job(job: jobs.Job, connection: Connection | None = None) -> None:
@@ -42,7 +56,8 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
                     len(retries), ", gave up on its chunk" if failure else "")
         return {"embedded": 0, "resubmitted": len(retries)}
     try:
-        result = jobs.embed_job(job, settings())
+        limited = job["spec"].get("options", {}).get("rate_limit")
+        result = jobs.embed_job(job, settings(), broker_redis() if limited else None)
     except EmbeddingError as exc:
         if exc.retryable and self.request.retries < MAX_RETRIES:
             delay = jobs.retry_delay(self.request.retries, exc.retry_after)

@@ -135,9 +135,14 @@ def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderS
     return ProviderSpec(provider.name, provider.model, key, options)
 
 
-def _remote_options(provider: Any, role: str, timeout: float | None) -> dict[str, Any]:
-    """The non-secret facts a worker needs to rebuild the same remote provider."""
+def _remote_options(provider: Any, role: str, timeout: float | None,
+                    settings: Settings) -> dict[str, Any]:
+    """The non-secret facts a worker needs to rebuild the same remote provider (and the
+    fleet-wide rate limit every worker must share)."""
     options: dict[str, Any] = {"role": role, "auth": provider.has_key}
+    rpm, tpm = settings.remote.requests_per_minute, settings.remote.tokens_per_minute
+    if rpm or tpm:
+        options["rate_limit"] = {"requests": rpm, "tokens": tpm}
     base = _public_base_url(provider.base_url)
     if base and base != provider.default_base_url:
         options["base_url"] = base
@@ -159,7 +164,7 @@ def _build(name: str, settings: Settings, *, primary: bool = True, model: str | 
         provider = _remote(name, settings, primary=primary, model=chosen, env=env)
         timeout = _timeout_override(env)
         return provider, _spec_for(provider, _remote_options(
-            provider, "primary" if primary else "fallback", timeout))
+            provider, "primary" if primary else "fallback", timeout, settings))
     raise ProviderUnavailable(f"unknown provider {name!r} (known: {', '.join(KNOWN_PROVIDERS)})")
 
 

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -122,6 +122,9 @@ class RemoteProvider:
                                timeout=self._batch_timeout, secrets=secrets)
         self.max_input_bytes = max_input_bytes(self.name, self.model)
         self._dims: int | None = self._expected_dims()
+        #: Called with a request's estimated tokens (UTF-8 bytes) before it is sent; embed
+        #: workers hang the fleet-wide rate limiter here.
+        self.before_request: Callable[[int], None] | None = None
 
     # -- what subclasses provide ------------------------------------------------------------
 
@@ -164,6 +167,7 @@ class RemoteProvider:
         rows: list[Any] = []
         for start, end in pack_requests(texts, HARD_MAX_INPUT_BYTES, self.max_items):
             part = texts[start:end]
+            self._throttle(part)
             rows.extend(self._checked(self._embed_request(part, "document", self._batch_timeout),
                                       len(part)))
         if not rows:
@@ -171,11 +175,16 @@ class RemoteProvider:
         return l2_normalise(np.asarray(rows, dtype=np.float32))
 
     def embed_query(self, text: str) -> np.ndarray:
+        self._throttle([text])
         rows = self._checked(self._embed_request([text], "query", self._query_timeout), 1)
         return l2_normalise(np.asarray(rows, dtype=np.float32))[0]
 
     def close(self) -> None:
         self.http.close()
+
+    def _throttle(self, texts: Sequence[str]) -> None:
+        if self.before_request is not None:
+            self.before_request(sum(len(t.encode("utf-8")) for t in texts))
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(model={self.model!r}, "
