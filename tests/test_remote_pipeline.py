@@ -5,6 +5,7 @@ key never reaches a log line, a message on Redis, a database row or an error tex
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from pathlib import Path
@@ -161,3 +162,28 @@ def test_context_length_error_is_split_through_real_workers(
         batches = [r.body["input"] for r in double.embed_requests()]
         assert len(batches[0]) == status["chunks"]  # first the whole job, then halves...
         assert [b for b in batches if len(b) == 1 and b[0].startswith("# Long")]  # ...to it
+
+
+def test_retries_follow_the_backoff_and_retry_after(workspace: Path, make_settings,
+                                                   broker_url, fleet, monkeypatch) -> None:
+    """One job meets 429 (Retry-After 1.5 s), 500 and 503, then succeeds: four requests, and
+    the gaps between them respect Retry-After and the doubling backoff."""
+    script = [Fault("429", retry_after=1.5), Fault("500"), Fault("503")]
+    with ProviderDouble("openai", api_key=SENTINEL, script=script) as double:
+        _, run, status, logs, _ = index_through_openai_double(
+            double, workspace, make_settings, broker_url, fleet, monkeypatch)
+        seen = double.embed_requests()
+        assert run.report.jobs == 1 and status["vectors"] == status["chunks"] > 0, logs[-2000:]
+        assert [r.status for r in seen] == [429, 500, 503, 200]
+        gaps = [b.at - a.at for a, b in itertools.pairwise(seen)]
+        assert gaps[0] >= 1.5 and gaps[1] >= 1.0 and gaps[2] >= 2.0, gaps
+
+
+def test_exhausted_quota_is_not_retried(workspace: Path, make_settings, broker_url, fleet,
+                                        monkeypatch) -> None:
+    with ProviderDouble("openai", api_key=SENTINEL, script=[Fault("quota")]) as double:
+        _, run, status, _, _ = index_through_openai_double(
+            double, workspace, make_settings, broker_url, fleet, monkeypatch)
+        assert len(double.embed_requests()) == run.report.jobs == 1
+        assert status["failed"] == status["chunks"] and status["pending"] == 0
+        assert "quota exhausted: not retried" in status["chunk_errors"][0]["error"]

@@ -67,6 +67,7 @@ class Seen:
     headers: dict[str, str]
     body: Any
     status: int = 0
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
