@@ -114,3 +114,17 @@ def test_worker_rebuilds_with_its_own_key(make_settings, workspace, monkeypatch)
                                                               "headers": {"X-Team": "red"}})
     with pytest.raises(EmbeddingError, match="provider key mismatch"):
         build_from_spec(spec, odd)
+
+
+def test_worker_takes_vector_options_from_the_spec(make_settings, workspace):
+    producer, _ = choose(make_settings, workspace, {"GEMINI_API_KEY": "g"}, provider="gemini",
+                         model="gemini-embedding-2-preview", outputDimensionality=768)
+    spec = producer.spec
+    assert spec.options["output_dimensionality"] == 768
+    worker = build_from_spec(spec, make_settings(workspace, outputDimensionality=1536,
+                                                 remote={"apiKey": "g"}))
+    assert worker.output_dimensionality == 768 and worker.provider_key == spec.provider_key
+    voyage, _ = choose(make_settings, workspace, {"VOYAGE_API_KEY": "v"}, provider="voyage",
+                       queryInputType="search_query")
+    rebuilt = build_from_spec(voyage.spec, make_settings(workspace, remote={"apiKey": "v"}))
+    assert rebuilt.input_types == {"query": "search_query", "document": "document"}

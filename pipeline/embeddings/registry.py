@@ -118,13 +118,19 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
         "base_url": options.get("base_url") or (remote.base_url if primary else None),
         "api_key": api_key, "headers": headers,
     }
+    # Options that change the vectors come from the spec when it has them, so a worker builds
+    # exactly the producer's provider whatever its own config says.
     if name == "gemini":
-        kwargs["output_dimensionality"] = settings.output_dimensionality
+        kwargs["output_dimensionality"] = options.get("output_dimensionality",
+                                                      settings.output_dimensionality)
     if name == "voyage":
-        kwargs["query_input_type"] = settings.query_input_type or settings.input_type
-        kwargs["document_input_type"] = settings.document_input_type or settings.input_type
-    if "timeout" in options:
-        kwargs["timeout"] = float(options["timeout"])
+        kwargs["query_input_type"] = options.get(
+            "query_input_type", settings.query_input_type or settings.input_type)
+        kwargs["document_input_type"] = options.get(
+            "document_input_type", settings.document_input_type or settings.input_type)
+    timeout = _timeout_override(env)
+    if timeout is not None:
+        kwargs["timeout"] = timeout
     if options.get("auth"):  # the producer used a key: a keyless worker must not try without
         kwargs["key_required"] = True
     return cls(model or None, **kwargs)
@@ -135,8 +141,7 @@ def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderS
     return ProviderSpec(provider.name, provider.model, key, options)
 
 
-def _remote_options(provider: Any, role: str, timeout: float | None,
-                    settings: Settings) -> dict[str, Any]:
+def _remote_options(provider: Any, role: str, settings: Settings) -> dict[str, Any]:
     """The non-secret facts a worker needs to rebuild the same remote provider (and the
     fleet-wide rate limit every worker must share)."""
     options: dict[str, Any] = {"role": role, "auth": provider.has_key}
@@ -148,8 +153,11 @@ def _remote_options(provider: Any, role: str, timeout: float | None,
         options["base_url"] = base
     if provider.public_headers:
         options["headers"] = provider.public_headers
-    if timeout is not None:
-        options["timeout"] = timeout
+    if provider.name == "gemini":
+        options["output_dimensionality"] = provider.output_dimensionality
+    if provider.name == "voyage":
+        options["query_input_type"] = provider.input_types["query"]
+        options["document_input_type"] = provider.input_types["document"]
     return options
 
 
@@ -162,14 +170,14 @@ def _build(name: str, settings: Settings, *, primary: bool = True, model: str | 
     if name in _REMOTE_CLASSES:
         chosen = model if model is not None else (settings.model if primary else None)
         provider = _remote(name, settings, primary=primary, model=chosen, env=env)
-        timeout = _timeout_override(env)
         return provider, _spec_for(provider, _remote_options(
-            provider, "primary" if primary else "fallback", timeout, settings))
+            provider, "primary" if primary else "fallback", settings))
     raise ProviderUnavailable(f"unknown provider {name!r} (known: {', '.join(KNOWN_PROVIDERS)})")
 
 
 def _timeout_override(env: Mapping[str, str] | None) -> float | None:
-    """``MEMQ_HTTP_TIMEOUT`` (seconds) replaces the 60 s / 2 min remote timeouts."""
+    """``MEMQ_HTTP_TIMEOUT`` (seconds) replaces the 60 s / 2 min remote timeouts; each process
+    (producer, worker, query) reads its own."""
     raw = (os.environ if env is None else env).get("MEMQ_HTTP_TIMEOUT", "").strip()
     try:
         return float(raw) if raw and float(raw) > 0 else None
