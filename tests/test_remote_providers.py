@@ -197,6 +197,27 @@ def test_openai_try_again_text_and_http_date() -> None:
     assert error_for_response("x", ms, Scrubber([])).retry_after == 0.25
 
 
+@pytest.mark.parametrize(("period", "retryable"), [("PerMinute", True), ("PerDay", False)])
+def test_gemini_quota_period_decides(period: str, retryable: bool) -> None:
+    """Gemini says "You exceeded your current quota" for per-minute limits too."""
+    import httpx
+
+    from pipeline.embeddings.http import Scrubber, error_for_response
+
+    body = {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+                      "message": "You exceeded your current quota, please check your plan and "
+                                 "billing details.",
+                      "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                                   "violations": [{"quotaId": f"EmbedContentRequests{period}"
+                                                              "PerProjectPerModel-FreeTier"}]},
+                                  {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                   "retryDelay": "12s"}]}}
+    err = error_for_response("gemini", httpx.Response(429, json=body), Scrubber([]))
+    assert err.retryable is retryable
+    if retryable:
+        assert err.retry_after == 12
+
+
 @pytest.mark.parametrize("style", ["openai", "gemini"])
 def test_quota_exhaustion_is_not_retried(style: str) -> None:
     err, _ = failure(style, Fault("quota"))

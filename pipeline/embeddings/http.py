@@ -37,9 +37,9 @@ QUERY_TIMEOUT_S = 60.0
 BATCH_TIMEOUT_S = 120.0
 MAX_MESSAGE_CHARS = 300
 
-_QUOTA_RE = re.compile(
-    r"insufficient_quota|exceeded your current quota|billing|per ?day|daily", re.IGNORECASE
-)
+# Not "exceeded your current quota": Gemini says that for per-minute limits too, and only its
+# QuotaFailure details tell a per-minute quota (retry) from a per-day one (don't).
+_QUOTA_RE = re.compile(r"insufficient_quota|billing_hard_limit|per ?day|daily", re.IGNORECASE)
 _CONTEXT_RE = re.compile(
     r"context[ _]length|maximum context|too many tokens|too long|exceeds the (?:max|context)"
     r"|input token count|input length",
@@ -165,7 +165,7 @@ def error_for_response(label: str, response: httpx.Response, scrub: Scrubber) ->
                               retry_after=_retry_after(response, message, details))
     if status in (400, 413, 422) and _CONTEXT_RE.search(message):
         return EmbeddingError(text, retryable=False, context_length=True)
-    if status in (401, 403):
+    if status in (401, 403) or "api key" in message.lower():
         text += " (check the API key: remote.apiKey or the provider's environment variable)"
     return EmbeddingError(text, retryable=False)
 

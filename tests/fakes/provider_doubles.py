@@ -365,15 +365,15 @@ def _error(style: str, kind: str | int, what: str, *, retry_after: float | None 
         gstatus = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
                    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED"}.get(status, "UNKNOWN")
         details: list[dict[str, Any]] = []
-        if kind == "429":
+        if kind in ("429", "quota"):
+            # Per-minute and per-day exhaustion read alike; only the QuotaFailure's quotaId
+            # tells them apart (see test_gemini_quota_period_decides).
             message = "Resource has been exhausted (e.g. check quota)."
-        if kind == "quota":
-            message = "Quota exceeded for metric: generativelanguage.googleapis.com/" \
-                      "embed_content_free_tier_requests, limit: 1000"
+            period = "PerDay" if kind == "quota" else "PerMinute"
             details.append({"@type": "type.googleapis.com/google.rpc.QuotaFailure",
                             "violations": [{"quotaMetric": "generativelanguage.googleapis.com/"
                                             "embed_content_free_tier_requests",
-                                            "quotaId": "EmbedContentRequestsPerDayPerProject"
+                                            "quotaId": f"EmbedContentRequests{period}PerProject"
                                                        "PerModel-FreeTier"}]})
         if kind == "context":
             message = "The input token count (9000) exceeds the maximum number of tokens " \
