@@ -275,6 +275,24 @@ def test_bad_key_fails_fast_and_the_key_never_shows(style: str) -> None:
         assert err.__cause__ is None
 
 
+def test_credentials_in_the_base_url_never_show(make_settings, workspace) -> None:
+    from pipeline.embeddings.registry import choose_provider
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://user:pw-SENTINEL@127.0.0.1:{port}/v1?key=q-SENTINEL"
+    choice = choose_provider(make_settings(workspace, provider="openai", remote={
+        "baseUrl": url}), env={})
+    with pytest.raises(EmbeddingError) as info:
+        choice.provider.embed_query("x")
+    assert "base_url" not in choice.spec.options  # workers take it from their own config
+    for shown in (str(info.value), repr(choice.provider), repr(choice.spec), choice.reason or ""):
+        assert "SENTINEL" not in shown
+    clean = OpenAIProvider(base_url=f"http://user:other@127.0.0.1:{port}/v1?key=zzz")
+    assert clean.provider_key == choice.provider.provider_key
+
+
 def test_provider_key_is_endpoint_model_and_public_headers() -> None:
     a = remote_provider_key("openai", "http://h/v1", "m", {"Authorization": "Bearer k1"})
     b = remote_provider_key("openai", "http://h/v1", "m", {"Authorization": "Bearer k2"})

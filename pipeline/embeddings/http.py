@@ -130,6 +130,11 @@ def _json_error(response: httpx.Response) -> bool:
     return isinstance(body, dict) and "error" in body
 
 
+def shown_url(url: str) -> str:
+    """A URL fit for messages: no user-info password, no query string (which may hold a key)."""
+    return (redact_url(url) or "").split("?", 1)[0].split("#", 1)[0]
+
+
 class Scrubber:
     """Removes known secrets (and key-looking strings) from text meant for humans."""
 
@@ -186,7 +191,7 @@ class HttpClient:
                                     follow_redirects=False)
 
     def __repr__(self) -> str:
-        return f"HttpClient({self.label!r}, {redact_url(self.base_url)!r})"
+        return f"HttpClient({self.label!r}, {shown_url(self.base_url)!r})"
 
     def post_json(self, path: str, body: Any, *, timeout: float | None = None,
                   ok_missing: bool = False) -> Any:
@@ -196,7 +201,7 @@ class HttpClient:
         instead of raising, for endpoint probing; a JSON 404 ("model not found") still raises.
         """
         url = self.base_url + path
-        where = f"{self.label}: POST {redact_url(self.base_url)}{path}"
+        where = f"{self.label}: POST {shown_url(self.base_url)}{path}"
         try:
             response = self._client.post(url, json=body, timeout=timeout or self.timeout)
         except httpx.TimeoutException:

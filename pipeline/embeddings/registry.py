@@ -96,8 +96,9 @@ def remote_class(name: str) -> type:
 
 
 def _public_base_url(url: str | None) -> str | None:
-    """A base URL that may travel in messages: one with credentials in it stays home."""
-    return url if url and "@" not in url else None
+    """A base URL that may travel in messages: one with credentials in it (user-info or a
+    query string) stays home, and workers take it from their own config."""
+    return url if url and "@" not in url and "?" not in url else None
 
 
 def _remote(name: str, settings: Settings, *, primary: bool, model: str | None = None,

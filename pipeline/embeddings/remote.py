@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.config import is_sensitive_header, redact_url
+from pipeline.config import is_sensitive_header
 from pipeline.embeddings.base import EmbeddingError, MissingApiKey, l2_normalise
-from pipeline.embeddings.http import BATCH_TIMEOUT_S, QUERY_TIMEOUT_S, HttpClient
+from pipeline.embeddings.http import BATCH_TIMEOUT_S, QUERY_TIMEOUT_S, HttpClient, shown_url
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES, max_input_bytes, normalise_model
 
 __all__ = ["RemoteProvider", "pack_requests", "remote_provider_key", "resolve_api_key"]
@@ -63,7 +63,7 @@ def remote_provider_key(name: str, base_url: str, model: str, headers: Mapping[s
     """
     blob = {
         "provider": name,
-        "baseUrl": redact_url(base_url),
+        "baseUrl": shown_url(base_url),
         "model": model,
         "headers": {k.lower(): v for k, v in sorted(headers.items())
                     if not is_sensitive_header(k)},
@@ -187,8 +187,7 @@ class RemoteProvider:
             self.before_request(sum(len(t.encode("utf-8")) for t in texts))
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(model={self.model!r}, "
-                f"base_url={redact_url(self.base_url)!r})")
+        return f"{type(self).__name__}(model={self.model!r}, base_url={shown_url(self.base_url)!r})"
 
     # -- checks -----------------------------------------------------------------------------
 
