@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import atexit
 import base64
+import os
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,9 +31,21 @@ from pipeline.store import schema, writer
 from pipeline.store.engine import Database, connect
 
 MAX_DELIVERIES = 3
-#: Retries of a retryable provider error before its chunks are marked failed. With a 30% error
-#: rate the chance of 9 failures in a row is 2e-5 per job.
-MAX_RETRIES = 8
+
+
+def _max_retries(env: Mapping[str, str] = os.environ) -> int:
+    raw = env.get("MEMQ_EMBED_MAX_RETRIES", "").strip()
+    if not raw:
+        return 8
+    if not raw.isdigit():
+        raise ValueError(f"MEMQ_EMBED_MAX_RETRIES must be a whole number >= 0; got {raw!r}")
+    return int(raw)
+
+
+#: Retries of a retryable provider error before its chunks are marked failed (default 8: with a
+#: 30% error rate the chance of 9 failures in a row is 2e-5 per job); MEMQ_EMBED_MAX_RETRIES
+#: sets it per worker.
+MAX_RETRIES = _max_retries()
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 #: The longest provider-requested wait honoured (a daily-quota Retry-After is not retried).

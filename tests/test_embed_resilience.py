@@ -23,6 +23,9 @@ def test_backoff_schedule() -> None:
     assert jobs.retry_delay(4, retry_after=0.1) >= 8.0  # never sooner than the schedule
     assert jobs.retry_delay(0, retry_after=86400) == jobs.MAX_RETRY_AFTER_S
     assert jobs.MAX_RETRIES >= 3
+    assert jobs._max_retries({}) == 8 and jobs._max_retries({"MEMQ_EMBED_MAX_RETRIES": "0"}) == 0
+    with pytest.raises(ValueError, match="MEMQ_EMBED_MAX_RETRIES"):
+        jobs._max_retries({"MEMQ_EMBED_MAX_RETRIES": "-1"})
 
 
 def test_context_length_splits_down_to_the_long_chunk() -> None:

@@ -187,3 +187,15 @@ def test_exhausted_quota_is_not_retried(workspace: Path, make_settings, broker_u
         assert len(double.embed_requests()) == run.report.jobs == 1
         assert status["failed"] == status["chunks"] and status["pending"] == 0
         assert "quota exhausted: not retried" in status["chunk_errors"][0]["error"]
+
+
+def test_retries_run_out_and_the_chunks_fail_with_the_reason(
+        workspace: Path, make_settings, broker_url, fleet, monkeypatch) -> None:
+    fleet.env["MEMQ_EMBED_MAX_RETRIES"] = "3"
+    with ProviderDouble("openai", api_key=SENTINEL, script=[Fault("500")] * 10) as double:
+        _, run, status, _, _ = index_through_openai_double(
+            double, workspace, make_settings, broker_url, fleet, monkeypatch)
+        assert [r.status for r in double.embed_requests()] == [500] * 4  # 1 try + 3 retries
+        assert status["failed"] == status["chunks"] == run.failed_chunks > 0
+        error = status["chunk_errors"][0]["error"]
+        assert "HTTP 500" in error and "(after 3 retries)" in error
