@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", parents=[common], help="run a Celery worker of the fleet")
     p.add_argument("--role", choices=ROLES, required=True)
-    p.add_argument("--provider", help="embedding provider of an embed worker (e.g. local)")
+    p.add_argument("--provider", help="embedding provider of an embed worker (local, openai, "
+                   "gemini, voyage, mistral, ollama)")
     p.add_argument("--concurrency", type=int)
     p.add_argument("--loglevel", default="INFO")
     p.set_defaults(func=cmd_worker)

@@ -228,6 +228,8 @@ _SPECS: dict[str, _Spec] = {
     "remote.batch.concurrency": _int(1),
     "remote.batch.pollIntervalMs": _int(0),
     "remote.batch.timeoutMinutes": _int(1),
+    "remote.rateLimit.requestsPerMinute": _int(1, nullable=True, null_hint="null for no limit"),
+    "remote.rateLimit.tokensPerMinute": _int(1, nullable=True, null_hint="null for no limit"),
     "local.modelPath": _OPT_STR,
     "local.modelCacheDir": _OPT_STR,
     "local.threads": _int(1, nullable=True, null_hint='"auto" (or null) to let llama.cpp decide'),
@@ -639,8 +641,13 @@ class RemoteSettings:
     headers: Mapping[str, str] = field(default_factory=Headers)
     batch: BatchSettings = field(default_factory=BatchSettings)
     api_key_env: str | None = None
+    #: memq's fleet-wide limits (``remote.rateLimit.*``), shared by every embed worker.
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
 
     def __post_init__(self) -> None:
+        _set_checked(self, {"requests_per_minute": "remote.rateLimit.requestsPerMinute",
+                            "tokens_per_minute": "remote.rateLimit.tokensPerMinute"})
         if self.base_url is not None:
             object.__setattr__(
                 self, "base_url", _check_url("remote.baseUrl", self.base_url, ("http", "https"))
@@ -658,7 +665,9 @@ class RemoteSettings:
         return (
             f"RemoteSettings(base_url={redact_url(self.base_url)!r}, api_key={key!r}, "
             f"headers={self.headers!r}, batch={self.batch!r}, "
-            f"api_key_env={self.api_key_env!r})"
+            f"api_key_env={self.api_key_env!r}, "
+            f"requests_per_minute={self.requests_per_minute!r}, "
+            f"tokens_per_minute={self.tokens_per_minute!r})"
         )
 
 
@@ -1527,7 +1536,9 @@ def _build(
         remote_kw["headers"] = entries["remote.headers"].value
     if "remote.apiKey" in entries:
         remote_kw.update(_api_key(entries["remote.apiKey"]))
-    remote = make(RemoteSettings, {}, **remote_kw)
+    remote = make(RemoteSettings, {"requests_per_minute": "remote.rateLimit.requestsPerMinute",
+                                   "tokens_per_minute": "remote.rateLimit.tokensPerMinute"},
+                  **remote_kw)
 
     local_kw: dict[str, Any] = {}
     model_entry = entries.get("local.modelPath")
@@ -1731,6 +1742,10 @@ def settings_to_dict(s: Settings) -> dict[str, Any]:
                 "concurrency": s.remote.batch.concurrency,
                 "pollIntervalMs": s.remote.batch.poll_interval_ms,
                 "timeoutMinutes": s.remote.batch.timeout_minutes,
+            },
+            "rateLimit": {
+                "requestsPerMinute": s.remote.requests_per_minute,
+                "tokensPerMinute": s.remote.tokens_per_minute,
             },
         },
         "local": {

@@ -5,6 +5,10 @@ An embedding job names its provider by a secret-free :class:`ProviderSpec` and c
 float32, so messages stay JSON. A crash while embedding (a native abort in llama.cpp kills the
 worker) redelivers the job: it is then split into single-chunk jobs, and a single chunk that
 keeps crashing is given up as failed instead of killing workers forever.
+
+Provider failures: a retryable error (429, 5xx, timeout) is retried by the task after
+:func:`retry_delay`; a context-length error on several chunks splits them in halves until the
+one chunk that is too long is isolated and marked failed, the others embedded.
 """
 
 from __future__ import annotations
@@ -12,19 +16,40 @@ from __future__ import annotations
 import atexit
 import base64
 import os
+import random
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from pipeline.config import Settings
-from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec
 from pipeline.store import schema, writer
 from pipeline.store.engine import Database, as_store_error, connect
 
 MAX_DELIVERIES = 3
+
+
+def _max_retries(env: Mapping[str, str] = os.environ) -> int:
+    raw = env.get("MEMQ_EMBED_MAX_RETRIES", "").strip()
+    if not raw:
+        return 8
+    if not raw.isdigit():
+        raise ValueError(f"MEMQ_EMBED_MAX_RETRIES must be a whole number >= 0; got {raw!r}")
+    return int(raw)
+
+
+#: Retries of a retryable provider error before its chunks are marked failed (default 8: with a
+#: 30% error rate the chance of 9 failures in a row is 2e-5 per job); MEMQ_EMBED_MAX_RETRIES
+#: sets it per worker.
+MAX_RETRIES = _max_retries()
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 8.0
+#: The longest provider-requested wait honoured (a daily-quota Retry-After is not retried).
+MAX_RETRY_AFTER_S = 300.0
 
 Job = dict[str, Any]
 Result = dict[str, Any]
@@ -62,21 +87,62 @@ def _close_providers() -> None:
     _providers.clear()
 
 
-def embed_job(job: Job, settings: Settings) -> Result:
-    """Embed a job's chunks; raises :class:`EmbeddingError` when the provider fails."""
+def retry_delay(retries: int, retry_after: float | None = None) -> float:
+    """Seconds before retry number ``retries + 1``: about 0.5 s doubling to an 8 s cap with up
+    to 20% jitter (OpenClaw's schedule), but never sooner than the provider asked."""
+    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**retries) * (1 + random.random() * 0.2)
+    if retry_after is not None:
+        delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_S))
+    return delay
+
+
+def embed_splitting(provider: EmbeddingProvider, texts: Sequence[str]
+                    ) -> list[np.ndarray | EmbeddingError]:
+    """Embed ``texts``; a context-length error splits them in halves and retries each half.
+
+    Returns one vector per text, or the context-length error for a text that is too long on
+    its own. Any other error is raised for the caller's retry policy.
+    """
+    try:
+        return list(provider.embed_documents(texts))
+    except EmbeddingError as exc:
+        if not exc.context_length:
+            raise
+        if len(texts) == 1:
+            return [exc]
+    mid = len(texts) // 2
+    return embed_splitting(provider, texts[:mid]) + embed_splitting(provider, texts[mid:])
+
+
+def _attach_rate_limit(provider: EmbeddingProvider, spec: ProviderSpec, redis_client: Any
+                       ) -> None:
+    """Hang the fleet-wide limiter a spec asks for on its provider (once per process)."""
+    limits = spec.options.get("rate_limit")
+    if not limits or redis_client is None or getattr(provider, "before_request", None):
+        return
+    from pipeline.embeddings.ratelimit import FleetRateLimiter
+
+    limiter = FleetRateLimiter(redis_client, spec.provider_key, requests=limits.get("requests"),
+                               tokens=limits.get("tokens"))
+    provider.before_request = limiter.acquire  # type: ignore[attr-defined]
+
+
+def embed_job(job: Job, settings: Settings, redis_client: Any = None) -> Result:
+    """Embed a job's chunks; raises :class:`EmbeddingError` when the provider fails.
+
+    ``redis_client`` (the fleet's broker) carries the shared rate limit, if the spec has one.
+    """
     spec = ProviderSpec.from_dict(job["spec"])
     provider = provider_for(spec, settings)
-    texts = [text for _, _, text in job["chunks"]]
-    vectors = provider.embed_documents(texts)
-    return {
-        "spec": job["spec"],
-        "store": job["store"],
-        "vectors": [
-            [cid, text_hash, encode_vector(v)]
-            for (cid, text_hash, _), v in zip(job["chunks"], vectors, strict=True)
-        ],
-        "failed": [],
-    }
+    _attach_rate_limit(provider, spec, redis_client)
+    outcomes = embed_splitting(provider, [text for _, _, text in job["chunks"]])
+    result: Result = {"spec": job["spec"], "store": job["store"], "vectors": [], "failed": []}
+    for (cid, text_hash, _), out in zip(job["chunks"], outcomes, strict=True):
+        if isinstance(out, EmbeddingError):
+            result["failed"].append([cid, f"input too long for the model: {out}"])
+        else:
+            result["vectors"].append([cid, text_hash, encode_vector(out)])
+    return result
 
 
 def failure_result(job: Job, reason: str) -> Result:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.chunking import chunk_markdown, enforce_input_limit
 from pipeline.config import Settings
+from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
 from pipeline.sessions import (
     SESSIONS_SOURCE,
@@ -34,6 +35,9 @@ from pipeline.store.vectors import drop_vectors
 MAX_FILE_BYTES = 16 * 1024 * 1024
 JOB_MAX_CHUNKS = 32
 JOB_MAX_BYTES = 64 * 1024
+#: A remote provider's job is one HTTP request's worth (OpenClaw's 8000-byte request budget), so
+#: a 429 or 5xx retries one request, not a whole group of them.
+REMOTE_JOB_MAX_BYTES = HARD_MAX_INPUT_BYTES
 REQUEUE_AFTER_S = 3600.0  # a pending chunk queued longer ago than this is presumed lost
 
 EmbedJob = dict[str, Any]
@@ -261,7 +265,8 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
     hits = cache.get_cached(db, spec.name, spec.model, spec.provider_key, (p.hash for p in pending))
     remaining = writer.attach_cached(db, pending, hits)
     report.chunks_cached += len(pending) - len(remaining)
-    for group in group_jobs(remaining):
+    max_bytes = JOB_MAX_BYTES if spec.name == "local" else REMOTE_JOB_MAX_BYTES
+    for group in group_jobs(remaining, max_bytes=max_bytes):
         job: EmbedJob = {
             "spec": spec.to_dict(),
             "store": os.path.realpath(db.path),

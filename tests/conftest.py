@@ -81,17 +81,23 @@ def redis_server() -> Iterator[str]:
         broker.close()
 
 
+def redis_client(url: str):
+    """A redis-py client for a ``redis://`` or an embedded ``redis+socket://`` URL."""
+    import redis
+
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    return redis.Redis.from_url(url)
+
+
 @pytest.fixture
 def broker_url(redis_server: str) -> Iterator[str]:
     """A private, empty Redis database for one test."""
-    import redis
-
     if redis_server.startswith("redis://"):
         url = f"{redis_server}/{1 + (os.getpid() + int(time.time() * 1000)) % 14}"
-        client = redis.Redis.from_url(url)
     else:  # the embedded server is private to this session: database 0 is ours
         url = redis_server
-        client = redis.Redis(unix_socket_path=redis_server.removeprefix("redis+socket://"))
+    client = redis_client(url)
     client.flushdb()
     yield url
     client.flushdb()

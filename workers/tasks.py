@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import random
 from functools import cache
 
+import redis
 from celery import Task
 from kombu import Connection
 
@@ -16,7 +16,7 @@ from pipeline.store.engine import StoreBusy
 from workers.app import STORE_QUEUE, app, embed_queue
 
 log = logging.getLogger(__name__)
-MAX_RETRIES = 5
+MAX_RETRIES = jobs.MAX_RETRIES
 WRITE_RETRIES = 20
 
 
@@ -26,9 +26,17 @@ def settings() -> Settings:
     return load_settings()
 
 
-def backoff(retries: int) -> float:
-    """About 0.5 s doubling to an 8 s cap, with up to 20% jitter (OpenClaw's schedule)."""
-    return min(8.0, 0.5 * 2**retries) * (1 + random.random() * 0.2)
+@cache
+def broker_redis() -> redis.Redis | None:
+    """A client for the broker's Redis, where the fleet-wide rate limits are counted."""
+    url = str(app.conf.broker_url or "")
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    if url.startswith(("redis://", "rediss://")):
+        return redis.Redis.from_url(url)
+    log.warning("rate limits need a Redis broker; %s is not one: not enforced",
+                url.split(":", 1)[0])
+    return None
 
 
 def submit_embed_job(job: jobs.Job, connection: Connection | None = None) -> None:
@@ -50,11 +58,17 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
                     len(retries), ", gave up on its chunk" if failure else "")
         return {"embedded": 0, "resubmitted": len(retries)}
     try:
-        result = jobs.embed_job(job, settings())
+        limited = job["spec"].get("options", {}).get("rate_limit")
+        result = jobs.embed_job(job, settings(), broker_redis() if limited else None)
     except EmbeddingError as exc:
         if exc.retryable and self.request.retries < MAX_RETRIES:
-            raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
-        result = jobs.failure_result(job, str(exc))
+            delay = jobs.retry_delay(self.request.retries, exc.retry_after)
+            log.info("retrying %d chunk(s) in %.1f s: %s", len(job["chunks"]), delay, exc)
+            raise self.retry(countdown=delay) from None
+        tried = f" (after {self.request.retries} retries)" if exc.retryable else ""
+        log.warning("embedding failed%s, %d chunk(s) marked failed: %s", tried,
+                    len(job["chunks"]), exc)
+        result = jobs.failure_result(job, f"{exc}{tried}")
     except Exception as exc:  # a bug or a time limit: record it on the chunks, don't lose them
         log.exception("embedding job failed")
         result = jobs.failure_result(job, f"{type(exc).__name__}: {exc}")
@@ -72,7 +86,7 @@ def write_vectors(self: Task, result: jobs.Result) -> dict[str, object]:
     try:
         outcome = jobs.apply_result(result, settings())
     except StoreBusy as exc:
-        raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
+        raise self.retry(exc=exc, countdown=jobs.retry_delay(self.request.retries)) from exc
     if outcome.refused:
         log.warning("result refused: %s", outcome.refused)
     return {"written": outcome.written, "stale": outcome.stale, "failed": outcome.failed,

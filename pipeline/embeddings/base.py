@@ -14,15 +14,27 @@ import numpy as np
 
 
 class EmbeddingError(RuntimeError):
-    """A provider could not embed. ``retryable`` says whether trying again may help."""
+    """A provider could not embed. ``retryable`` says whether trying again may help.
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
+    ``retry_after`` is the wait in seconds the provider asked for (``Retry-After``, Gemini's
+    ``RetryInfo.retryDelay``), if any. ``context_length`` marks an input the model found too
+    long: a request of several texts may succeed when split. The message never holds a secret.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False,
+                 retry_after: float | None = None, context_length: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.retry_after = retry_after
+        self.context_length = context_length
 
 
 class ProviderUnavailable(EmbeddingError):
     """The provider cannot be built here (no model file, no API key): skip it, do not crash."""
+
+
+class MissingApiKey(ProviderUnavailable):
+    """No API key for a remote provider: ``provider: auto`` skips it silently, like OpenClaw."""
 
 
 @runtime_checkable

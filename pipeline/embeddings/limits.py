@@ -16,6 +16,7 @@ __all__ = [
     "LOCAL_MAX_INPUT_TOKENS",
     "max_input_bytes",
     "max_input_tokens",
+    "normalise_model",
 ]
 
 #: OpenClaw's ``EMBEDDING_BATCH_MAX_TOKENS``: no chunk sent for embedding exceeds this many bytes.
@@ -52,7 +53,8 @@ _MODEL_PREFIXES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _normalise_model(provider: str, model: str) -> str:
+def normalise_model(provider: str, model: str) -> str:
+    """The model id without the provider prefix OpenClaw strips ("openai/x" -> "x")."""
     model = model.strip()
     for prefix in _MODEL_PREFIXES.get(provider, ()):
         if model.lower().startswith(prefix):
@@ -67,7 +69,7 @@ def max_input_tokens(provider: str, model: str) -> int:
     every other provider to 8192. Matching is case-insensitive.
     """
     pid = provider.strip().lower()
-    key = f"{pid}:{_normalise_model(pid, model)}".lower()
+    key = f"{pid}:{normalise_model(pid, model)}".lower()
     known = KNOWN_MAX_INPUT_TOKENS.get(key)
     if known is not None:
         return known

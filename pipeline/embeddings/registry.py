@@ -1,24 +1,50 @@
 """Choosing the embedding provider, and rebuilding it from the spec a message carries.
 
 ``provider: auto`` picks the local GGUF model when one is there (the user's ``local.modelPath``,
-or memq's default MiniLM, converted on first use), else the remote providers in OpenClaw's order
-(added by a later release), else keyword-only mode. Keyword-only is never silent: the reason
+or memq's default MiniLM, converted on first use), else openai, gemini, voyage and mistral in
+OpenClaw's order: a missing API key skips a provider quietly, any other error is kept in the
+reason. Ollama is never auto-selected. Nobody available means keyword-only mode, and the reason
 travels to ``memq status`` and to every search result.
+
+``fallback`` is built when the primary cannot be, with the fallback provider's **own** default
+model (OpenClaw #142364 handed it the primary's model name). ``remote.*`` (baseUrl, apiKey,
+headers) and ``model`` belong to the primary provider; a fallback uses its defaults and its
+environment key.
+
+A :class:`ProviderSpec` travels in every task message, so it never holds a secret: workers
+read API keys from their own config and environment, and refuse a job whose provider key
+(endpoint, model, non-secret headers) differs from what their own settings build.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider, ProviderUnavailable
+from pipeline.embeddings.base import (
+    EmbeddingError,
+    EmbeddingProvider,
+    MissingApiKey,
+    ProviderUnavailable,
+)
 
 KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama")
-IMPLEMENTED = ("local",)
+IMPLEMENTED = KNOWN_PROVIDERS
+AUTO_REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")
+_REMOTE_CLASSES = {
+    "openai": ("pipeline.embeddings.openai", "OpenAIProvider"),
+    "gemini": ("pipeline.embeddings.gemini", "GeminiProvider"),
+    "voyage": ("pipeline.embeddings.voyage", "VoyageProvider"),
+    "mistral": ("pipeline.embeddings.mistral", "MistralProvider"),
+    "ollama": ("pipeline.embeddings.ollama", "OllamaProvider"),
+}
 
 
 @dataclass(frozen=True)
@@ -64,20 +90,100 @@ def _local(settings: Settings, model_path: str | None) -> EmbeddingProvider:
                          cache_dir=settings.local.model_cache_dir)
 
 
+def remote_class(name: str) -> type:
+    module, cls = _REMOTE_CLASSES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def _public_base_url(url: str | None) -> str | None:
+    """A base URL that may travel in messages: one with credentials in it (user-info or a
+    query string) stays home, and workers take it from their own config."""
+    return url if url and "@" not in url and "?" not in url else None
+
+
+def _remote(name: str, settings: Settings, *, primary: bool, model: str | None = None,
+            options: Mapping[str, Any] | None = None,
+            env: Mapping[str, str] | None = None) -> EmbeddingProvider:
+    """Build a remote provider: config (for the primary) then the environment give the key."""
+    from pipeline.embeddings.remote import resolve_api_key
+
+    cls = remote_class(name)
+    remote = settings.remote
+    options = dict(options or {})
+    headers = dict(remote.headers) if primary else {}
+    headers.update(options.get("headers") or {})
+    api_key = resolve_api_key(cls.env_keys, configured=remote.api_key if primary else None,
+                              configured_env=remote.api_key_env if primary else None,
+                              env=os.environ if env is None else env)
+    kwargs: dict[str, Any] = {
+        "base_url": options.get("base_url") or (remote.base_url if primary else None),
+        "api_key": api_key, "headers": headers,
+    }
+    # Options that change the vectors come from the spec when it has them, so a worker builds
+    # exactly the producer's provider whatever its own config says.
+    if name == "gemini":
+        kwargs["output_dimensionality"] = options.get("output_dimensionality",
+                                                      settings.output_dimensionality)
+    if name == "voyage":
+        kwargs["query_input_type"] = options.get(
+            "query_input_type", settings.query_input_type or settings.input_type)
+        kwargs["document_input_type"] = options.get(
+            "document_input_type", settings.document_input_type or settings.input_type)
+    timeout = _timeout_override(env)
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    if options.get("auth"):  # the producer used a key: a keyless worker must not try without
+        kwargs["key_required"] = True
+    return cls(model or None, **kwargs)
+
+
 def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderSpec:
-    return ProviderSpec(provider.name, provider.model, provider_key(provider.name, provider.model),
-                        options)
+    key = getattr(provider, "provider_key", None) or provider_key(provider.name, provider.model)
+    return ProviderSpec(provider.name, provider.model, key, options)
 
 
-def _build(name: str, settings: Settings) -> tuple[EmbeddingProvider, ProviderSpec]:
+def _remote_options(provider: Any, role: str, settings: Settings) -> dict[str, Any]:
+    """The non-secret facts a worker needs to rebuild the same remote provider (and the
+    fleet-wide rate limit every worker must share)."""
+    options: dict[str, Any] = {"role": role, "auth": provider.has_key}
+    rpm, tpm = settings.remote.requests_per_minute, settings.remote.tokens_per_minute
+    if rpm or tpm:
+        options["rate_limit"] = {"requests": rpm, "tokens": tpm}
+    base = _public_base_url(provider.base_url)
+    if base and base != provider.default_base_url:
+        options["base_url"] = base
+    if provider.public_headers:
+        options["headers"] = provider.public_headers
+    if provider.name == "gemini":
+        options["output_dimensionality"] = provider.output_dimensionality
+    if provider.name == "voyage":
+        options["query_input_type"] = provider.input_types["query"]
+        options["document_input_type"] = provider.input_types["document"]
+    return options
+
+
+def _build(name: str, settings: Settings, *, primary: bool = True, model: str | None = None,
+           env: Mapping[str, str] | None = None) -> tuple[EmbeddingProvider, ProviderSpec]:
     if name == "local":
         path = settings.local.model_path
         provider = _local(settings, path)
         return provider, _spec_for(provider, {"model_path": path})
-    if name in KNOWN_PROVIDERS:
-        raise ProviderUnavailable(f"provider {name!r} is not implemented in this memq release "
-                                  f"(available: {', '.join(IMPLEMENTED)})")
-    raise ProviderUnavailable(f"unknown provider {name!r}")
+    if name in _REMOTE_CLASSES:
+        chosen = model if model is not None else (settings.model if primary else None)
+        provider = _remote(name, settings, primary=primary, model=chosen, env=env)
+        return provider, _spec_for(provider, _remote_options(
+            provider, "primary" if primary else "fallback", settings))
+    raise ProviderUnavailable(f"unknown provider {name!r} (known: {', '.join(KNOWN_PROVIDERS)})")
+
+
+def _timeout_override(env: Mapping[str, str] | None) -> float | None:
+    """``MEMQ_HTTP_TIMEOUT`` (seconds) replaces the 60 s / 2 min remote timeouts; each process
+    (producer, worker, query) reads its own."""
+    raw = (os.environ if env is None else env).get("MEMQ_HTTP_TIMEOUT", "").strip()
+    try:
+        return float(raw) if raw and float(raw) > 0 else None
+    except ValueError:
+        return None
 
 
 def _local_model_present(settings: Settings) -> bool:
@@ -89,29 +195,39 @@ def _local_model_present(settings: Settings) -> bool:
     return default_model_available(settings.local.model_cache_dir)
 
 
-def choose_provider(settings: Settings, *, fetch_default_model: bool = True) -> ProviderChoice:
+def _explicit(settings: Settings, env: Mapping[str, str] | None) -> ProviderChoice:
+    """``provider: <name>``, with ``fallback`` (own default model) when it cannot be built."""
+    try:
+        return ProviderChoice(*_build(settings.provider, settings, env=env))
+    except EmbeddingError as primary:
+        if settings.fallback in ("none", settings.provider):
+            raise
+        try:
+            provider, spec = _build(settings.fallback, settings, primary=False, env=env)
+        except EmbeddingError as secondary:
+            if isinstance(primary, MissingApiKey) and isinstance(secondary, MissingApiKey):
+                return ProviderChoice(None, None, f"no embedding provider available: {primary}; "
+                                                  f"fallback {settings.fallback}: {secondary}")
+            raise EmbeddingError(f"{primary}; fallback {settings.fallback!r}: {secondary}"
+                                 ) from None
+        return ProviderChoice(provider, spec, f"fallback {settings.fallback!r} "
+                                              f"({spec.model}) used: {primary}")
+
+
+def choose_provider(settings: Settings, *, fetch_default_model: bool = True,
+                    env: Mapping[str, str] | None = None) -> ProviderChoice:
     """Pick the provider for indexing, per ``provider`` and ``fallback``.
 
     With ``fetch_default_model`` the default local model may be fetched and converted (once,
-    cached); without it, auto only takes a local model that is already on disk.
+    cached); without it, auto only takes a local model that is already on disk. ``env``
+    replaces ``os.environ`` for API keys.
     """
     if not settings.enabled:
         return ProviderChoice(None, None, "memory search embeddings disabled (enabled=false)")
     if settings.provider == "none":
         return ProviderChoice(None, None, "provider is 'none': keyword-only by configuration")
     if settings.provider != "auto":
-        try:
-            return ProviderChoice(*_build(settings.provider, settings))
-        except EmbeddingError as primary:
-            if settings.fallback in ("none", settings.provider):
-                raise
-            try:
-                provider, spec = _build(settings.fallback, settings)
-            except EmbeddingError as secondary:
-                raise EmbeddingError(f"{primary}; fallback {settings.fallback!r}: {secondary}"
-                                     ) from secondary
-            return ProviderChoice(provider, spec,
-                                  f"fallback {settings.fallback!r} used: {primary}")
+        return _explicit(settings, env)
     reasons: list[str] = []
     if settings.local.model_path or fetch_default_model or _local_model_present(settings):
         try:
@@ -125,21 +241,38 @@ def choose_provider(settings: Settings, *, fetch_default_model: bool = True) -> 
             reasons.append(f"local: {exc}")
     else:
         reasons.append("local: no model on disk")
-    reasons.append("remote providers (openai, gemini, voyage, mistral): not in this release")
+    for name in AUTO_REMOTE_ORDER:
+        try:
+            provider, spec = _build(name, settings, env=env)
+        except MissingApiKey as exc:
+            reasons.append(str(exc))
+            continue
+        except EmbeddingError as exc:  # reported, and the next provider is tried
+            reasons.append(f"{name}: {exc}")
+            continue
+        skipped = f" (skipped: {'; '.join(reasons)})" if reasons else ""
+        return ProviderChoice(provider, spec, f"auto: {name}{skipped}")
     return ProviderChoice(None, None, "no embedding provider available: " + "; ".join(reasons))
 
 
 def build_from_spec(spec: ProviderSpec, settings: Settings) -> EmbeddingProvider:
     """Rebuild the provider a message or an index names, with this host's own settings.
 
-    Refuses when this host's provider turns out to be another model than the spec says: a
-    worker configured differently from the producer must not write foreign vectors.
+    Refuses when this host's provider turns out to be another model or endpoint than the spec
+    says: a worker configured differently from the producer must not write foreign vectors.
     """
     if spec.name == "local":
         provider = _local(settings, spec.options.get("model_path"))
+    elif spec.name in _REMOTE_CLASSES:
+        provider = _remote(spec.name, settings, primary=spec.options.get("role") != "fallback",
+                           model=spec.model, options=spec.options)
     else:
-        provider, _ = _build(spec.name, settings)
+        raise ProviderUnavailable(f"unknown provider {spec.name!r}")
     if provider.model != spec.model:
         raise ProviderUnavailable(f"this host's {spec.name} model is {provider.model!r}, "
                                   f"the job needs {spec.model!r}")
+    key = getattr(provider, "provider_key", None)
+    if key is not None and key != spec.provider_key:
+        raise ProviderUnavailable(f"this host's {spec.name} endpoint or headers differ from the "
+                                  "ones the index was built with (provider key mismatch)")
     return provider

@@ -1,0 +1,92 @@
+"""Google Gemini embeddings (``generativelanguage.googleapis.com/v1beta``).
+
+Queries go to ``models/{m}:embedContent`` with ``taskType: RETRIEVAL_QUERY``; chunks to
+``models/{m}:batchEmbedContents`` with ``RETRIEVAL_DOCUMENT``, at most 100 per request (the
+API's cap, which OpenClaw ignores: #134015). Auth is the ``x-goog-api-key`` header, never a
+``?key=`` query parameter, so the key cannot leak through a logged URL.
+``outputDimensionality`` (768, 1536 or 3072) applies to gemini-embedding-2-preview only, as in
+OpenClaw; it is part of the provider key because it changes the vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from pipeline.embeddings.base import EmbeddingError, ProviderUnavailable
+from pipeline.embeddings.remote import RemoteProvider
+
+__all__ = ["GeminiProvider"]
+
+DIMENSIONAL_MODEL = "gemini-embedding-2-preview"
+ALLOWED_DIMENSIONS = (768, 1536, 3072)
+TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
+
+
+def _values(label: str, item: Any) -> Any:
+    if not isinstance(item, dict) or not isinstance(item.get("values"), list):
+        raise EmbeddingError(f"{label}: the answer has an embedding without values[]",
+                             retryable=False)
+    return item["values"]
+
+
+class GeminiProvider(RemoteProvider):
+    """Gemini ``embedContent`` / ``batchEmbedContents`` (gemini-embedding-001 by default)."""
+
+    name = "gemini"
+    default_model = "gemini-embedding-001"
+    default_base_url = "https://generativelanguage.googleapis.com/v1beta"
+    env_keys = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    known_dims: ClassVar[dict[str, int]] = {
+        "gemini-embedding-001": 3072, "text-embedding-004": 768, DIMENSIONAL_MODEL: 3072,
+    }
+    max_items = 100
+
+    def __init__(self, model: str | None = None, *, output_dimensionality: int | None = None,
+                 **kwargs: Any) -> None:
+        self.output_dimensionality: int | None = None
+        resolved = (model or self.default_model).strip()
+        if resolved.removeprefix("models/").removeprefix("gemini/").removeprefix(
+                "google/") == DIMENSIONAL_MODEL:
+            dims = output_dimensionality or 3072
+            if dims not in ALLOWED_DIMENSIONS:
+                raise ProviderUnavailable(
+                    f"gemini: outputDimensionality must be one of {ALLOWED_DIMENSIONS} for "
+                    f"{DIMENSIONAL_MODEL}; got {dims}")
+            self.output_dimensionality = dims
+        super().__init__(model, **kwargs)
+
+    def _auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-goog-api-key": api_key}
+
+    def _clean_base_url(self, url: str) -> str:
+        return url.rstrip("/").removesuffix("/openai")
+
+    def _expected_dims(self) -> int | None:
+        return self.output_dimensionality or super()._expected_dims()
+
+    def _key_extra(self) -> dict[str, Any]:
+        return {"outputDimensionality": self.output_dimensionality}
+
+    def _request(self, text: str, kind: str) -> dict[str, Any]:
+        req: dict[str, Any] = {"content": {"parts": [{"text": text}]},
+                               "taskType": TASK_TYPES[kind]}
+        if self.output_dimensionality is not None:
+            req["outputDimensionality"] = self.output_dimensionality
+        return req
+
+    def _embed_request(self, texts: Sequence[str], kind: str, timeout: float) -> list[Any]:
+        path = f"/models/{self.model}"
+        if kind == "query" and len(texts) == 1:
+            body = self.http.post_json(f"{path}:embedContent", self._request(texts[0], kind),
+                                       timeout=timeout)
+            return [_values(self.name, (body or {}).get("embedding")
+                            if isinstance(body, dict) else None)]
+        requests = [{"model": f"models/{self.model}", **self._request(t, kind)} for t in texts]
+        body = self.http.post_json(f"{path}:batchEmbedContents", {"requests": requests},
+                                   timeout=timeout)
+        items = body.get("embeddings") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise EmbeddingError(f"{self.name}: the answer has no embeddings[] list",
+                                 retryable=False)
+        return [_values(self.name, item) for item in items]

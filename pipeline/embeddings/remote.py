@@ -1,0 +1,230 @@
+"""What every remote provider shares: keys, endpoint, request packing, vector checks.
+
+A provider module only says how one request looks on the wire (``_embed_request``); this base
+class packs documents into requests of at most 8000 UTF-8 bytes (OpenClaw's budget; an
+oversize text goes alone), checks that every answer has one vector per text and the model's
+width, and L2-normalises every vector. OpenClaw stores OpenAI, Voyage and Mistral vectors raw;
+memq normalises all of them because its vector index ranks by cosine distance and a zero or
+odd-length vector must never rank above a real one.
+
+The API key lives only inside the HTTP client's headers: never in a repr, a
+:class:`~pipeline.embeddings.registry.ProviderSpec`, the provider key or an error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pipeline.config import is_sensitive_header
+from pipeline.embeddings.base import EmbeddingError, MissingApiKey, l2_normalise
+from pipeline.embeddings.http import BATCH_TIMEOUT_S, QUERY_TIMEOUT_S, HttpClient, shown_url
+from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES, max_input_bytes, normalise_model
+
+__all__ = ["RemoteProvider", "pack_requests", "remote_provider_key", "resolve_api_key"]
+
+_ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*_(?:API_)?KEY$")
+
+
+def resolve_api_key(env_vars: Sequence[str], *, configured: str | None = None,
+                    configured_env: str | None = None,
+                    env: Mapping[str, str] | None = None) -> str | None:
+    """The key from config (``remote.apiKey``), else the provider's environment variables.
+
+    Like OpenClaw, a ``remote.apiKey`` that is itself a variable name (``"GEMINI_API_KEY"``)
+    is read from the environment; an OpenClaw SecretRef names the variable explicitly.
+    """
+    env = os.environ if env is None else env
+    if configured:
+        if _ENV_NAME_RE.match(configured) and env.get(configured):
+            return env[configured].strip()
+        return configured
+    if configured_env:
+        return (env.get(configured_env) or "").strip() or None
+    for name in env_vars:
+        value = (env.get(name) or "").strip()
+        if value:
+            return value
+    return None
+
+
+def remote_provider_key(name: str, base_url: str, model: str, headers: Mapping[str, str],
+                        extra: Mapping[str, Any] | None = None) -> str:
+    """sha256 of endpoint, model and non-secret headers: the cache and index identity.
+
+    Two API keys for the same endpoint and model share vectors, by design (OpenClaw does the
+    same); the key itself is never part of it.
+    """
+    blob = {
+        "provider": name,
+        "baseUrl": shown_url(base_url),
+        "model": model,
+        "headers": {k.lower(): v for k, v in sorted(headers.items())
+                    if not is_sensitive_header(k)},
+        **dict(extra or {}),
+    }
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+
+
+def pack_requests(texts: Sequence[str], max_bytes: int = HARD_MAX_INPUT_BYTES,
+                  max_items: int = 2048) -> list[tuple[int, int]]:
+    """Split ``texts`` into consecutive (start, end) runs of at most ``max_bytes`` UTF-8 bytes
+    and ``max_items`` texts; a text larger than ``max_bytes`` travels alone."""
+    runs: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, text in enumerate(texts):
+        weight = len(text.encode("utf-8"))
+        if i > start and (size + weight > max_bytes or i - start >= max_items):
+            runs.append((start, i))
+            start, size = i, 0
+        size += weight
+    if start < len(texts):
+        runs.append((start, len(texts)))
+    return runs
+
+
+class RemoteProvider:
+    """Base of the HTTP providers. Subclasses set the class constants and ``_embed_request``."""
+
+    name: ClassVar[str]
+    default_model: ClassVar[str]
+    default_base_url: ClassVar[str]
+    env_keys: ClassVar[tuple[str, ...]] = ()
+    #: Model id -> vector width, to catch an endpoint answering with the wrong model.
+    known_dims: ClassVar[dict[str, int]] = {}
+    max_items: ClassVar[int] = 2048
+
+    def __init__(self, model: str | None = None, *, base_url: str | None = None,
+                 api_key: str | None = None, headers: Mapping[str, str] | None = None,
+                 timeout: float | None = None, key_required: bool | None = None) -> None:
+        self.model = normalise_model(self.name, model or self.default_model)
+        self.base_url = self._clean_base_url(base_url or self.default_base_url)
+        if key_required is None:
+            key_required = self.base_url == self.default_base_url
+        if key_required and not api_key:
+            raise MissingApiKey(f"{self.name}: no API key (set remote.apiKey or "
+                                f"{' / '.join(self.env_keys)})")
+        self.has_key = bool(api_key)
+        user_headers = dict(headers or {})
+        self._headers = user_headers
+        all_headers = {"Content-Type": "application/json",
+                       **(self._auth_headers(api_key) if api_key else {}), **user_headers}
+        secrets = [api_key, *(v for k, v in all_headers.items() if is_sensitive_header(k))]
+        self._query_timeout = timeout or QUERY_TIMEOUT_S
+        self._batch_timeout = timeout or BATCH_TIMEOUT_S
+        self.http = HttpClient(self.name, self.base_url, all_headers,
+                               timeout=self._batch_timeout, secrets=secrets)
+        self.max_input_bytes = max_input_bytes(self.name, self.model)
+        self._dims: int | None = self._expected_dims()
+        #: Called with a request's estimated tokens (UTF-8 bytes) before it is sent; embed
+        #: workers hang the fleet-wide rate limiter here.
+        self.before_request: Callable[[int], None] | None = None
+
+    # -- what subclasses provide ------------------------------------------------------------
+
+    def _auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def _clean_base_url(self, url: str) -> str:
+        return url.rstrip("/")
+
+    def _expected_dims(self) -> int | None:
+        return self.known_dims.get(self.model)
+
+    def _key_extra(self) -> dict[str, Any]:
+        return {}
+
+    def _embed_request(self, texts: Sequence[str], kind: str, timeout: float) -> list[Any]:
+        """One HTTP request for ``texts``; ``kind`` is "query" or "document"."""
+        raise NotImplementedError
+
+    # -- the EmbeddingProvider interface ----------------------------------------------------
+
+    @property
+    def public_headers(self) -> dict[str, str]:
+        """The user's extra headers that are not credentials (safe for messages and keys)."""
+        return {k: v for k, v in self._headers.items() if not is_sensitive_header(k)}
+
+    @property
+    def provider_key(self) -> str:
+        return remote_provider_key(self.name, self.base_url, self.model, self.public_headers,
+                                   self._key_extra())
+
+    @property
+    def dims(self) -> int:
+        if self._dims is None:
+            self.embed_query("dimension probe")
+        assert self._dims is not None
+        return self._dims
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        rows: list[Any] = []
+        for start, end in pack_requests(texts, HARD_MAX_INPUT_BYTES, self.max_items):
+            part = texts[start:end]
+            self._throttle(part)
+            rows.extend(self._checked(self._embed_request(part, "document", self._batch_timeout),
+                                      len(part)))
+        if not rows:
+            return np.zeros((0, self._dims or 0), dtype=np.float32)
+        return l2_normalise(np.asarray(rows, dtype=np.float32))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self._throttle([text])
+        rows = self._checked(self._embed_request([text], "query", self._query_timeout), 1)
+        return l2_normalise(np.asarray(rows, dtype=np.float32))[0]
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _throttle(self, texts: Sequence[str]) -> None:
+        if self.before_request is not None:
+            self.before_request(sum(len(t.encode("utf-8")) for t in texts))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={shown_url(self.base_url)!r})"
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def _checked(self, rows: list[Any], expected: int) -> list[Any]:
+        """Every answer must hold one finite-length numeric vector per text, of one width."""
+        where = f"{self.name}: model {self.model!r}"
+        if len(rows) != expected:
+            raise EmbeddingError(f"{where} returned {len(rows)} vectors for {expected} texts",
+                                 retryable=False)
+        widths = set()
+        for row in rows:
+            if not isinstance(row, list | np.ndarray) or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) for x in row
+            ):
+                raise EmbeddingError(f"{where} returned a vector that is not a list of numbers",
+                                     retryable=False)
+            widths.add(len(row))
+        if len(widths) != 1 or 0 in widths:
+            raise EmbeddingError(f"{where} returned vectors of widths {sorted(widths)}",
+                                 retryable=False)
+        width = widths.pop()
+        if self._dims is not None and width != self._dims:
+            raise EmbeddingError(f"{where} returned {width}-dimensional vectors, expected "
+                                 f"{self._dims} (is the endpoint serving another model?)",
+                                 retryable=False)
+        self._dims = width
+        return rows
+
+
+def decode_embedding(value: Any) -> Any:
+    """A vector as a list of floats: OpenAI-style APIs may send base64 little-endian float32."""
+    if isinstance(value, str):
+        import base64
+        import binascii
+
+        try:
+            return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4").tolist()
+        except (binascii.Error, ValueError):
+            return None
+    return value

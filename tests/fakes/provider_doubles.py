@@ -1,0 +1,403 @@
+"""Real HTTP servers on 127.0.0.1 that speak the embedding APIs memq calls.
+
+One :class:`ProviderDouble` per API style: ``openai`` (also ``mistral``, same shape), ``voyage``,
+``gemini`` and ``ollama``. Each checks the auth header the real service wants, answers with the
+real service's JSON shapes (float or base64 vectors, ``data[].index``, Gemini ``values``,
+Ollama's 2-D ``embeddings``), and records every request so tests can count and inspect them.
+The shapes follow ``shared/reference/peers-and-apis.md`` §E and are proven faithful by driving
+the doubles with the providers' own SDKs (``tests/test_provider_doubles.py``).
+
+Vectors are deterministic: a hash of the text seeds them, scaled so they are *not* unit length
+(a client that forgets to normalise is caught). Faults are injected either as a script (one
+:class:`Fault` per coming request) or at random with a seeded rate: 429 with or without
+Retry-After, quota exhaustion, 500/503, stalls, context-length errors, wrong widths and
+malformed JSON, each with the provider's own error body.
+
+Worker processes reach a double running in the test process over loopback, so fault storms
+are aimed at real ``celery worker`` processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Fault", "ProviderDouble", "double_vector"]
+
+STYLES = ("openai", "mistral", "voyage", "gemini", "ollama")
+PREFIX = {"openai": "/v1", "mistral": "/v1", "voyage": "/v1", "gemini": "/v1beta", "ollama": ""}
+DEFAULT_DIMS = {"openai": 1536, "mistral": 1024, "voyage": 1024, "gemini": 3072, "ollama": 768}
+#: Models whose width differs from their service's default above (as the real services answer).
+MODEL_DIMS = {"text-embedding-3-large": 3072, "codestral-embed": 1536, "voyage-3-lite": 512,
+              "text-embedding-004": 768}
+VECTOR_SCALE = 3.5
+
+
+def double_vector(text: str, dims: int, salt: str = "") -> np.ndarray:
+    """The double's embedding of ``text``: hash-seeded, length ``VECTOR_SCALE``."""
+    seed = int.from_bytes(hashlib.sha256(f"{salt}\0{text}".encode()).digest()[:8], "little")
+    v = np.random.default_rng(seed).standard_normal(dims)
+    return (v / np.linalg.norm(v) * VECTOR_SCALE).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected failure. ``kind``: 429, quota, 500, 503, stall, context, wrong_dims,
+    malformed, 401. ``retry_after`` adds a Retry-After header (429/503) or Gemini RetryInfo;
+    ``seconds`` is how long a stall sleeps before answering normally."""
+
+    kind: str
+    retry_after: float | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    status: int = 0
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ProviderDouble:
+    """A running fake of one provider API; use as a context manager."""
+
+    style: str = "openai"
+    api_key: str | None = "sk-test-double"
+    dims: int | None = None
+    script: list[Fault] = field(default_factory=list)
+    fault_rate: float = 0.0
+    random_faults: tuple[Fault, ...] = (Fault("429"), Fault("500"))
+    seed: int = 0
+    max_input_bytes: int | None = None
+    legacy_ollama: bool = False
+    requests: list[Seen] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise ValueError(f"unknown style {self.style!r}")
+        self._fixed_dims = self.dims is not None
+        self.dims = self.dims or DEFAULT_DIMS[self.style]
+        self._rng = random.Random(self.seed)
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        assert self._server is not None, "start the double first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        """The base URL a client is configured with (``.../v1``, ``.../v1beta``, or the root)."""
+        return self.root + PREFIX[self.style]
+
+    def start(self) -> ProviderDouble:
+        double = self
+
+        class Handler(_Handler):
+            owner = double
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> ProviderDouble:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- what tests read --------------------------------------------------------------------
+
+    def embed_requests(self) -> list[Seen]:
+        return [r for r in self.requests if r.method == "POST"]
+
+    def vector(self, text: str) -> np.ndarray:
+        return double_vector(text, self.dims or 0)
+
+    def stats(self) -> dict[str, Any]:
+        seen = self.embed_requests()
+        texts = sum(len(_texts(self.style, r.path, r.body)) for r in seen if r.status == 200)
+        codes: dict[str, int] = {}
+        for r in seen:
+            codes[str(r.status)] = codes.get(str(r.status), 0) + 1
+        return {"requests": len(seen), "statuses": codes, "texts_embedded": texts}
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def _next_fault(self) -> Fault | None:
+        with self._lock:
+            if self.script:
+                return self.script.pop(0)
+            if self.fault_rate and self._rng.random() < self.fault_rate:
+                return self._rng.choice(self.random_faults)
+        return None
+
+    def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes
+               ) -> tuple[int, dict[str, str], bytes, float]:
+        """(status, headers, body, delay) for one request."""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        seen = Seen(method, path, headers, body)
+        with self._lock:
+            self.requests.append(seen)
+        status, out_headers, payload, delay = self._answer(path, headers, body)
+        seen.status = status
+        return status, out_headers, payload, delay
+
+    def _answer(self, path: str, headers: dict[str, str], body: Any
+                ) -> tuple[int, dict[str, str], bytes, float]:
+        route = self._route(path)
+        if route is None:
+            return 404, {"Content-Type": "text/plain"}, b"404 page not found", 0.0
+        if not self._authorised(headers):
+            # Like OpenAI's "Incorrect API key provided: sk-...", echo what was presented, so
+            # tests prove the client scrubs keys out of error text.
+            presented = headers.get("authorization") or headers.get("x-goog-api-key") or "none"
+            return _error(self.style, 401, f"Incorrect API key provided: {presented}.")
+        texts = _texts(self.style, path, body)
+        if texts is None:
+            return _error(self.style, 400, "bad_request")
+        fault = self._next_fault()
+        delay = 0.0
+        if fault is not None:
+            if fault.kind == "stall":
+                delay = fault.seconds
+            elif fault.kind == "malformed":
+                return 200, {"Content-Type": "application/json"}, b'{"data": [ {"embed', 0.0
+            elif fault.kind != "wrong_dims":
+                status, hdrs, payload, _ = _error(self.style, fault.kind, fault.kind,
+                                                  retry_after=fault.retry_after)
+                return status, hdrs, payload, 0.0
+        if self.max_input_bytes is not None and any(
+            len(t.encode()) > self.max_input_bytes for t in texts
+        ):
+            return _error(self.style, "context", "context")
+        model = str(body.get("model") or path.rsplit("/", 1)[-1].split(":")[0])
+        dims = self.dims or 0
+        if not self._fixed_dims:
+            dims = MODEL_DIMS.get(model.removeprefix("models/"), dims)
+        dims = _requested_dims(body, dims)
+        if fault is not None and fault.kind == "wrong_dims":
+            dims += 1
+        vectors = [double_vector(t, dims) for t in texts]
+        status, hdrs, payload, _ = _json(200, _success(self.style, route, body, vectors))
+        return status, hdrs, payload, delay
+
+    def _route(self, path: str) -> str | None:
+        path = path.split("?", 1)[0]
+        if self.style in ("openai", "mistral", "voyage"):
+            return "embeddings" if path == "/v1/embeddings" else None
+        if self.style == "gemini":
+            if path.startswith("/v1beta/models/") and path.endswith(":embedContent"):
+                return "embedContent"
+            if path.startswith("/v1beta/models/") and path.endswith(":batchEmbedContents"):
+                return "batchEmbedContents"
+            return None
+        if path == "/api/embed" and not self.legacy_ollama:
+            return "embed"
+        if path == "/api/embeddings":
+            return "embeddings"
+        if path == "/v1/embeddings":
+            return "openai"
+        return None
+
+    def _authorised(self, headers: dict[str, str]) -> bool:
+        if self.api_key is None:
+            return True
+        if self.style == "gemini":
+            return headers.get("x-goog-api-key") == self.api_key
+        return headers.get("authorization") == f"Bearer {self.api_key}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ProviderDouble
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        status, out_headers, payload, delay = self.owner.handle(method, self.path, headers, raw)
+        if delay:
+            time.sleep(delay)
+        try:
+            self.send_response(status)
+            for name, value in out_headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test)
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Wire shapes
+
+
+def _json(status: int, data: Any, headers: dict[str, str] | None = None
+          ) -> tuple[int, dict[str, str], bytes, float]:
+    return status, {"Content-Type": "application/json", **(headers or {})}, \
+        json.dumps(data).encode(), 0.0
+
+
+def _texts(style: str, path: str, body: Any) -> list[str] | None:
+    """The input texts of a request, or None if the request is malformed for this API."""
+    if not isinstance(body, dict):
+        return None
+    if style == "gemini":
+        if path.endswith(":embedContent"):
+            parts = (body.get("content") or {}).get("parts") or []
+            return ["".join(p.get("text", "") for p in parts)]
+        reqs = body.get("requests")
+        if not isinstance(reqs, list):
+            return None
+        return ["".join(p.get("text", "") for p in (r.get("content") or {}).get("parts") or [])
+                for r in reqs]
+    if style == "ollama" and path == "/api/embeddings":
+        prompt = body.get("prompt")
+        return [prompt] if isinstance(prompt, str) else None
+    value = body.get("input")
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def _requested_dims(body: Any, dims: int) -> int:
+    """Honour outputDimensionality / dimensions / output_dimension like the real services."""
+    if not isinstance(body, dict):
+        return dims
+    for key in ("dimensions", "output_dimension", "outputDimensionality"):
+        if isinstance(body.get(key), int):
+            return body[key]
+    reqs = body.get("requests")
+    if isinstance(reqs, list) and reqs and isinstance(reqs[0].get("outputDimensionality"), int):
+        return reqs[0]["outputDimensionality"]
+    return dims
+
+
+def _encode(vector: np.ndarray, encoding: Any) -> Any:
+    if encoding == "base64":
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+    return [float(x) for x in vector]
+
+
+def _success(style: str, route: str, body: dict[str, Any], vectors: list[np.ndarray]) -> Any:
+    tokens = sum(max(1, int(np.abs(v).sum()) % 50) for v in vectors)
+    if style == "gemini":
+        if route == "embedContent":
+            return {"embedding": {"values": [float(x) for x in vectors[0]]}}
+        return {"embeddings": [{"values": [float(x) for x in v]} for v in vectors]}
+    if style == "ollama" and route == "embeddings":
+        return {"embedding": [float(x) for x in vectors[0]]}
+    if style == "ollama" and route == "embed":
+        return {"model": body.get("model"), "embeddings": [[float(x) for x in v] for v in vectors],
+                "total_duration": 14143917, "load_duration": 1019500, "prompt_eval_count": tokens}
+    encoding = body.get("encoding_format")
+    data = [{"object": "embedding", "index": i, "embedding": _encode(v, encoding)}
+            for i, v in enumerate(vectors)]
+    if style == "mistral":
+        return {"id": "embd-0a1b2c", "object": "list", "data": data, "model": body.get("model"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens,
+                          "completion_tokens": 0}}
+    if style == "voyage":
+        return {"object": "list", "data": data, "model": body.get("model"),
+                "usage": {"total_tokens": tokens}}
+    return {"object": "list", "data": list(reversed(data)), "model": body.get("model"),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _error(style: str, kind: str | int, what: str, *, retry_after: float | None = None
+           ) -> tuple[int, dict[str, str], bytes, float]:
+    """The provider's own error body for ``kind`` (an HTTP status or a fault name)."""
+    status = {"429": 429, "quota": 429, "500": 500, "503": 503, "context": 400,
+              "401": 401}.get(str(kind), kind if isinstance(kind, int) else 500)
+    headers: dict[str, str] = {}
+    if retry_after is not None and style != "gemini":
+        headers["Retry-After"] = f"{retry_after:g}"
+    message = {
+        "429": "Rate limit reached for text-embedding-3-small in organization org-x on requests "
+               "per min (RPM): Limit 3000, Used 3000, Requested 1.",
+        "quota": "You exceeded your current quota, please check your plan and billing details.",
+        "500": "The server had an error while processing your request. Sorry about that!",
+        "503": "The engine is currently overloaded, please try again later",
+        "context": "This model's maximum context length is 8192 tokens, however you requested "
+                   "9000 tokens (9000 in your prompt). Please reduce your prompt.",
+    }.get(str(kind), what)
+    if style == "gemini":
+        gstatus = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
+                   400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED"}.get(status, "UNKNOWN")
+        details: list[dict[str, Any]] = []
+        if kind in ("429", "quota"):
+            # Per-minute and per-day exhaustion read alike; only the QuotaFailure's quotaId
+            # tells them apart (see test_gemini_quota_period_decides).
+            message = "Resource has been exhausted (e.g. check quota)."
+            period = "PerDay" if kind == "quota" else "PerMinute"
+            details.append({"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                            "violations": [{"quotaMetric": "generativelanguage.googleapis.com/"
+                                            "embed_content_free_tier_requests",
+                                            "quotaId": f"EmbedContentRequests{period}PerProject"
+                                                       "PerModel-FreeTier"}]})
+        if kind == "context":
+            message = "The input token count (9000) exceeds the maximum number of tokens " \
+                      "allowed (2048)."
+        if kind == 401:
+            status, gstatus = 400, "INVALID_ARGUMENT"
+            message = f"API key not valid. Please pass a valid API key. ({what})"
+        if retry_after is not None:
+            details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                            "retryDelay": f"{retry_after:g}s"})
+        return _json(status, {"error": {"code": status, "message": message, "status": gstatus,
+                                        "details": details}}, headers)
+    if style == "ollama":
+        if kind == "context":
+            message = "the input length exceeds the context length"
+        return _json(status, {"error": message}, headers)
+    if style == "voyage":
+        return _json(status, {"detail": message}, headers)
+    if style == "mistral":
+        return _json(status, {"object": "error", "message": message, "type": str(kind),
+                              "param": None, "code": str(status)}, headers)
+    code = {"429": "rate_limit_exceeded", "quota": "insufficient_quota",
+            "401": "invalid_api_key"}.get(str(kind))
+    etype = {"429": "requests", "quota": "insufficient_quota", "context":
+             "invalid_request_error", "401": "invalid_request_error"}.get(str(kind), "server_error")
+    return _json(status, {"error": {"message": message, "type": etype, "param": None,
+                                    "code": code}}, headers)

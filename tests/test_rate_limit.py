@@ -1,0 +1,98 @@
+"""The fleet-wide rate limit: several processes share one budget per window through a real
+Redis, a request bigger than the token budget still goes alone, and embed jobs are wired to it
+when their spec carries ``remote.rateLimit``."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections import Counter
+
+import pytest
+
+from pipeline import jobs
+from pipeline.embeddings.openai import OpenAIProvider
+from pipeline.embeddings.ratelimit import FleetRateLimiter
+from pipeline.embeddings.registry import ProviderSpec
+from tests.conftest import redis_client as client_for
+from tests.fakes.provider_doubles import ProviderDouble
+
+
+def hammer(url: str, seconds: float, out) -> None:
+    limiter = FleetRateLimiter(client_for(url), "shared", requests=4, tokens=None,
+                               window_s=0.4)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if limiter.try_acquire(10) == 0.0:
+            out.put(limiter.last_window)
+        else:
+            time.sleep(0.005)
+
+
+def test_processes_share_one_budget(broker_url: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=hammer, args=(broker_url, 2.0, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    grants: Counter[int] = Counter()
+    while not out.empty():
+        grants[out.get()] += 1
+    assert grants and max(grants.values()) <= 4, grants  # never more than 4 in a window...
+    assert sum(1 for n in grants.values() if n == 4) >= 3, grants  # ...though all 3 pushed
+
+
+def test_token_budget_and_oversize_request(broker_url: str) -> None:
+    limiter = FleetRateLimiter(client_for(broker_url), "tokens", requests=None, tokens=25,
+                               window_s=5)
+    assert limiter.try_acquire(10) == 0.0 and limiter.try_acquire(10) == 0.0
+    wait = limiter.try_acquire(10)  # 30 > 25
+    assert 0 < wait <= 5
+    big = FleetRateLimiter(client_for(broker_url), "big", requests=None, tokens=25,
+                           window_s=5)
+    assert big.try_acquire(1000) == 0.0  # alone at the start of a window: it goes
+    assert big.try_acquire(1) > 0
+
+
+def test_acquire_waits_for_the_next_window(broker_url: str) -> None:
+    limiter = FleetRateLimiter(client_for(broker_url), "wait", requests=1, tokens=None,
+                               window_s=0.5)
+    limiter.acquire(1)
+    first = limiter.last_window
+    limiter.acquire(1)
+    assert limiter.last_window == first + 1
+
+
+def test_embed_jobs_count_their_requests_in_redis(broker_url: str, tmp_path) -> None:
+    client = client_for(broker_url)
+    with ProviderDouble("openai", api_key="sk-rl") as double:
+        provider = OpenAIProvider(base_url=double.url, api_key="sk-rl")
+        spec = ProviderSpec("openai", provider.model, provider.provider_key,
+                            {"role": "primary", "rate_limit": {"requests": 100, "tokens": None}})
+        jobs._providers[repr(sorted(spec.to_dict().items()))] = provider
+        try:
+            for i in range(3):
+                job = {"spec": spec.to_dict(), "store": str(tmp_path / "s"), "attempt": 0,
+                       "chunks": [[f"c{i}", f"h{i}", f"text {i}"]]}
+                assert len(jobs.embed_job(job, None, client)["vectors"]) == 1
+        finally:
+            jobs._providers.clear()
+        counted = sum(int(client.get(k)) for k in client.scan_iter(
+            f"memq:ratelimit:{spec.provider_key}:*:r"))
+        assert counted == len(double.embed_requests()) == 3
+
+
+def test_settings_put_the_limit_in_the_spec(make_settings, workspace) -> None:
+    from pipeline.embeddings.registry import choose_provider
+
+    settings = make_settings(workspace, provider="openai", remote={
+        "apiKey": "sk-x", "rateLimit": {"requestsPerMinute": 500, "tokensPerMinute": 100000}})
+    spec = choose_provider(settings, env={}).spec
+    assert spec.options["rate_limit"] == {"requests": 500, "tokens": 100000}
+    plain = choose_provider(make_settings(workspace, provider="openai",
+                                          remote={"apiKey": "sk-x"}), env={}).spec
+    assert "rate_limit" not in plain.options
+    with pytest.raises(Exception, match="requestsPerMinute"):
+        make_settings(workspace, remote={"rateLimit": {"requestsPerMinute": 0}})
