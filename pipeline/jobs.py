@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import base64
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,8 +20,9 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
-from pipeline.embeddings.registry import ProviderSpec, build_from_spec
-from pipeline.store import schema, writer
+from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
+from pipeline.producer import index_once
+from pipeline.store import joblog, schema, writer
 from pipeline.store.engine import Database, connect
 
 MAX_DELIVERIES = 3
@@ -130,3 +132,18 @@ def apply_result(result: Result, settings: Settings) -> writer.WriteOutcome:
         failed = writer.mark_failed(db, [(cid, reason) for cid, reason in result["failed"]])
         outcome = replace(outcome, failed=failed)
     return outcome
+
+
+def index_job(job_id: str, settings: Settings, submit: Callable[[Job], None], *,
+              retry_failed: bool = False, host: str | None = None) -> dict[str, int]:
+    """An index job enqueued from anywhere, run on the store's host: one producer pass.
+
+    The provider is chosen from this host's settings (the store's owner decides what the
+    index holds); the pass is idempotent, so a redelivered job only repeats cheap checks.
+    """
+    db = store_for(str(settings.store.path), settings)
+    with joblog.logged(db, job_id, "remote", host) as counts:
+        report = index_once(db, settings, choose_provider(settings), submit,
+                            retry_failed=retry_failed)
+        counts.update(report.counts())
+    return counts

@@ -41,6 +41,12 @@ class IndexReport:
     jobs: int = 0
     errors: list[str] = field(default_factory=list)
 
+    def counts(self) -> dict[str, int]:
+        """The numbers the job log keeps (see :mod:`pipeline.store.joblog`)."""
+        return {"files": self.files, "changed": self.changed, "deleted": self.deleted,
+                "chunks_queued": self.chunks_queued, "chunks_cached": self.chunks_cached,
+                "embed_jobs": self.jobs}
+
 
 def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, Any]:
     """What the vectors of an index depend on; a change means they must be rebuilt."""

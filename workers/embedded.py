@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from workers.app import STORE_QUEUE, embed_queue
+from workers.single_writer import CHECK_ENV
 
 
 class EmbeddedBroker:
@@ -99,7 +100,9 @@ class EmbeddedFleet:
     def __init__(self, provider: str, env_overrides: dict[str, str]) -> None:
         self.broker = EmbeddedBroker()
         self.log_path = Path(self.broker._dir) / "worker.log"
-        env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url}
+        # A private broker has no other writer to find: skip the 1 s single-writer check.
+        env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url,
+               CHECK_ENV: "off"}
         queues = [embed_queue(provider), STORE_QUEUE]
         self.worker = WorkerProcess(
             worker_argv(queues, f"memq-embedded-{os.getpid()}@%h", quiet_cluster=True),

@@ -6,7 +6,9 @@ one, an embedded broker and worker are started for the run and stopped after it.
 
 from __future__ import annotations
 
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -18,9 +20,10 @@ from kombu import Connection
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.producer import IndexReport, index_once
-from pipeline.store import schema
+from pipeline.store import joblog, schema
 from pipeline.store.engine import Database, connect
 from workers.app import app, embed_queue
+from workers.monitor import queue_consumers
 
 if TYPE_CHECKING:
     from workers.embedded import EmbeddedFleet
@@ -45,6 +48,7 @@ class IndexRun:
     seconds: float = 0.0
     failed_chunks: int = 0
     warnings: list[str] = field(default_factory=list)
+    job_id: str | None = None
 
 
 def pending_count(db: Database) -> int:
@@ -64,8 +68,8 @@ def _worker_env(settings: Settings) -> dict[str, str]:
 
 
 def _consumers(connection: Connection, queue: str) -> int:
-    replies = app.control.inspect(timeout=1.0, connection=connection).active_queues() or {}
-    return sum(1 for queues in replies.values() if any(q["name"] == queue for q in queues))
+    nodes = queue_consumers(connection=connection)
+    return sum(1 for queues in nodes.values() if queue in queues)
 
 
 def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
@@ -96,49 +100,62 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
               on_progress: Callable[[int, int], None] | None = None,
               warn: Callable[[str], None] | None = None,
               choice: ProviderChoice | None = None) -> IndexRun:
-    """Index the workspace once; with ``wait``, return only when every vector is written."""
+    """Index the workspace once; with ``wait``, return only when every vector is written.
+
+    The run is logged as a job (``run.job_id``) in the store, like jobs enqueued remotely.
+    """
     started = time.monotonic()
     choice = choice or choose_provider(settings)
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
     run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
-                   choice.spec.model if choice.spec else None, choice.reason)
+                   choice.spec.model if choice.spec else None, choice.reason,
+                   job_id=uuid.uuid4().hex)
     try:
-        if choice.spec is None:
-            run.report = index_once(db, settings, choice, None)
-            return run
-        with ExitStack() as stack:
-            fleet = None
-            if settings.broker_url:
-                broker_url = settings.broker_url
-            elif not wait:
-                raise IndexingFailed("--no-wait needs a broker that outlives this command: set "
-                                     "MEMQ_BROKER_URL (or brokerUrl) and run workers")
-            else:
-                from workers.embedded import EmbeddedFleet
-
-                fleet = stack.enter_context(EmbeddedFleet(choice.spec.name,
-                                                          _worker_env(settings)))
-                broker_url = fleet.broker.url
-                stack.callback(_forget_queued, db)
-            from workers.tasks import submit_embed_job
-
-            connection = stack.enter_context(app.connection_for_write(broker_url))
-            run.report = index_once(db, settings, choice,
-                                    partial(submit_embed_job, connection=connection),
-                                    retry_failed=retry_failed)
-            if wait:
-                wait_for_vectors(db, on_progress=on_progress, warn=warn,
-                                 check_workers=_embedded_check(fleet) if fleet else None)
-                run.waited = True
-            elif warn and _consumers(connection, embed_queue(choice.spec.name)) == 0:
-                warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
-                     "there until one starts")
-        run.failed_chunks = db.conn.execute(
-            "SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
+        schema.ensure_schema(db)
+        with joblog.logged(db, run.job_id, "local", socket.gethostname()) as counts:
+            _produce(run, db, settings, choice, wait=wait, retry_failed=retry_failed,
+                     on_progress=on_progress, warn=warn)
+            counts.update(run.report.counts())
         return run
     finally:
         run.seconds = time.monotonic() - started
         db.close()
+
+
+def _produce(run: IndexRun, db: Database, settings: Settings, choice: ProviderChoice, *,
+             wait: bool, retry_failed: bool, on_progress: Callable[[int, int], None] | None,
+             warn: Callable[[str], None] | None) -> None:
+    if choice.spec is None:
+        run.report = index_once(db, settings, choice, None)
+        return
+    with ExitStack() as stack:
+        fleet = None
+        if settings.broker_url:
+            broker_url = settings.broker_url
+        elif not wait:
+            raise IndexingFailed("--no-wait needs a broker that outlives this command: set "
+                                 "MEMQ_BROKER_URL (or brokerUrl) and run workers")
+        else:
+            from workers.embedded import EmbeddedFleet
+
+            fleet = stack.enter_context(EmbeddedFleet(choice.spec.name, _worker_env(settings)))
+            broker_url = fleet.broker.url
+            stack.callback(_forget_queued, db)
+        from workers.tasks import submit_embed_job
+
+        connection = stack.enter_context(app.connection_for_write(broker_url))
+        run.report = index_once(db, settings, choice,
+                                partial(submit_embed_job, connection=connection),
+                                retry_failed=retry_failed)
+        if wait:
+            wait_for_vectors(db, on_progress=on_progress, warn=warn,
+                             check_workers=_embedded_check(fleet) if fleet else None)
+            run.waited = True
+        elif warn and _consumers(connection, embed_queue(choice.spec.name)) == 0:
+            warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
+                 "there until one starts")
+    run.failed_chunks = db.conn.execute(
+        "SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
 
 
 def _forget_queued(db: Database) -> None:

@@ -65,3 +65,15 @@ def write_vectors(result: jobs.Result) -> dict[str, object]:
         log.warning("result refused: %s", outcome.refused)
     return {"written": outcome.written, "stale": outcome.stale, "failed": outcome.failed,
             "refused": outcome.refused}
+
+
+@app.task(name="memq.index_workspace", bind=True)
+def index_workspace(self: Task, options: dict[str, object] | None = None) -> dict[str, int]:
+    """An index job (``memq index --remote``), run by the writer host that owns the store.
+
+    The task id is the job id; ``pipeline.store.joblog`` records its progress in the store.
+    """
+    options = options or {}
+    return jobs.index_job(self.request.id, settings(), submit_embed_job,
+                          retry_failed=bool(options.get("retry_failed")),
+                          host=self.request.hostname)
