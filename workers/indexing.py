@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from kombu import Connection
-
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.producer import IndexReport, index_once
@@ -67,9 +65,8 @@ def _worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def _consumers(connection: Connection, queue: str) -> int:
-    nodes = queue_consumers(connection=connection)
-    return sum(1 for queues in nodes.values() if queue in queues)
+def _consumers(broker_url: str, queue: str) -> int:
+    return sum(1 for queues in queue_consumers(broker_url).values() if queue in queues)
 
 
 def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
@@ -151,7 +148,7 @@ def _produce(run: IndexRun, db: Database, settings: Settings, choice: ProviderCh
             wait_for_vectors(db, on_progress=on_progress, warn=warn,
                              check_workers=_embedded_check(fleet) if fleet else None)
             run.waited = True
-        elif warn and _consumers(connection, embed_queue(choice.spec.name)) == 0:
+        elif warn and _consumers(broker_url, embed_queue(choice.spec.name)) == 0:
             warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
                  "there until one starts")
     run.failed_chunks = db.conn.execute(

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
-from kombu import Connection
+from celery import Celery
 
 from pipeline.config import Settings, redact_url
 from pipeline.status import index_status
@@ -56,17 +56,19 @@ def queue_depths(client: redis.Redis) -> dict[str, int]:
     return depths
 
 
-def queue_consumers(broker_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S,
-                    connection: Connection | None = None) -> dict[str, list[str]]:
-    """Live worker nodes and the queues each consumes (empty when none answered)."""
-    def ask(conn: Connection) -> dict[str, Any]:
-        return app.control.inspect(timeout=timeout, connection=conn).active_queues() or {}
+def queue_consumers(broker_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
+                    ) -> dict[str, list[str]]:
+    """Live worker nodes on ``broker_url`` (default: the app's) and the queues each consumes.
 
-    if connection is not None:
-        replies = ask(connection)
-    else:
-        with app.connection_for_write(broker_url) as conn:
-            replies = ask(conn)
+    A throwaway app is used because Celery's broadcasts go out through the app's own producer
+    pool, i.e. to the app's configured broker whatever connection is passed in.
+    """
+    probe = Celery("memq", broker=broker_url or app.conf.broker_url, set_as_current=False)
+    probe.conf.broker_transport_options = app.conf.broker_transport_options
+    try:
+        replies = probe.control.inspect(timeout=timeout).active_queues() or {}
+    finally:
+        probe.close()
     return {node: sorted(q["name"] for q in queues) for node, queues in replies.items()}
 
 
