@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -74,6 +75,41 @@ def test_second_writer_refuses_to_start(workspace: Path, tmp_path: Path, tiny_mo
     assert plain.returncode != 0 and "refusing to start plain@" in plain.stderr
     assert first.poll() is None, fleet.logs()
     assert [n.split("@")[0] for n in nodes_on(broker_url, "store")] == ["writer-1"]
+
+
+def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny_model: Path,
+                                           broker_url: str, fleet: Fleet) -> None:
+    """`honcho start` on the repo's Procfile: every role comes up, and an index job queued
+    from elsewhere is run by its writer and embedded by its embed worker."""
+    from pipeline.config import load_settings
+    from workers.jobs_api import enqueue_index
+
+    env = {**store_env(workspace, tmp_path, tiny_model), "FLOWER_PORT": str(free_port()),
+           "FLOWER_BASIC_AUTH": f"{FLOWER_USER}:{FLOWER_PASSWORD}",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    fleet.spawn([sys.executable, "-m", "honcho", "-f", str(REPO / "Procfile"), "start"],
+                "honcho", env)
+    expected = {"writer": ["control", "store"], "embed-local": ["embed.local"]}
+    wait_for(lambda: {n.split("@")[0]: q for n, q in queue_consumers(broker_url).items()}
+             == expected, "the Procfile's workers", fleet)
+
+    def flower_up() -> bool:
+        try:
+            return http_get(f"http://127.0.0.1:{env['FLOWER_PORT']}/api/workers")[0] == 200
+        except OSError:
+            return False
+
+    wait_for(flower_up, "the Procfile's Flower (with auth)", fleet)
+    settings = load_settings(env={**env, "MEMQ_BROKER_URL": broker_url})
+    job_id = enqueue_index(settings)
+
+    def done() -> bool:
+        s = fleet_status(settings)
+        return bool(s["jobs"] and s["jobs"][0]["id"] == job_id
+                    and s["jobs"][0]["state"] == "done" and s["pending"] == 0
+                    and s["vectors"] == s["chunks"] > 0)
+
+    wait_for(done, "the index job", fleet, timeout=120)
 
 
 def free_port() -> int:
@@ -191,3 +227,18 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
                       type="task-succeeded") == n_jobs
     assert metric_sum(metrics, "flower_events_total", task="memq.index_workspace",
                       type="task-succeeded") == 1
+
+    # A local `memq index` against the same fleet: a progress bar with rate and ETA when asked
+    # for (stderr is not a TTY here), none otherwise; both runs are logged as jobs.
+    note = workspace / "memory" / "2026-11-10.md"
+    note.write_text(note.read_text() + "\n- The greenhouse sensor reports every 5 minutes.\n")
+    shown = run_memq("index", "--progress", env=settings_env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"embedding: 100%.*\| (\d+)/\1 \[\d\d:\d\d<00:00, +[\d.]+chunk/s\]",
+                     shown.stderr), shown.stderr
+    note.write_text(note.read_text() + "\n- Its battery lasts a year.\n")
+    quiet = run_memq("index", env=settings_env, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    jobs = json.loads(run_memq("jobs", "--json", env=settings_env, timeout=60).stdout)["jobs"]
+    assert [j["kind"] for j in jobs[:3]] == ["local", "local", "remote"]
+    assert all(j["state"] == "done" and j["chunks_queued"] > 0 for j in jobs[:2])
