@@ -193,9 +193,13 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     assert all(fleet_s["queues"][q] == 0 for q in ("store", "control", "embed.local"))
     assert status["pending_by_provider"] == {"local": {"chunks": 0, "queued_jobs": 0}}
 
-    # The CLI shows the same job.
+    # The CLI shows the same job and fleet.
     jobs = json.loads(run_memq("jobs", "--json", env=settings_env, timeout=60).stdout)
     assert jobs["jobs"][0]["id"] == job_id and jobs["queued"] == 0
+    text = run_memq("status", env=settings_env, timeout=60).stdout
+    assert re.search(r"^workers:   3 \(embed-a@\S+ \[embed.local\]; embed-b@\S+ "
+                     r"\[embed.local\]; writer@\S+ \[control, store\]\)$", text, re.M), text
+    assert re.search(rf"^  {job_id}  remote done ", text, re.M), text
 
     # Flower: auth is enforced, the three workers are listed, and the tasks that ran are the
     # ones status counted: one index job, one embed task and one write per embedding job.
