@@ -182,15 +182,17 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     finally:
         if db is not None:
             db.close()
-    queued = None
+    queued = waiting = None
     if settings.broker_url:
         from workers.monitor import broker_status
 
         fleet = broker_status(settings.broker_url, timeout=args.timeout)
-        queued = (fleet["queues"] or {}).get("control") if fleet["reachable"] else None
-    data = {"jobs": jobs, "queued": queued}
+        if fleet["reachable"]:
+            queued, waiting = fleet["queues"]["control"], fleet["waiting_jobs"]
+    data = {"jobs": jobs, "queued": queued, "waiting": waiting}
     lines = [_job_line(job) for job in jobs] or ["no index jobs recorded in this store yet"]
     lines.append(f"waiting on 'control': {'unknown' if queued is None else queued}")
+    lines += [f"  {w['id']}  {w['task']}" for w in waiting or []]
     _emit(args, data, "\n".join(lines))
     return 0
 

@@ -91,7 +91,8 @@ def test_unreachable_broker_is_unknown_not_a_hang(workspace: Path, tmp_path: Pat
     assert "s3cret-pass" not in out.stdout + out.stderr
     jobs = run_memq("jobs", "--workspace", str(workspace), "--json", env=env, timeout=60)
     data = json.loads(jobs.stdout)
-    assert data["queued"] is None and data["jobs"][0]["kind"] == "local"
+    assert data["queued"] is None and data["waiting"] is None
+    assert data["jobs"][0]["kind"] == "local"
     remote = run_memq("index", "--remote", "--workspace", str(workspace), env=env, timeout=60)
     assert remote.returncode == 2 and "did not take the job" in remote.stderr
     assert "s3cret-pass" not in remote.stderr
@@ -118,4 +119,11 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
     assert fleet["queues"]["embed.local"] == run.report.jobs
     assert s["pending_by_provider"] == {"local": {"chunks": run.report.chunks_queued,
                                                   "queued_jobs": run.report.jobs}}
-    assert len(job_id) == 36
+    assert fleet["waiting_jobs"] == [{"id": job_id, "task": "memq.index_workspace"}]
+    second = enqueue_index(settings)
+    jobs = json.loads(run_memq("jobs", "--json", env={
+        "MEMQ_BROKER_URL": broker_url, "MEMQ_STORE_PATH": str(settings.store.path),
+        "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none"}, timeout=60).stdout)
+    assert jobs["queued"] == 2
+    assert [w["id"] for w in jobs["waiting"]] == [job_id, second]  # oldest first
+    assert jobs["jobs"][0]["id"] == run.job_id and jobs["jobs"][0]["kind"] == "local"

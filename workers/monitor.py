@@ -8,6 +8,7 @@ hash), so no result backend is needed; workers are counted with Celery's remote 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -56,6 +57,22 @@ def queue_depths(client: redis.Redis) -> dict[str, int]:
     return depths
 
 
+def waiting_tasks(client: redis.Redis, queue: str, limit: int = 50) -> list[dict[str, str]]:
+    """The next ``limit`` messages waiting in ``queue``, oldest first: task id and name.
+
+    Only the message headers are read (never the arguments). kombu pushes new messages on the
+    left and consumes from the right, so the oldest is last in the list.
+    """
+    out = []
+    for raw in reversed(client.lrange(queue, -limit, -1)):
+        try:
+            headers = json.loads(raw)["headers"]
+            out.append({"id": str(headers["id"]), "task": str(headers["task"])})
+        except (ValueError, KeyError, TypeError):
+            out.append({"id": "?", "task": "(not a Celery message)"})
+    return out
+
+
 def queue_consumers(broker_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
                     ) -> dict[str, list[str]]:
     """Live worker nodes on ``broker_url`` (default: the app's) and the queues each consumes.
@@ -76,13 +93,15 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[s
     """Queue depths, in-flight count and workers; ``reachable`` False (and None counts) when
     the broker does not answer in time."""
     out: dict[str, Any] = {"url": redact_url(broker_url), "reachable": False, "error": None,
-                           "queues": None, "unacked": None, "workers": None, "nodes": None}
+                           "queues": None, "unacked": None, "workers": None, "nodes": None,
+                           "waiting_jobs": None}
     try:
         client = redis_client(broker_url, timeout)
         try:
             client.ping()
             out["queues"] = queue_depths(client)
             out["unacked"] = client.hlen(UNACKED_KEY)
+            out["waiting_jobs"] = waiting_tasks(client, CONTROL_QUEUE)
         finally:
             client.close()
     except (redis.RedisError, OSError, ValueError) as exc:
@@ -105,7 +124,7 @@ def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict
         status["fleet"] = broker_status(settings.broker_url, timeout)
     else:
         status["fleet"] = {"url": None, "reachable": False, "queues": None, "unacked": None,
-                           "workers": None, "nodes": None,
+                           "workers": None, "nodes": None, "waiting_jobs": None,
                            "error": "no broker configured: each `memq index` runs its own"}
     provider = status.get("provider")
     queues = status["fleet"]["queues"] or {}
