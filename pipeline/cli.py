@@ -72,13 +72,19 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _enqueue_index(args: argparse.Namespace) -> int:
     """``memq index --remote``: queue a producer pass for the writer host; print the job id."""
+    from workers.app import CONTROL_QUEUE
     from workers.jobs_api import EnqueueFailed, enqueue_index
+    from workers.monitor import queue_consumers
 
+    settings = _settings(args)
     try:
-        job_id = enqueue_index(_settings(args), retry_failed=args.retry_failed)
+        job_id = enqueue_index(settings, retry_failed=args.retry_failed)
     except EnqueueFailed as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
+    if not any(CONTROL_QUEUE in q for q in queue_consumers(settings.broker_url).values()):
+        print(f"memq: no worker consumes '{CONTROL_QUEUE}' yet: the job waits there until the "
+              "writer starts (memq worker --role writer)", file=sys.stderr)
     _emit(args, {"job": job_id, "queue": "control", "waited": False},
           f"{job_id}\nqueued on 'control' for the writer host; follow it with `memq jobs` "
           "(on that host) or in Flower")

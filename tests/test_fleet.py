@@ -171,7 +171,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
 
     out = run_memq("index", "--remote", "--json",
                    env={**env, "MEMQ_BROKER_URL": broker_url}, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0 and "no worker consumes" not in out.stderr, out.stderr
     job_id = json.loads(out.stdout)["job"]
 
     settings_env = {**env, "MEMQ_BROKER_URL": broker_url}

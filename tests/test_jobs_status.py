@@ -120,10 +120,12 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
     assert s["pending_by_provider"] == {"local": {"chunks": run.report.chunks_queued,
                                                   "queued_jobs": run.report.jobs}}
     assert fleet["waiting_jobs"] == [{"id": job_id, "task": "memq.index_workspace"}]
-    second = enqueue_index(settings)
-    jobs = json.loads(run_memq("jobs", "--json", env={
-        "MEMQ_BROKER_URL": broker_url, "MEMQ_STORE_PATH": str(settings.store.path),
-        "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none"}, timeout=60).stdout)
+    env = {"MEMQ_BROKER_URL": broker_url, "MEMQ_STORE_PATH": str(settings.store.path),
+           "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none"}
+    cli = run_memq("index", "--remote", "--json", env=env, timeout=60)
+    assert cli.returncode == 0 and "no worker consumes 'control' yet" in cli.stderr
+    second = json.loads(cli.stdout)["job"]
+    jobs = json.loads(run_memq("jobs", "--json", env=env, timeout=60).stdout)
     assert jobs["queued"] == 2
     assert [w["id"] for w in jobs["waiting"]] == [job_id, second]  # oldest first
     assert jobs["jobs"][0]["id"] == run.job_id and jobs["jobs"][0]["kind"] == "local"
