@@ -24,31 +24,42 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], human: str) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else human)
 
 
+class ProgressBar:
+    """Chunks embedded of total, with rate and ETA (tqdm), on stderr when it is a terminal
+    (or with ``--progress``); never with ``--json``."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.enabled = not args.json and (sys.stderr.isatty() or args.progress)
+        self._bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total == 0:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="chunk", desc="embedding", file=sys.stderr)
+        self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _warn(message: str) -> None:
+    print(f"memq: {message}", file=sys.stderr)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     if args.remote:
         return _enqueue_index(args)
     from workers.indexing import run_index
 
     settings = _settings(args)
-    bar = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if args.json or total == 0 or (not sys.stderr.isatty() and not args.progress):
-            return
-        if bar is None:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit="chunk", desc="embedding", file=sys.stderr)
-        bar.update(done - bar.n)
-
-    def warn(message: str) -> None:
-        print(f"memq: {message}", file=sys.stderr)
-
+    progress = ProgressBar(args)
     run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
-                    on_progress=progress, warn=warn)
-    if bar is not None:
-        bar.close()
+                    on_progress=progress, warn=_warn)
+    progress.close()
     r = run.report
     data = {"mode": run.mode, "provider": run.provider, "model": run.model, "reason": run.reason,
             "files": r.files, "changed": r.changed, "deleted": r.deleted,
@@ -177,11 +188,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _follow_job(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.jobs_api import JobError, follow_job
+
+    progress = ProgressBar(args)
+    try:
+        job = follow_job(settings, args.follow, on_progress=progress, warn=_warn)
+    except JobError as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        progress.close()
+    _emit(args, job, _job_line(job))
+    return 0 if job["state"] == "done" else 1
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from pipeline.query import open_store
     from pipeline.store import joblog
 
     settings = _settings(args)
+    if args.follow:
+        return _follow_job(args, settings)
     db = open_store(settings)
     try:
         jobs = joblog.recent_jobs(db, args.limit) if db is not None else []
@@ -282,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("jobs", parents=[common], help="recent index jobs and their outcome")
     p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--follow", metavar="JOB_ID",
+                   help="wait (on the store host) until the job ran and its vectors are written")
+    p.add_argument("--progress", action="store_true", help="progress bar even when not a tty")
     p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for the broker")
     p.set_defaults(func=cmd_jobs)
 

@@ -175,20 +175,17 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     job_id = json.loads(out.stdout)["job"]
 
     settings_env = {**env, "MEMQ_BROKER_URL": broker_url}
-
-    def finished() -> dict[str, Any] | None:
-        from pipeline.config import load_settings
-
-        s = fleet_status(load_settings(env=settings_env))
-        done = s["jobs"] and s["jobs"][0]["id"] == job_id and s["jobs"][0]["state"] == "done"
-        return s if done and s["pending"] == 0 and s["vectors"] == s["chunks"] else None
-
-    wait_for(finished, "the index job and its vectors", fleet, timeout=120)
+    # `memq jobs --follow` returns once the job ran and every vector is written.
+    follow = run_memq("jobs", "--follow", job_id, env=settings_env, timeout=180)
+    assert follow.returncode == 0, follow.stderr + fleet.logs()
+    assert follow.stdout.startswith(f"{job_id}  remote done "), follow.stdout
     # A loaded machine may answer a 1 s inspect late: give the final check some room.
     from pipeline.config import load_settings
 
     status = fleet_status(load_settings(env=settings_env), timeout=3)
+    assert status["pending"] == 0 and status["vectors"] == status["chunks"] > 0
     job = status["jobs"][0]
+    assert job["id"] == job_id and job["state"] == "done"
     assert job["kind"] == "remote" and job["host"].startswith("writer@")
     assert job["chunks_queued"] == status["chunks"] > 0 and job["embed_jobs"] > 0
     fleet_s = status["fleet"]

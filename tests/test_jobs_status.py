@@ -14,7 +14,7 @@ from pipeline.store import joblog
 from pipeline.store.engine import connect
 from tests.conftest import run_memq
 from workers.indexing import run_index
-from workers.jobs_api import EnqueueFailed, enqueue_index
+from workers.jobs_api import EnqueueFailed, JobError, enqueue_index, follow_job
 from workers.monitor import broker_status, fleet_status, redis_client
 
 
@@ -129,3 +129,21 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
     assert jobs["queued"] == 2
     assert [w["id"] for w in jobs["waiting"]] == [job_id, second]  # oldest first
     assert jobs["jobs"][0]["id"] == run.job_id and jobs["jobs"][0]["kind"] == "local"
+
+
+def test_following_an_unknown_job_fails_clearly(workspace: Path, make_settings,
+                                                broker_url: str) -> None:
+    settings = make_settings(workspace, provider="none", brokerUrl=broker_url)
+    run_index(settings)
+    with pytest.raises(JobError, match="unknown job nope"):
+        follow_job(settings, "nope", unknown_after=0.5)
+    failed = "f" * 32
+    db = connect(settings.store.path)
+    joblog.record_start(db, failed, "remote", "writer@h")
+    joblog.record_finish(db, failed, error="ConfigError: bad provider")
+    db.close()
+    job = follow_job(settings, failed)
+    assert (job["state"], job["error"]) == ("failed", "ConfigError: bad provider")
+    with pytest.raises(JobError, match="no store at"):
+        follow_job(make_settings(workspace, provider="none",
+                                 store={"path": str(workspace.parent / "none.sqlite")}), failed)
