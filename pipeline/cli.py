@@ -83,6 +83,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _enqueue_index(args: argparse.Namespace) -> int:
     """``memq index --remote``: queue a producer pass for the writer host; print the job id."""
+    from kombu.exceptions import OperationalError
+
     from workers.app import CONTROL_QUEUE
     from workers.jobs_api import EnqueueFailed, enqueue_index
     from workers.monitor import queue_consumers
@@ -93,7 +95,11 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     except EnqueueFailed as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
-    if not any(CONTROL_QUEUE in q for q in queue_consumers(settings.broker_url).values()):
+    try:
+        consumers = queue_consumers(settings.broker_url)
+    except OperationalError:  # queued already; whether anyone listens is only a hint
+        consumers = None
+    if consumers is not None and not any(CONTROL_QUEUE in q for q in consumers.values()):
         print(f"memq: no worker consumes '{CONTROL_QUEUE}' yet: the job waits there until the "
               "writer starts (memq worker --role writer)", file=sys.stderr)
     _emit(args, {"job": job_id, "queue": "control", "waited": False},
@@ -137,10 +143,14 @@ def _fleet_lines(fleet: dict[str, Any]) -> list[str]:
     if not fleet["reachable"]:
         return [f"fleet:     unknown ({fleet['error']})"]
     queues = ", ".join(f"{name} {depth}" for name, depth in fleet["queues"].items())
-    nodes = "; ".join(f"{node} [{', '.join(q)}]" for node, q in sorted(fleet["nodes"].items()))
+    if fleet["nodes"] is None:
+        workers = f"unknown ({fleet['error']})"
+    else:
+        nodes = "; ".join(f"{n} [{', '.join(q)}]" for n, q in sorted(fleet["nodes"].items()))
+        workers = f"{fleet['workers']}" + (f" ({nodes})" if nodes else "")
     return [f"broker:    {fleet['url']}",
             f"queues:    {queues} (waiting); {fleet['unacked']} in flight",
-            f"workers:   {fleet['workers']}" + (f" ({nodes})" if nodes else "")]
+            f"workers:   {workers}"]
 
 
 def _job_line(job: dict[str, Any]) -> str:

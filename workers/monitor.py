@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
 from pipeline.status import index_status
@@ -108,7 +109,11 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[s
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
     out["reachable"] = True
-    nodes = queue_consumers(broker_url, timeout=timeout)
+    try:
+        nodes = queue_consumers(broker_url, timeout=timeout)
+    except OperationalError as exc:  # the broker went away between the two questions
+        out["error"] = f"workers unknown: {exc}"
+        return out
     out["nodes"] = nodes
     out["workers"] = len(nodes)
     return out
