@@ -77,6 +77,45 @@ def test_second_writer_refuses_to_start(workspace: Path, tmp_path: Path, tiny_mo
     assert [n.split("@")[0] for n in nodes_on(broker_url, "store")] == ["writer-1"]
 
 
+def test_two_writers_started_together_leave_one(workspace: Path, tmp_path: Path,
+                                               tiny_model: Path, broker_url: str,
+                                               fleet: Fleet) -> None:
+    """Started in the same instant, both pass the live check; the lease lets one through."""
+    env = store_env(workspace, tmp_path, tiny_model)
+    procs = {name: fleet.spawn(memq_argv("worker", "--role", "writer", "--name", f"{name}@%h"),
+                               name, env) for name in ("twin-a", "twin-b")}
+    live = wait_for(lambda: nodes_on(broker_url, "store"), "a writer", fleet)
+    winner = live[0].split("@")[0]
+    loser = "twin-b" if winner == "twin-a" else "twin-a"
+    wait_for(lambda: procs[loser].poll() is not None, "the second writer to give up", fleet,
+             timeout=90)
+    assert procs[loser].returncode != 0
+    log = (fleet.log_dir / f"{loser}.log").read_text()
+    assert f"refusing to start {loser}@" in log and f"{winner}@" in log, log
+    assert procs[winner].poll() is None
+    assert [n.split("@")[0] for n in nodes_on(broker_url, "store")] == [winner]
+
+
+def test_stale_writer_lease_is_waited_out_and_released(workspace: Path, tmp_path: Path,
+                                                       tiny_model: Path, broker_url: str,
+                                                       fleet: Fleet) -> None:
+    """A lease left by a writer that died without shutting down expires; the new writer then
+    takes it, and gives it back on a warm shutdown."""
+    from workers.monitor import redis_client
+    from workers.single_writer import LEASE_KEY
+
+    client = redis_client(broker_url)
+    client.set(LEASE_KEY, "ghost@gone", ex=4)
+    env = store_env(workspace, tmp_path, tiny_model)
+    fleet.spawn(memq_argv("worker", "--role", "writer", "--name", "heir@%h"), "heir", env)
+    wait_for(lambda: nodes_on(broker_url, "store"), "the writer after the lease expired", fleet)
+    assert "writer lease held by ghost@gone, which does not answer" in (fleet.log_dir / "heir.log").read_text()
+    assert client.get(LEASE_KEY).decode().startswith("heir@")
+    fleet.stop()
+    assert client.get(LEASE_KEY) is None
+    client.close()
+
+
 def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny_model: Path,
                                            broker_url: str, fleet: Fleet) -> None:
     """`honcho start` on the repo's Procfile: every role comes up, and an index job queued
