@@ -25,35 +25,49 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], human: str) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else human)
 
 
+class ProgressBar:
+    """Chunks embedded of total, with rate and ETA (tqdm), on stderr when it is a terminal
+    (or with ``--progress``); never with ``--json``."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.enabled = not args.json and (sys.stderr.isatty() or args.progress)
+        self._bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total == 0:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="chunk", desc="embedding", file=sys.stderr)
+        self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _warn(message: str) -> None:
+    print(f"memq: {message}", file=sys.stderr)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
+    if args.remote:
+        return _enqueue_index(args)
     from workers.indexing import run_index
 
     settings = _settings(args)
-    bar = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if args.json or total == 0 or (not sys.stderr.isatty() and not args.progress):
-            return
-        if bar is None:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit="chunk", desc="embedding", file=sys.stderr)
-        bar.update(done - bar.n)
-
-    def warn(message: str) -> None:
-        print(f"memq: {message}", file=sys.stderr)
-
+    progress = ProgressBar(args)
     run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
-                    on_progress=progress, warn=warn)
-    if bar is not None:
-        bar.close()
+                    on_progress=progress, warn=_warn)
+    progress.close()
     r = run.report
     data = {"mode": run.mode, "provider": run.provider, "model": run.model, "reason": run.reason,
             "files": r.files, "changed": r.changed, "deleted": r.deleted,
             "fileErrors": r.errors, "chunksFromCache": r.chunks_cached,
             "chunksQueued": r.chunks_queued, "jobs": r.jobs, "waited": run.waited,
-            "failedChunks": run.failed_chunks, "seconds": round(run.seconds, 3)}
+            "failedChunks": run.failed_chunks, "seconds": round(run.seconds, 3),
+            "job": run.job_id}
     lines = [f"indexed {r.files} files ({r.changed} changed, {r.deleted} deleted) in "
              f"{run.seconds:.1f}s",
              f"mode: {run.mode}" + (f" ({run.provider}/{run.model})" if run.provider else "")
@@ -62,7 +76,36 @@ def cmd_index(args: argparse.Namespace) -> int:
     lines += [f"skipped {e}" for e in r.errors]
     if run.failed_chunks:
         lines.append(f"{run.failed_chunks} chunks have no vector (see `memq status`)")
+    if not run.waited and r.jobs:
+        lines.append(f"job {run.job_id}: embedding continues in the fleet (`memq status`)")
     _emit(args, data, "\n".join(lines))
+    return 0
+
+
+def _enqueue_index(args: argparse.Namespace) -> int:
+    """``memq index --remote``: queue a producer pass for the writer host; print the job id."""
+    from kombu.exceptions import OperationalError
+
+    from workers.app import CONTROL_QUEUE
+    from workers.jobs_api import EnqueueFailed, enqueue_index
+    from workers.monitor import queue_consumers
+
+    settings = _settings(args)
+    try:
+        job_id = enqueue_index(settings, retry_failed=args.retry_failed)
+    except EnqueueFailed as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
+    try:
+        consumers = queue_consumers(settings.broker_url)
+    except OperationalError:  # queued already; whether anyone listens is only a hint
+        consumers = None
+    if consumers is not None and not any(CONTROL_QUEUE in q for q in consumers.values()):
+        print(f"memq: no worker consumes '{CONTROL_QUEUE}' yet: the job waits there until the "
+              "writer starts (memq worker --role writer)", file=sys.stderr)
+    _emit(args, {"job": job_id, "queue": "control", "waited": False},
+          f"{job_id}\nqueued on 'control' for the writer host; follow it with `memq jobs` "
+          "(on that host) or in Flower")
     return 0
 
 
@@ -98,12 +141,36 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from pipeline.status import index_status
+def _fleet_lines(fleet: dict[str, Any]) -> list[str]:
+    if not fleet["reachable"]:
+        return [f"fleet:     unknown ({fleet['error']})"]
+    queues = ", ".join(f"{name} {depth}" for name, depth in fleet["queues"].items())
+    if fleet["nodes"] is None:
+        workers = f"unknown ({fleet['error']})"
+    else:
+        nodes = "; ".join(f"{n} [{', '.join(q)}]" for n, q in sorted(fleet["nodes"].items()))
+        workers = f"{fleet['workers']}" + (f" ({nodes})" if nodes else "")
+    return [f"broker:    {fleet['url']}",
+            f"queues:    {queues} (waiting); {fleet['unacked']} in flight",
+            f"workers:   {workers}"]
 
-    s = index_status(_settings(args))
+
+def _job_line(job: dict[str, Any]) -> str:
+    when = datetime.fromtimestamp(job["started_at"]).isoformat(timespec="seconds")
+    took = (f" in {job['finished_at'] - job['started_at']:.1f}s" if job["finished_at"] else "")
+    what = (f": {job['changed']} files changed, {job['chunks_queued']} chunks queued, "
+            f"{job['chunks_cached']} from cache" if job["state"] == "done" else "")
+    error = f": {job['error']}" if job["error"] else ""
+    return f"{job['id']}  {job['kind']:<6} {job['state']:<7} {when}{took}{what}{error}"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from workers.monitor import fleet_status
+
+    s = fleet_status(_settings(args), timeout=args.timeout)
     if not s["indexed"]:
-        _emit(args, s, f"workspace {s['workspace']}: {s['reason']}\nstore: {s['store']}")
+        _emit(args, s, "\n".join([f"workspace {s['workspace']}: {s['reason']}",
+                                  f"store: {s['store']}", *_fleet_lines(s["fleet"])]))
         return 0
     when = (datetime.fromtimestamp(s["last_index_at"]).isoformat(timespec="seconds")
             if s["last_index_at"] else "never")
@@ -126,6 +193,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"note: {s['vector_backend_reason']}")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
     lines += [f"failed chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
+    lines += _fleet_lines(s["fleet"])
+    for provider, p in s["pending_by_provider"].items():
+        lines.append(f"pending:   {provider}: {p['chunks']} chunks, "
+                     f"{'unknown' if p['queued_jobs'] is None else p['queued_jobs']} jobs queued")
+    if s["jobs"]:
+        lines.append("recent jobs:")
+        lines += [f"  {_job_line(job)}" for job in s["jobs"]]
     _emit(args, s, "\n".join(lines))
     return 0
 
@@ -164,22 +238,67 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def _follow_job(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.jobs_api import JobError, follow_job
+
+    progress = ProgressBar(args)
+    try:
+        job = follow_job(settings, args.follow, on_progress=progress, warn=_warn)
+    except JobError as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        progress.close()
+    _emit(args, job, _job_line(job))
+    return 0 if job["state"] == "done" else 1
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from pipeline.query import open_store
+    from pipeline.store import joblog
+
+    settings = _settings(args)
+    if args.follow:
+        return _follow_job(args, settings)
+    db = open_store(settings)
+    try:
+        jobs = joblog.recent_jobs(db, args.limit) if db is not None else []
+    finally:
+        if db is not None:
+            db.close()
+    queued = waiting = None
+    if settings.broker_url:
+        from workers.monitor import broker_status
+
+        fleet = broker_status(settings.broker_url, timeout=args.timeout)
+        if fleet["reachable"]:
+            queued, waiting = fleet["queues"]["control"], fleet["waiting_jobs"]
+    data = {"jobs": jobs, "queued": queued, "waiting": waiting}
+    lines = [_job_line(job) for job in jobs] or ["no index jobs recorded in this store yet"]
+    lines.append(f"waiting on 'control': {'unknown' if queued is None else queued}")
+    lines += [f"  {w['id']}  {w['task']}" for w in waiting or []]
+    _emit(args, data, "\n".join(lines))
+    return 0
+
+
 def worker_command(role: str, provider: str | None, concurrency: int | None,
-                   loglevel: str) -> list[str]:
+                   loglevel: str, name: str | None = None) -> list[str]:
     """The plain ``celery worker`` command a role stands for (what ``memq worker`` runs)."""
-    from workers.app import STORE_QUEUE, embed_queue
+    from workers.app import CONTROL_QUEUE, STORE_QUEUE, embed_queue
     from workers.embedded import worker_argv
 
     if role == "writer":
-        return worker_argv([STORE_QUEUE], "writer@%h", concurrency=1, loglevel=loglevel)
+        # The store's owner also runs the index jobs (they write chunk rows to the same file).
+        return worker_argv([STORE_QUEUE, CONTROL_QUEUE], name or "writer@%h", concurrency=1,
+                           loglevel=loglevel)
     if not provider:
         raise SystemExit("memq worker --role embed needs --provider NAME (e.g. local)")
-    return worker_argv([embed_queue(provider)], f"embed-{provider}@%h",
+    return worker_argv([embed_queue(provider)], name or f"embed-{provider}@%h",
                        concurrency=concurrency or 1, loglevel=loglevel)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    argv = worker_command(args.role, args.provider, args.concurrency, args.loglevel)
+    argv = worker_command(args.role, args.provider, args.concurrency, args.loglevel, args.name)
     settings = _settings(args)
     if settings.broker_url:
         os.environ["MEMQ_BROKER_URL"] = settings.broker_url
@@ -235,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="return once jobs are enqueued")
     p.add_argument("--retry-failed", action="store_true", help="queue failed chunks again")
     p.add_argument("--progress", action="store_true", help="progress bar even when not a tty")
+    p.add_argument("--remote", action="store_true",
+                   help="enqueue the pass for the writer host (queue control); print the job id")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="hybrid search of the memory")
@@ -249,7 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lines", type=int)
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser("status", parents=[common], help="what is indexed, pending and why")
+    p = sub.add_parser("status", parents=[common],
+                       help="what is indexed, pending and why; queues, workers, recent jobs")
+    p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for the broker")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("watch", parents=[common], help="index memory files as they change")
@@ -265,12 +388,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="return once the rebuild is queued")
     p.set_defaults(func=cmd_reindex)
 
+    p = sub.add_parser("jobs", parents=[common], help="recent index jobs and their outcome")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--follow", metavar="JOB_ID",
+                   help="wait (on the store host) until the job ran and its vectors are written")
+    p.add_argument("--progress", action="store_true", help="progress bar even when not a tty")
+    p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for the broker")
+    p.set_defaults(func=cmd_jobs)
+
     p = sub.add_parser("worker", parents=[common], help="run a Celery worker of the fleet")
     p.add_argument("--role", choices=ROLES, required=True)
     p.add_argument("--provider", help="embedding provider of an embed worker (local, openai, "
                    "gemini, voyage, mistral, ollama)")
     p.add_argument("--concurrency", type=int)
     p.add_argument("--loglevel", default="INFO")
+    p.add_argument("--name", help="Celery node name (default writer@%%h / embed-PROVIDER@%%h); "
+                                  "give each worker on one host its own")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("flower", parents=[common], help="Flower monitoring for the fleet")

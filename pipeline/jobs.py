@@ -18,7 +18,7 @@ import base64
 import os
 import random
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,8 +26,9 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
-from pipeline.embeddings.registry import ProviderSpec, build_from_spec
-from pipeline.store import schema, writer
+from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
+from pipeline.producer import index_once
+from pipeline.store import joblog, schema, writer
 from pipeline.store.engine import Database, as_store_error, connect
 
 MAX_DELIVERIES = 3
@@ -223,3 +224,29 @@ def _apply(db: Database, result: Result, settings: Settings) -> writer.WriteOutc
         failed = writer.mark_failed(db, [(cid, reason) for cid, reason in result["failed"]])
         outcome = replace(outcome, failed=failed)
     return outcome
+
+
+def index_job(job_id: str, settings: Settings, submit: Callable[[Job], None], *,
+              retry_failed: bool = False, host: str | None = None
+              ) -> tuple[dict[str, int], bool]:
+    """An index job enqueued from anywhere, run on the store's host: one producer pass.
+
+    The provider is chosen from this host's settings (the store's owner decides what the
+    index holds); the pass is idempotent, so a redelivered job only repeats cheap checks. When
+    the configuration no longer matches the store, a rebuild is started beside it; returns
+    (counts, whether a rebuild was started) so the caller can drive it.
+    """
+    from pipeline.reindex import start_rebuild
+
+    db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+    try:
+        schema.ensure_schema(db)
+        with joblog.logged(db, job_id, "remote", host) as counts:
+            choice = choose_provider(settings)
+            report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
+            if report.rebuild_needed:
+                start_rebuild(settings, choice, "configuration changed")
+            counts.update(report.counts())
+        return counts, report.rebuild_needed
+    finally:
+        db.close()

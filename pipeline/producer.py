@@ -56,6 +56,12 @@ class IndexReport:
     errors: list[str] = field(default_factory=list)
     rebuild_needed: bool = False
 
+    def counts(self) -> dict[str, int]:
+        """The numbers the job log keeps (see :mod:`pipeline.store.joblog`)."""
+        return {"files": self.files, "changed": self.changed, "deleted": self.deleted,
+                "chunks_queued": self.chunks_queued, "chunks_cached": self.chunks_cached,
+                "embed_jobs": self.jobs}
+
 
 def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, Any]:
     """The index fingerprint: everything its chunks and vectors depend on.

@@ -7,10 +7,11 @@ from typing import Any
 from pipeline.config import Settings
 from pipeline.query import open_store
 from pipeline.reindex import progress_of, rebuild_info
-from pipeline.store import schema
+from pipeline.store import joblog, schema
 from pipeline.store.vectors import count_vectors, vector_dims
 
 MAX_LISTED_ERRORS = 20
+RECENT_JOBS = 5
 
 
 def index_status(settings: Settings) -> dict[str, Any]:
@@ -24,7 +25,8 @@ def index_status(settings: Settings) -> dict[str, Any]:
     db = open_store(settings)
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
-                      mode=None, reason="never indexed: run `memq index`", reindex=None)
+                      mode=None, reason="never indexed: run `memq index`", reindex=None,
+                      jobs=[], last_job_error=None)
         return status
     try:
         conn = db.conn
@@ -56,6 +58,8 @@ def index_status(settings: Settings) -> dict[str, Any]:
             vector_backend_reason=db.vector_error,
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
+            jobs=joblog.recent_jobs(db, RECENT_JOBS),
+            last_job_error=joblog.last_error(db),
         )
         info = rebuild_info(db)
         status["reindex"] = progress_of(info, settings).as_dict() if info else None

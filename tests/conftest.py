@@ -114,12 +114,18 @@ class Fleet:
     def start(self, queues: list[str], name: str, *, concurrency: int = 1) -> subprocess.Popen:
         from workers.embedded import worker_argv
 
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
         argv = worker_argv(queues, f"{name}-{uuid.uuid4().hex[:6]}@%h", concurrency=concurrency,
                            loglevel="INFO", quiet_cluster=True)
-        proc = subprocess.Popen(argv, env={**os.environ, **self.env,
+        return self.spawn(argv, name)
+
+    def spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None
+              ) -> subprocess.Popen:
+        """Run any command with the fleet's broker and environment, logging to ``name``.log."""
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(argv, env={**os.environ, **self.env, **(env or {}),
                                            "MEMQ_BROKER_URL": self.broker},
                                 stdout=log, stderr=log, cwd=REPO)
+        log.close()
         self.procs.append(proc)
         return proc
 

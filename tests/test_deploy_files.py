@@ -425,6 +425,21 @@ def test_exactly_one_writer(compose: dict[str, Any]) -> None:
     assert int(writer.get("scale", 1)) == 1
 
 
+def test_writer_runs_the_index_jobs(compose: dict[str, Any]) -> None:
+    """The writer consumes `store` and `control` (index jobs), and has what an index job
+    needs on its host: the store, the workspace and the model cache."""
+    from pipeline.cli import worker_command
+
+    writer = compose["services"]["writer"]
+    ns = assert_valid_memq_command(service_argv(writer))
+    argv = worker_command(ns.role, ns.provider, ns.concurrency, "INFO")
+    assert argv[argv.index("-Q") + 1].split(",") == ["store", "control"]
+    env = env_dict(writer)
+    targets = {str(v).split(":")[1] for v in writer["volumes"]}
+    assert {str(Path(env["MEMQ_STORE_PATH"]).parent), env["MEMQ_WORKSPACE"],
+            env["MEMQ_CACHE_DIR"]} <= targets
+
+
 def _host_ports(service: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(host_ip, published) for every port published on the host."""
     out = []

@@ -33,7 +33,7 @@ def broker_url_from_env() -> str:
     return os.environ.get("MEMQ_BROKER_URL") or os.environ.get("REDIS_URL") or DEFAULT_BROKER
 
 
-app = Celery("memq", include=["workers.tasks"])
+app = Celery("memq", include=["workers.tasks", "workers.single_writer"])
 app.conf.update(
     broker_url=broker_url_from_env(),
     broker_connection_retry_on_startup=True,
@@ -49,7 +49,8 @@ app.conf.update(
     task_default_queue=CONTROL_QUEUE,
     task_queues=[Queue(STORE_QUEUE), Queue(CONTROL_QUEUE)],
     task_create_missing_queues=True,
-    task_routes={"memq.write_vectors": {"queue": STORE_QUEUE}},
+    task_routes={"memq.write_vectors": {"queue": STORE_QUEUE},
+                 "memq.index_workspace": {"queue": CONTROL_QUEUE}},
     worker_prefetch_multiplier=1,
     worker_soft_shutdown_timeout=30.0,
     worker_enable_soft_shutdown_on_idle=True,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from workers.app import STORE_QUEUE, embed_queue
 from workers.orphans import BROKER_DIR_ENV, BROKER_PID_ENV, PARENT_ENV
+from workers.single_writer import CHECK_ENV
 
 
 class EmbeddedBroker:
@@ -105,9 +106,10 @@ class EmbeddedFleet:
     def __init__(self, provider: str, env_overrides: dict[str, str]) -> None:
         self.broker = EmbeddedBroker()
         self.log_path = Path(self.broker.directory) / "worker.log"
+        # A private broker has no other writer to find: skip the 1 s single-writer check.
         env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url,
                PARENT_ENV: str(os.getpid()), BROKER_PID_ENV: str(self.broker.pid),
-               BROKER_DIR_ENV: self.broker.directory}
+               BROKER_DIR_ENV: self.broker.directory, CHECK_ENV: "off"}
         queues = [embed_queue(provider), STORE_QUEUE]
         self.worker = WorkerProcess(
             worker_argv(queues, f"memq-embedded-{os.getpid()}@%h", quiet_cluster=True),

@@ -6,7 +6,9 @@ one, an embedded broker and worker are started for the run and stopped after it.
 
 from __future__ import annotations
 
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -26,9 +28,10 @@ from pipeline.reindex import (
     rebuild_step,
     start_rebuild,
 )
-from pipeline.store import schema
+from pipeline.store import joblog, schema
 from pipeline.store.engine import Database, as_store_error, connect
 from workers.app import app, embed_queue
+from workers.monitor import queue_consumers
 
 if TYPE_CHECKING:
     from workers.embedded import EmbeddedFleet
@@ -54,6 +57,7 @@ class IndexRun:
     failed_chunks: int = 0
     warnings: list[str] = field(default_factory=list)
     rebuild: RebuildProgress | None = None
+    job_id: str | None = None
 
 
 def pending_count(db: Database) -> int:
@@ -72,9 +76,8 @@ def _worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def _consumers(connection: Connection, queue: str) -> int:
-    replies = app.control.inspect(timeout=1.0, connection=connection).active_queues() or {}
-    return sum(1 for queues in replies.values() if any(q["name"] == queue for q in queues))
+def _consumers(broker_url: str, queue: str) -> int:
+    return sum(1 for queues in queue_consumers(broker_url).values() if queue in queues)
 
 
 def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
@@ -109,60 +112,21 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
 
     When the configuration's fingerprint no longer matches the store's, or ``rebuild`` names a
     reason (``memq reindex``), a new index is built beside the live one and swapped in when
-    complete (:mod:`pipeline.reindex`); with ``wait`` this returns after the swap.
+    complete (:mod:`pipeline.reindex`); with ``wait`` this returns after the swap. The run is
+    logged as a job (``run.job_id``) in the store, like jobs enqueued remotely.
     """
     started = time.monotonic()
     choice = choice or choose_provider(settings)
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
     run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
-                   choice.spec.model if choice.spec else None, choice.reason)
+                   choice.spec.model if choice.spec else None, choice.reason,
+                   job_id=uuid.uuid4().hex)
     try:
         schema.ensure_schema(db)
-        if choice.spec is None:
-            run.report = index_once(db, settings, choice, None)
-            if run.report.rebuild_needed or rebuild:
-                run.rebuild = _rebuild(settings, choice, None, wait=True,
-                                       reason=rebuild or "configuration changed")
-            return run
-        with ExitStack() as stack:
-            fleet = None
-            if settings.broker_url:
-                broker_url = settings.broker_url
-            elif not wait:
-                raise IndexingFailed("--no-wait needs a broker that outlives this command: set "
-                                     "MEMQ_BROKER_URL (or brokerUrl) and run workers")
-            else:
-                from workers.embedded import EmbeddedFleet
-
-                fleet = stack.enter_context(EmbeddedFleet(choice.spec.name,
-                                                          _worker_env(settings)))
-                broker_url = fleet.broker.url
-                # Jobs queued by an earlier embedded run died with its private broker.
-                _forget_queued(settings)
-                stack.callback(_forget_queued, settings)
-            from workers.tasks import submit_embed_job
-
-            connection = stack.enter_context(app.connection_for_write(broker_url))
-            submit = partial(submit_embed_job, connection=connection)
-            run.report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
-            resume = wait and rebuild_info(db) is not None  # finish one left unfinished
-            if run.report.rebuild_needed or rebuild or resume:
-                run.rebuild = _rebuild(settings, choice, submit, wait=wait,
-                                       reason=rebuild or "configuration changed",
-                                       connection=connection, on_progress=on_progress,
-                                       check_workers=_embedded_check(fleet) if fleet else None)
-                run.waited = wait
-                db.close()  # it may name the generation that was just swapped out
-                db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
-            elif wait:
-                wait_for_vectors(db, on_progress=on_progress, warn=warn,
-                                 check_workers=_embedded_check(fleet) if fleet else None)
-                run.waited = True
-            elif warn and _consumers(connection, embed_queue(choice.spec.name)) == 0:
-                warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
-                     "there until one starts")
-        run.failed_chunks = db.conn.execute(
-            "SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
+        with joblog.logged(db, run.job_id, "local", socket.gethostname()) as counts:
+            _produce(run, db, settings, choice, wait=wait, retry_failed=retry_failed,
+                     rebuild=rebuild, on_progress=on_progress, warn=warn)
+            counts.update(run.report.counts())
         return run
     except db.operational_error as exc:
         raise as_store_error(exc, db.path) or exc from exc
@@ -217,6 +181,58 @@ def _rebuild(settings: Settings, choice: ProviderChoice, submit: Callable[[Embed
         if check_workers:
             check_workers()
         time.sleep(POLL_S)
+
+
+def _produce(run: IndexRun, db: Database, settings: Settings, choice: ProviderChoice, *,
+             wait: bool, retry_failed: bool, rebuild: str | None,
+             on_progress: Callable[[int, int], None] | None,
+             warn: Callable[[str], None] | None) -> None:
+    if choice.spec is None:
+        run.report = index_once(db, settings, choice, None)
+        if run.report.rebuild_needed or rebuild:
+            run.rebuild = _rebuild(settings, choice, None, wait=True,
+                                   reason=rebuild or "configuration changed")
+        return
+    with ExitStack() as stack:
+        fleet = None
+        if settings.broker_url:
+            broker_url = settings.broker_url
+        elif not wait:
+            raise IndexingFailed("--no-wait needs a broker that outlives this command: set "
+                                 "MEMQ_BROKER_URL (or brokerUrl) and run workers")
+        else:
+            from workers.embedded import EmbeddedFleet
+
+            fleet = stack.enter_context(EmbeddedFleet(choice.spec.name, _worker_env(settings)))
+            broker_url = fleet.broker.url
+            # Jobs queued by an earlier embedded run died with its private broker.
+            _forget_queued(settings)
+            stack.callback(_forget_queued, settings)
+        from workers.tasks import submit_embed_job
+
+        connection = stack.enter_context(app.connection_for_write(broker_url))
+        submit = partial(submit_embed_job, connection=connection)
+        run.report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
+        resume = wait and rebuild_info(db) is not None  # finish one left unfinished
+        if run.report.rebuild_needed or rebuild or resume:
+            run.rebuild = _rebuild(settings, choice, submit, wait=wait,
+                                   reason=rebuild or "configuration changed",
+                                   connection=connection, on_progress=on_progress,
+                                   check_workers=_embedded_check(fleet) if fleet else None)
+            run.waited = wait
+        elif wait:
+            wait_for_vectors(db, on_progress=on_progress, warn=warn,
+                             check_workers=_embedded_check(fleet) if fleet else None)
+            run.waited = True
+        elif warn and _consumers(broker_url, embed_queue(choice.spec.name)) == 0:
+            warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
+                 "there until one starts")
+    live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+    try:  # after a swap the live store is another file than ``db``
+        run.failed_chunks = live.conn.execute(
+            "SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
+    finally:
+        live.close()
 
 
 

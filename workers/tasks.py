@@ -118,3 +118,18 @@ def reindex_step() -> dict[str, object]:
     if not progress.done:
         submit_reindex_step(countdown=REINDEX_POLL_S)
     return progress.as_dict()
+
+
+@app.task(name="memq.index_workspace", bind=True)
+def index_workspace(self: Task, options: dict[str, object] | None = None) -> dict[str, int]:
+    """An index job (``memq index --remote``), run by the writer host that owns the store.
+
+    The task id is the job id; ``pipeline.store.joblog`` records its progress in the store.
+    """
+    options = options or {}
+    counts, rebuilding = jobs.index_job(self.request.id, settings(), submit_embed_job,
+                                        retry_failed=bool(options.get("retry_failed")),
+                                        host=self.request.hostname)
+    if rebuilding:
+        submit_reindex_step()
+    return counts

@@ -1,0 +1,116 @@
+"""The index-job log: one row per producer pass, in the store, written on the store's host.
+
+An index job enqueued from anywhere (``memq index --remote``) is a Celery task whose id is
+the job id. The broker forgets a task once it ran and memq keeps no result backend, so the
+host that runs the job records here when it started and finished, what it did, and the error
+if it failed. ``memq jobs`` / ``memq status`` read it back. Local runs of ``memq index`` are
+logged the same way, so every producer pass shows up in one place.
+
+The table is created on first use (``CREATE TABLE IF NOT EXISTS``), independently of the
+main schema version, and pruned to the newest ``KEEP_JOBS`` rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pipeline.store import schema
+from pipeline.store.engine import Database
+
+KEEP_JOBS = 200
+
+DDL = """
+CREATE TABLE IF NOT EXISTS index_jobs (
+    id           TEXT PRIMARY KEY,
+    kind         TEXT NOT NULL,
+    state        TEXT NOT NULL CHECK (state IN ('running', 'done', 'failed')),
+    host         TEXT,
+    started_at   REAL NOT NULL,
+    finished_at  REAL,
+    files        INTEGER,
+    changed      INTEGER,
+    deleted      INTEGER,
+    chunks_queued INTEGER,
+    chunks_cached INTEGER,
+    embed_jobs   INTEGER,
+    error        TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_index_jobs_started ON index_jobs(started_at);
+"""
+
+COUNT_COLUMNS = ("files", "changed", "deleted", "chunks_queued", "chunks_cached", "embed_jobs")
+
+
+def ensure_table(db: Database) -> None:
+    db.conn.executescript(DDL)
+
+
+def record_start(db: Database, job_id: str, kind: str, host: str | None) -> None:
+    """Mark ``job_id`` running (again, if a redelivery runs it a second time)."""
+    ensure_table(db)
+    with schema.transaction(db) as conn:
+        conn.execute(
+            "INSERT INTO index_jobs(id, kind, state, host, started_at) VALUES (?, ?, 'running', "
+            "?, ?) ON CONFLICT(id) DO UPDATE SET state = 'running', host = excluded.host, "
+            "started_at = excluded.started_at, finished_at = NULL, error = NULL",
+            (job_id, kind, host, time.time()))
+        conn.execute(
+            "DELETE FROM index_jobs WHERE id NOT IN "
+            "(SELECT id FROM index_jobs ORDER BY started_at DESC LIMIT ?)", (KEEP_JOBS,))
+
+
+def record_finish(db: Database, job_id: str, counts: dict[str, int] | None = None,
+                  error: str | None = None) -> None:
+    """Mark ``job_id`` done with its counts, or failed with ``error``."""
+    ensure_table(db)
+    counts = counts or {}
+    with schema.transaction(db) as conn:
+        conn.execute(
+            f"UPDATE index_jobs SET state = ?, finished_at = ?, error = ?, "
+            f"{', '.join(f'{c} = ?' for c in COUNT_COLUMNS)} WHERE id = ?",
+            ("failed" if error else "done", time.time(), error,
+             *(counts.get(c) for c in COUNT_COLUMNS), job_id))
+
+
+@contextmanager
+def logged(db: Database, job_id: str, kind: str, host: str | None) -> Iterator[dict[str, int]]:
+    """Log one job around a ``with`` block; the block fills the yielded dict with counts.
+
+    An exception marks the job failed with its message (and propagates); a process that dies
+    leaves it ``running`` until a redelivery runs it again.
+    """
+    record_start(db, job_id, kind, host)
+    counts: dict[str, int] = {}
+    try:
+        yield counts
+    except BaseException as exc:
+        record_finish(db, job_id, counts, error=f"{type(exc).__name__}: {exc}"[:1000])
+        raise
+    record_finish(db, job_id, counts)
+
+
+def _dicts(db: Database, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+    ensure_table(db)
+    cursor = db.conn.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def recent_jobs(db: Database, limit: int = 10) -> list[dict[str, Any]]:
+    """The newest jobs first, as JSON-able dicts."""
+    return _dicts(db, "SELECT * FROM index_jobs ORDER BY started_at DESC LIMIT ?", (limit,))
+
+
+def get_job(db: Database, job_id: str) -> dict[str, Any] | None:
+    rows = _dicts(db, "SELECT * FROM index_jobs WHERE id = ?", (job_id,))
+    return rows[0] if rows else None
+
+
+def last_error(db: Database) -> dict[str, Any] | None:
+    """The most recent failed job (id, when, error), or None."""
+    rows = _dicts(db, "SELECT id, finished_at, error FROM index_jobs WHERE state = 'failed' "
+                      "ORDER BY started_at DESC LIMIT 1", ())
+    return rows[0] if rows else None

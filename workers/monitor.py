@@ -1,0 +1,139 @@
+"""What the fleet is doing, read from the broker: queue depths, in-flight tasks, live workers.
+
+Everything here is bounded in time: a broker that does not answer within ``timeout`` is
+reported as unreachable (``workers`` and ``queues`` become None, shown as "unknown"), never
+waited for. Redis is read directly (LLEN on the queue lists, HLEN on kombu's ``unacked``
+hash), so no result backend is needed; workers are counted with Celery's remote control.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from pipeline.config import Settings, redact_url
+from pipeline.status import index_status
+from workers.app import CONTROL_QUEUE, STORE_QUEUE, app, embed_queue
+
+# kombu's Redis transport keeps a queue's messages of priority p > 0 in "<queue>\x06\x16<p>".
+PRIORITY_SEP = "\x06\x16"
+PRIORITY_STEPS = (3, 6, 9)
+BINDING_PREFIX = "_kombu.binding."
+UNACKED_KEY = "unacked"
+DEFAULT_TIMEOUT_S = 1.0
+
+
+def redis_client(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
+    """A redis-py client for a kombu broker URL (``redis://``, ``rediss://``,
+    ``redis+socket:///path``); raises ValueError for anything else."""
+    parts = urlsplit(broker_url)
+    if parts.scheme == "redis+socket":
+        query = parse_qs(parts.query)
+        db = int((query.get("virtual_host") or query.get("db") or ["0"])[0] or 0)
+        return redis.Redis(unix_socket_path=parts.path, db=db, password=parts.password,
+                           socket_timeout=timeout, socket_connect_timeout=timeout)
+    if parts.scheme in ("redis", "rediss"):
+        return redis.Redis.from_url(broker_url, socket_timeout=timeout,
+                                    socket_connect_timeout=timeout)
+    raise ValueError(f"queue depths need a Redis broker, not {parts.scheme}://")
+
+
+def queue_depths(client: redis.Redis) -> dict[str, int]:
+    """Messages waiting in each known queue (the fleet's own plus every declared one)."""
+    names = {STORE_QUEUE, CONTROL_QUEUE}
+    for key in client.scan_iter(match=f"{BINDING_PREFIX}*", count=500):
+        names.add(key.decode("utf-8", "replace").removeprefix(BINDING_PREFIX))
+    names = {n for n in names if not n.endswith(".pidbox") and not n.startswith("celeryev")}
+    depths: dict[str, int] = {}
+    for name in sorted(names):
+        pipe = client.pipeline(transaction=False)
+        for key in (name, *(f"{name}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)):
+            pipe.llen(key)
+        depths[name] = sum(pipe.execute())
+    return depths
+
+
+def waiting_tasks(client: redis.Redis, queue: str, limit: int = 50) -> list[dict[str, str]]:
+    """The next ``limit`` messages waiting in ``queue``, oldest first: task id and name.
+
+    Only the message headers are read (never the arguments). kombu pushes new messages on the
+    left and consumes from the right, so the oldest is last in the list.
+    """
+    out = []
+    for raw in reversed(client.lrange(queue, -limit, -1)):
+        try:
+            headers = json.loads(raw)["headers"]
+            out.append({"id": str(headers["id"]), "task": str(headers["task"])})
+        except (ValueError, KeyError, TypeError):
+            out.append({"id": "?", "task": "(not a Celery message)"})
+    return out
+
+
+def queue_consumers(broker_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
+                    ) -> dict[str, list[str]]:
+    """Live worker nodes on ``broker_url`` (default: the app's) and the queues each consumes.
+
+    A throwaway app is used because Celery's broadcasts go out through the app's own producer
+    pool, i.e. to the app's configured broker whatever connection is passed in.
+    """
+    probe = Celery("memq", broker=broker_url or app.conf.broker_url, set_as_current=False)
+    probe.conf.broker_transport_options = app.conf.broker_transport_options
+    try:
+        replies = probe.control.inspect(timeout=timeout).active_queues() or {}
+    finally:
+        probe.close()
+    return {node: sorted(q["name"] for q in queues) for node, queues in replies.items()}
+
+
+def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """Queue depths, in-flight count and workers; ``reachable`` False (and None counts) when
+    the broker does not answer in time."""
+    out: dict[str, Any] = {"url": redact_url(broker_url), "reachable": False, "error": None,
+                           "queues": None, "unacked": None, "workers": None, "nodes": None,
+                           "waiting_jobs": None}
+    try:
+        client = redis_client(broker_url, timeout)
+        try:
+            client.ping()
+            out["queues"] = queue_depths(client)
+            out["unacked"] = client.hlen(UNACKED_KEY)
+            out["waiting_jobs"] = waiting_tasks(client, CONTROL_QUEUE)
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    out["reachable"] = True
+    try:
+        nodes = queue_consumers(broker_url, timeout=timeout)
+    except OperationalError as exc:  # the broker went away between the two questions
+        out["error"] = f"workers unknown: {exc}"
+        return out
+    out["nodes"] = nodes
+    out["workers"] = len(nodes)
+    return out
+
+
+def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """``memq status --json``: the index (from the store) plus the fleet (from the broker).
+
+    Without a configured broker (each ``memq index`` starts its own), ``fleet`` says so.
+    """
+    status = index_status(settings)
+    if settings.broker_url:
+        status["fleet"] = broker_status(settings.broker_url, timeout)
+    else:
+        status["fleet"] = {"url": None, "reachable": False, "queues": None, "unacked": None,
+                           "workers": None, "nodes": None, "waiting_jobs": None,
+                           "error": "no broker configured: each `memq index` runs its own"}
+    provider = status.get("provider")
+    queues = status["fleet"]["queues"] or {}
+    status["pending_by_provider"] = (
+        {provider: {"chunks": status["pending"], "queued_jobs": queues.get(embed_queue(provider))}}
+        if provider else {})
+    return status
