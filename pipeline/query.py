@@ -78,9 +78,9 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     use_text = provider is None or hybrid.enabled
     text = keyword_hits(db, query, candidates, sources) if use_text else {}
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
+    # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
+    # fall under minScore), so keyword scores are relative to the best hit in every mode.
     if query_vector is None or not np.any(query_vector):
-        # Keyword-only: BM25 magnitudes depend on corpus size (a small memory gives small ranks
-        # that would all fall under minScore), so scores are relative to the best hit.
         return fusion.weighted({}, fusion.relative(text), (0.0, 1.0)), text
     vector = vector_hits(db, query_vector, candidates, sources)
     if not use_text:
@@ -89,7 +89,7 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     if hybrid.fusion == "rrf":
         return fusion.rrf(vector, text, weights, hybrid.rrf_k), text
     missing = cosine_for(db, [r for r in text if r not in vector], query_vector)
-    return fusion.weighted({**vector, **missing}, text, weights), text
+    return fusion.weighted({**vector, **missing}, fusion.relative(text), weights), text
 
 
 def search_store(db: Database, settings: Settings, query: str, *,
