@@ -118,8 +118,8 @@ def test_a_version_1_store_is_reindexed_on_open(tmp_path: Path, make_settings) -
     assert top(settings, "会议纪要")[0] == "memory/zh-meeting.md"  # opening upgraded it
     db = connect(settings.store.path)
     assert schema.get_meta(db, "schema_version") == schema.SCHEMA_VERSION
-    # Edits keep the index in step through the triggers ('delete' gets the same segmented
-    # text the row was indexed with, or FTS5's own check would find a corrupt index).
+    # Edits keep the index in step through the triggers: 'delete' must get the segmented text
+    # the row was indexed with, or the old tokens would stay and still find the row below.
     db.conn.execute("UPDATE chunks SET text = '新的内容：年度旅行计划' WHERE path = ?",
                     ("memory/zh-cat.md",))
     db.conn.execute("DELETE FROM chunks WHERE path = 'memory/ko-trip.md'")
