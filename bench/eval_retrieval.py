@@ -219,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--limit", type=int, default=0, help="only the first N queries (smoke runs)")
+    ap.add_argument("--vector-weight", type=float, default=None,
+                    help="vectorWeight (textWeight = 1 - it) for the fused modes, e.g. a value "
+                         "tuned with --sweep on a training split; default: memq's 0.7")
+    ap.add_argument("--rrf-k", type=int, default=None, help="rrfK for the rrf mode (default 60)")
     args = ap.parse_args(argv)
 
     data = args.data / args.dataset
@@ -266,15 +270,25 @@ def main(argv: list[str] | None = None) -> int:
             print_table(f"{args.dataset} {args.split} ({len(qrels)} queries): sweep", rows)
         else:
             rows = []
+            tuned: dict[str, Any] = {}
+            if args.vector_weight is not None:
+                tuned.update(vectorWeight=args.vector_weight,
+                             textWeight=round(1 - args.vector_weight, 4))
+            if args.rrf_k is not None:
+                tuned.update(rrfK=args.rrf_k)
             for name in args.modes.split(","):
-                s = settings_for(base, MODES[name], tmp)
+                mode = json.loads(json.dumps(MODES[name]))
+                if name not in ("keyword", "vector"):
+                    mode["query"]["hybrid"].update(tuned)
+                s = settings_for(base, mode, tmp)
                 use = None if name == "keyword" else queried
                 t0 = time.monotonic()
                 metrics = evaluate(db, s, use, queries, qrels, by_path)
                 print(f"  {name}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
                 rows.append((name, metrics))
             print_table(f"memq on {args.dataset} {args.split} ({len(qrels)} queries, "
-                        f"{chunks} chunks, {provider.model})", rows)
+                        f"{chunks} chunks, {provider.model}; fused modes: "
+                        f"{json.dumps(tuned) if tuned else 'defaults'})", rows)
             print("\nPublished nDCG@10 (test split):\n")
             for label, value in PUBLISHED[args.dataset]:
                 print(f"- {label}: {value:.4f}")
