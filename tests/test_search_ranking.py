@@ -299,6 +299,8 @@ def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings
                        min_score=0)
     assert sorted(paths(out)) == sorted(notes)
     assert all(r["source"] == "memory" for r in out["results"])
+    assert paths(search_store(db, settings, "session talk", min_score=0)) == []
+    assert len(paths(search_store(db, settings, "memory note", min_score=0))) == 4
     db.close()
 
 
