@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         chunks = db.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         print(f"{args.dataset}: {report.files} documents -> {chunks} chunks "
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr)
-        embed_chunks(db, provider, cache)
+        if args.sweep or set(args.modes.split(",")) != {"keyword"}:
+            embed_chunks(db, provider, cache)
         queried = CachedQueries(provider, cache)
 
         if args.sweep:

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.query import search_store
-from pipeline.search import decay, fusion
+from pipeline.search import decay, fusion, retrievers
 from pipeline.search.mmr import jaccard, mmr_order
-from tests.searchkit import QueryVector, build
+from pipeline.store.vectors import put_vectors
+from tests.searchkit import QueryVector, build, vector_with_cosine
 
 VECTOR_ONLY = {"hybrid": {"enabled": False}}
 
@@ -281,20 +282,21 @@ def test_files_outside_memory_age_by_mtime(tmp_path: Path, make_settings) -> Non
 # Source filter and sqlite-vec parity
 
 
-def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings) -> None:
-    notes = {f"memory/n{i}.md": f"memory note number {i}" for i in range(4)}
-    scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
-    db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
-    # 30 session chunks, all nearer to the query than any memory note.
-    from tests.searchkit import vector_with_cosine
-    from pipeline.store.vectors import put_vectors
-
-    for i in range(30):
+def add_session_chunks(db, count: int) -> None:
+    """``count`` session chunks, each nearer to the query (cosine 0.99) than any memory note."""
+    for i in range(count):
         cur = db.conn.execute(
             "INSERT INTO chunks(id, path, source, start_line, end_line, hash, text, state, "
             "updated_at) VALUES (?, ?, 'sessions', 1, 1, ?, 'session talk', 'ready', 0)",
             (f"s{i}", f"sessions/s{i}.jsonl", f"h{i}"))
         put_vectors(db, [cur.lastrowid], vector_with_cosine(0.99, 5 + (i % 20))[None, :])
+
+
+def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings) -> None:
+    notes = {f"memory/n{i}.md": f"memory note number {i}" for i in range(4)}
+    scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
+    db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
+    add_session_chunks(db, 30)
     out = search_store(db, settings, "q", provider=QueryVector(), max_results=4,
                        min_score=0)
     assert sorted(paths(out)) == sorted(notes)
@@ -322,3 +324,15 @@ def test_results_identical_with_and_without_sqlite_vec(tmp_path: Path, make_sett
                                  now=TODAY, min_score=0)["results"])
         db.close()
     assert outs[0] == outs[1] and len(outs[0]) == len(NETWORK)
+
+
+def test_large_wanted_source_over_fetches_then_falls_back_to_a_scan(
+        ws: Path, make_settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retrievers, "EXACT_SCAN_MAX", 2)  # 4 memory notes count as "large"
+    notes = {f"memory/n{i}.md": f"memory note number {i}" for i in range(4)}
+    scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
+    db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
+    add_session_chunks(db, 40)  # crowd the over-fetched top k
+    out = search_store(db, settings, "q", provider=QueryVector(), max_results=3, min_score=0)
+    assert paths(out) == ["memory/n3.md", "memory/n2.md", "memory/n1.md"]
+    db.close()

@@ -2,8 +2,9 @@
 
 Both honour the configured ``sources`` (``memory``, ``sessions``). When every chunk in the
 store belongs to a wanted source no filter is applied and vec0 answers the k-NN itself; when
-some do not, the vector side scans only the allowed vectors exactly, so a small source is never
-starved by a larger one filling vec0's top k.
+some do not, the vector side scans only the allowed vectors exactly (or, for a large allowed
+set, filters an over-fetched vec0 top k and scans only if that comes up short), so a small
+source is never starved by a larger one filling vec0's top k.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import numpy as np
 from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.store.engine import Database
 from pipeline.store.vectors import get_vectors, knn, knn_among
+
+EXACT_SCAN_MAX = 20_000  # wanted chunks scanned exactly; above this, vec0 over-fetches first
+OVERFETCH = 8
 
 
 def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int] | None:
@@ -50,9 +54,18 @@ def vector_hits(db: Database, query_vector: np.ndarray, limit: int, sources: Seq
                 ) -> dict[int, float]:
     """Nearest chunks as rowid -> cosine similarity, nearest first."""
     allowed = allowed_rowids(db, sources)
-    found = knn(db, query_vector, limit) if allowed is None else knn_among(
-        db, query_vector, limit, allowed)
-    return {rowid: 1.0 - distance for rowid, distance in found}
+    if allowed is None:
+        found = knn(db, query_vector, limit)
+    elif len(allowed) <= EXACT_SCAN_MAX:
+        found = knn_among(db, query_vector, limit, allowed)
+    else:
+        # A large wanted source: over-fetch from the index and filter; scan only if that
+        # still leaves fewer than ``limit`` (the unwanted chunks crowd the top).
+        wanted = set(allowed)
+        found = [hit for hit in knn(db, query_vector, limit * OVERFETCH) if hit[0] in wanted]
+        if len(found) < limit:
+            found = knn_among(db, query_vector, limit, allowed)
+    return {rowid: 1.0 - distance for rowid, distance in found[:limit]}
 
 
 def cosine_for(db: Database, rowids: Sequence[int], query_vector: np.ndarray
