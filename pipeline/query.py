@@ -22,6 +22,7 @@ from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
 from pipeline.embeddings.registry import ProviderSpec
 from pipeline.jobs import provider_for
 from pipeline.search import decay, fusion
+from pipeline.search.citations import CITATION_MODES, apply_citations
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.retrievers import cosine_for, keyword_hits, vector_hits
@@ -127,12 +128,16 @@ def search_store(db: Database, settings: Settings, query: str, *,
 
 def memory_search(query: str, *, settings: Settings | None = None,
                   workspace: str | os.PathLike[str] | None = None,
-                  max_results: int | None = None, min_score: float | None = None
-                  ) -> dict[str, Any]:
+                  max_results: int | None = None, min_score: float | None = None,
+                  citations: str = "auto") -> dict[str, Any]:
     """Search an agent's memory; returns OpenClaw's result shape plus provider/model/mode.
 
     Never raises for the content of ``query``: any text gives results or an empty list.
+    ``citations`` (auto, on, off) adds ``citation`` and a ``Source:`` line to each snippet.
     """
+    if citations not in CITATION_MODES:
+        raise ValueError(f"citations must be one of {', '.join(CITATION_MODES)}, "
+                         f"got {citations!r}")
     settings = settings or load_settings(workspace=workspace)
     query = str(query)
     db = open_store(settings)
@@ -155,7 +160,8 @@ def memory_search(query: str, *, settings: Settings | None = None,
             out = search_store(db, settings, query, max_results=max_results,
                                min_score=min_score, provider=None)
         out.update(provider=spec.name if spec else None, model=spec.model if spec else None,
-                   mode="hybrid" if provider is not None else "keyword-only")
+                   mode="hybrid" if provider is not None else "keyword-only",
+                   citations=citations, results=apply_citations(out["results"], citations))
         reason = schema.get_meta(db, "mode_reason")
         if spec is None and reason:
             out["reason"] = reason
