@@ -14,8 +14,9 @@ hash and model) and reused by later runs; the store itself is rebuilt each run.
         [--modes keyword,vector,hybrid,rrf,hybrid+mmr] [--sweep] [--threads 2]
         [--data /work/shared/eval] [--cache ~/.cache/memq-eval]
 
-``--sweep`` scores a grid of vector weights and RRF k on the given split (use a training split:
-``--split train`` for SciFact, ``--split dev`` for NFCorpus); never tune on ``test``.
+``--sweep`` scores a grid of vector weights and RRF k/weights on the given split (use a
+training split: ``--split train`` for SciFact, ``--split dev`` for NFCorpus); never tune on
+``test``.
 """
 
 from __future__ import annotations
@@ -259,15 +260,16 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.sweep:
             rows = []
-            for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
-                mode = {"query": {"hybrid": {"vectorWeight": w, "textWeight": round(1 - w, 2)}}}
-                s = settings_for(base, mode, tmp)
-                rows.append((f"weighted v={w}", evaluate(db, s, queried, queries, qrels,
-                                                          by_path)))
-            for k in (10, 30, 60, 100):
-                mode = {"query": {"hybrid": {"fusion": "rrf", "rrfK": k}}}
-                s = settings_for(base, mode, tmp)
-                rows.append((f"rrf k={k}", evaluate(db, s, queried, queries, qrels, by_path)))
+            grid: list[tuple[str, dict[str, Any]]] = [
+                (f"weighted v={w}", {"vectorWeight": w, "textWeight": round(1 - w, 2)})
+                for w in (0.3, 0.4, 0.5, 0.6, 0.7)]
+            grid += [(f"rrf k={k} v={w}", {"fusion": "rrf", "rrfK": k, "vectorWeight": w,
+                                           "textWeight": round(1 - w, 2)})
+                     for k, w in ((60, 0.5), (60, 0.7), (20, 0.5), (100, 0.5))]
+            for label, hybrid in grid:
+                s = settings_for(base, {"query": {"hybrid": hybrid}}, tmp)
+                rows.append((label, evaluate(db, s, queried, queries, qrels, by_path)))
+                print(f"  {label}: {rows[-1][1]['nDCG@10']:.4f}", file=sys.stderr)
             print_table(f"{args.dataset} {args.split} ({len(qrels)} queries): sweep", rows)
         else:
             rows = []
