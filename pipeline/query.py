@@ -22,7 +22,7 @@ from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
 from pipeline.embeddings.registry import ProviderSpec
 from pipeline.jobs import provider_for
 from pipeline.search import decay, fusion
-from pipeline.search.citations import CITATION_MODES, apply_citations
+from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.retrievers import cosine_for, keyword_hits, vector_hits
@@ -135,9 +135,7 @@ def memory_search(query: str, *, settings: Settings | None = None,
     Never raises for the content of ``query``: any text gives results or an empty list.
     ``citations`` (auto, on, off) adds ``citation`` and a ``Source:`` line to each snippet.
     """
-    if citations not in CITATION_MODES:
-        raise ValueError(f"citations must be one of {', '.join(CITATION_MODES)}, "
-                         f"got {citations!r}")
+    check_mode(citations)
     settings = settings or load_settings(workspace=workspace)
     query = str(query)
     db = open_store(settings)

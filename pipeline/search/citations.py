@@ -17,11 +17,16 @@ def citation_for(path: str, start: int, end: int) -> str:
     return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
 
 
-def apply_citations(results: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
-    """``results`` with citations added (``auto``/``on``) or left alone (``off``)."""
+def check_mode(mode: str) -> str:
+    """``mode`` if it is a citations mode; else a clear ValueError."""
     if mode not in CITATION_MODES:
         raise ValueError(f"citations must be one of {', '.join(CITATION_MODES)}, got {mode!r}")
-    if mode == "off":
+    return mode
+
+
+def apply_citations(results: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+    """``results`` with citations added (``auto``/``on``) or left alone (``off``)."""
+    if check_mode(mode) == "off":
         return results
     for hit in results:
         hit["citation"] = citation_for(hit["path"], hit["startLine"], hit["endLine"])
