@@ -113,7 +113,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from pipeline.query import memory_search
 
     out = memory_search(args.query, settings=_settings(args), max_results=args.max_results,
-                        min_score=args.min_score)
+                        min_score=args.min_score, citations=args.citations)
     lines = []
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())
@@ -362,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--max-results", type=int)
     p.add_argument("--min-score", type=float)
+    p.add_argument("--citations", choices=["auto", "on", "off"], default="auto",
+                   help="add a Source: path#Ls-Le line to each snippet (default auto = on)")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("get", parents=[common], help="read lines of a memory file")

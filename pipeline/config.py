@@ -69,6 +69,7 @@ FALLBACKS: tuple[str, ...] = tuple(p for p in PROVIDERS if p != "auto")
 SOURCES: tuple[str, ...] = ("memory", "sessions")
 FTS_TOKENIZERS: tuple[str, ...] = ("unicode61", "trigram")
 CITATIONS: tuple[str, ...] = ("auto", "on", "off")
+FUSIONS: tuple[str, ...] = ("weighted", "rrf")
 MODALITIES: tuple[str, ...] = ("image", "audio")
 MULTIMODAL_MODEL = "gemini-embedding-2-preview"
 
@@ -254,6 +255,8 @@ _SPECS: dict[str, _Spec] = {
     "query.hybrid.vectorWeight": _UNIT,
     "query.hybrid.textWeight": _UNIT,
     "query.hybrid.candidateMultiplier": _int(1),
+    "query.hybrid.fusion": _Spec("enum", choices=FUSIONS),
+    "query.hybrid.rrfK": _int(1),
     "query.hybrid.mmr.enabled": _BOOL,
     "query.hybrid.mmr.lambda": _UNIT,
     "query.hybrid.temporalDecay.enabled": _BOOL,
@@ -481,6 +484,8 @@ class HybridSettings:
     vector_weight: float = 0.7
     text_weight: float = 0.3
     candidate_multiplier: int = 4
+    fusion: str = "weighted"
+    rrf_k: int = 60
     mmr: MmrSettings = field(default_factory=MmrSettings)
     temporal_decay: TemporalDecaySettings = field(default_factory=TemporalDecaySettings)
 
@@ -492,6 +497,8 @@ class HybridSettings:
                 "vector_weight": "query.hybrid.vectorWeight",
                 "text_weight": "query.hybrid.textWeight",
                 "candidate_multiplier": "query.hybrid.candidateMultiplier",
+                "fusion": "query.hybrid.fusion",
+                "rrf_k": "query.hybrid.rrfK",
             },
         )
         object.__setattr__(
@@ -1453,6 +1460,8 @@ def _build(
             "vector_weight": "query.hybrid.vectorWeight",
             "text_weight": "query.hybrid.textWeight",
             "candidate_multiplier": "query.hybrid.candidateMultiplier",
+            "fusion": "query.hybrid.fusion",
+            "rrf_k": "query.hybrid.rrfK",
         },
         mmr=mmr,
         temporal_decay=decay,
@@ -1705,6 +1714,8 @@ def settings_to_dict(s: Settings) -> dict[str, Any]:
                 "vectorWeight": hybrid.vector_weight,
                 "textWeight": hybrid.text_weight,
                 "candidateMultiplier": hybrid.candidate_multiplier,
+                "fusion": hybrid.fusion,
+                "rrfK": hybrid.rrf_k,
                 "mmr": {"enabled": hybrid.mmr.enabled, "lambda": hybrid.mmr.lambda_},
                 "temporalDecay": {
                     "enabled": hybrid.temporal_decay.enabled,

@@ -5,6 +5,10 @@ syntax errors, ``AND`` is an operator). The builder keeps only word tokens, quot
 keeps "quoted phrases" as phrases, and joins them with OR so a multi-word query is not empty
 when one word is missing (OpenClaw's AND join was: #15339). BM25 then ranks by how many and
 how rare the matched words are.
+
+Chinese, Japanese and Korean runs become the same bigrams the index holds
+(:mod:`pipeline.search.tokens`); a lone CJK character is a prefix query, so it matches every
+indexed bigram that starts with it.
 """
 
 from __future__ import annotations
@@ -12,17 +16,21 @@ from __future__ import annotations
 import math
 import re
 
+from pipeline.search.tokens import is_cjk, query_text
+
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _PHRASE = re.compile(r'"([^"]*)"')
 MAX_TERMS = 64
 
 
 def _quote(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
+    quoted = '"' + term.replace('"', '""') + '"'
+    return quoted + "*" if len(term) == 1 and is_cjk(term) else quoted
 
 
 def build_match_query(text: str) -> str | None:
     """A MATCH expression for ``text``, or None when it has no searchable word at all."""
+    text = query_text(text)
     terms: list[str] = []
     for phrase in _PHRASE.findall(text):
         words = _TOKEN.findall(phrase)

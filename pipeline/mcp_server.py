@@ -103,16 +103,6 @@ def citations_on(settings: Settings) -> bool:
     return settings.citations != "off"
 
 
-def add_citations(out: dict[str, Any]) -> dict[str, Any]:
-    """OpenClaw's citation: ``path#Ls-Le`` on each result, appended to the snippet."""
-    for hit in out["results"]:
-        start, end = hit["startLine"], hit["endLine"]
-        lines = f"#L{start}" if start == end else f"#L{start}-L{end}"
-        hit["citation"] = f"{hit['path']}{lines}"
-        hit["snippet"] = f"{hit['snippet']}\n\nSource: {hit['citation']}"
-    return out
-
-
 def _check(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
     arguments = arguments or {}
     error = next(iter(sorted(_VALIDATORS[name].iter_errors(arguments),
@@ -136,7 +126,8 @@ class MemoryTools:
         # Never sync in the request path: the answer comes from the index as it is (and says
         # so), the background refresher catches up.
         out = memory_search(args["query"], settings=self.settings, sync=False,
-                            max_results=args.get("maxResults"), min_score=args.get("minScore"))
+                            max_results=args.get("maxResults"), min_score=args.get("minScore"),
+                            citations="on" if citations_on(self.settings) else "off")
         if stale:
             out["dirty"] = len(stale)
             if self.settings.sync.on_search:
@@ -144,8 +135,7 @@ class MemoryTools:
             out["syncing"] = self.refresher.running
             if self.refresher.last_error:
                 out["syncError"] = self.refresher.last_error
-        out["citations"] = "on" if citations_on(self.settings) else "off"
-        return add_citations(out) if citations_on(self.settings) else out
+        return out
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -1,16 +1,17 @@
 """``memory_search`` and ``memory_get``: plain library calls over the store, no broker needed.
 
-Search runs the two retrievers OpenClaw runs, a vec0 k-nearest-neighbour query and an FTS5 BM25
-query, and merges them with its weighted fusion (vectorWeight 0.7, textWeight 0.3, weights
-renormalised, candidates = maxResults × candidateMultiplier). Where OpenClaw scores a candidate
-that only one retriever returned as 0 on the other side, memq looks the missing vector up and
-scores it for real, so a strong keyword hit is not sunk by an unknown vector score.
+Search runs OpenClaw's pipeline: a vec0 k-nearest-neighbour query and an FTS5 BM25 query
+(:mod:`pipeline.search.retrievers`), merged by weighted fusion or reciprocal rank fusion
+(:mod:`pipeline.search.fusion`), then temporal decay, sort, MMR, ``minScore`` and
+``maxResults``. Unlike OpenClaw, decay and MMR apply in every mode (hybrid, vector-only and
+keyword-only), keyword search covers Chinese/Japanese/Korean, and a keyword hit without a
+vector is not capped below ``minScore``. See docs/search.md.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +20,21 @@ import numpy as np
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
-from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.jobs import provider_for
 from pipeline.producer import stale_memory_paths, sync_files
 from pipeline.reindex import rebuild_info
+from pipeline.search import decay, fusion
+from pipeline.search.citations import apply_citations, check_mode
+from pipeline.search.fusion import Candidate
+from pipeline.search.mmr import mmr_order
+from pipeline.search.retrievers import cosine_for, keyword_hits, vector_hits
 from pipeline.sessions import session_get
 from pipeline.sources import memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, StoreError, connect
-from pipeline.store.vectors import get_vectors, knn
 
 SNIPPET_CHARS = 700
 MAX_CANDIDATES = 200
-
-
-@dataclass
-class _Candidate:
-    rowid: int
-    vector_score: float = 0.0
-    text_score: float = 0.0
-    score: float = 0.0
 
 
 def open_store(settings: Settings) -> Database | None:
@@ -58,88 +54,79 @@ def index_spec(db: Database) -> ProviderSpec | None:
                         index.get("options") or {})
 
 
-def _keyword_hits(db: Database, query: str, limit: int) -> dict[int, float]:
-    match = build_match_query(query)
-    if match is None:
+def _rows(db: Database, rowids: list[int]) -> dict[int, tuple[Any, ...]]:
+    """(path, start_line, end_line, text, source) per chunk rowid still in the store."""
+    if not rowids:
         return {}
-    rows = db.conn.execute(
-        "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
-        "ORDER BY rank LIMIT ?",
-        (match, limit),
-    ).fetchall()
-    return {int(r): bm25_to_score(rank) for r, rank in rows}
+    marks = ",".join("?" * len(rowids))
+    return {r[0]: r[1:] for r in db.conn.execute(
+        f"SELECT rowid, path, start_line, end_line, text, source FROM chunks "
+        f"WHERE rowid IN ({marks})", rowids)}
 
 
-def _vector_hits(db: Database, query_vector: np.ndarray, limit: int) -> dict[int, float]:
-    return {rowid: 1.0 - distance for rowid, distance in knn(db, query_vector, limit)}
-
-
-def _fuse(vector: dict[int, float], text: dict[int, float], missing_vectors: dict[int, float],
-          weights: tuple[float, float]) -> list[_Candidate]:
-    wv, wt = weights
-    merged: dict[int, _Candidate] = {}
-    for rowid in vector.keys() | text.keys():
-        v = vector.get(rowid, missing_vectors.get(rowid, 0.0))
-        t = text.get(rowid, 0.0)
-        merged[rowid] = _Candidate(rowid, v, t, wv * v + wt * t)
-    return sorted(merged.values(), key=lambda c: (-c.score, c.rowid))
-
-
-def _result_rows(db: Database, picked: list[_Candidate]) -> list[dict[str, Any]]:
-    if not picked:
-        return []
-    marks = ",".join("?" * len(picked))
-    rows = {
-        r[0]: r
-        for r in db.conn.execute(
-            f"SELECT rowid, path, start_line, end_line, text, source FROM chunks "
-            f"WHERE rowid IN ({marks})",
-            [c.rowid for c in picked],
-        )
-    }
-    results = []
-    for c in picked:
-        if c.rowid not in rows:
-            continue  # deleted between ranking and reading
-        _, path, start, end, text, source = rows[c.rowid]
-        results.append({"path": path, "startLine": start, "endLine": end,
-                        "score": round(c.score, 6), "snippet": text[:SNIPPET_CHARS],
-                        "source": source})
-    return results
+def _result(c: Candidate, row: tuple[Any, ...]) -> dict[str, Any]:
+    path, start, end, text, source = row
+    return {"path": path, "startLine": start, "endLine": end, "score": round(c.score, 6),
+            "snippet": text[:SNIPPET_CHARS], "source": source}
 
 
 def _pending_count(db: Database) -> int:
     return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending'").fetchone()[0]
 
 
+def _rank(db: Database, settings: Settings, query: str, candidates: int,
+          provider: EmbeddingProvider | None) -> tuple[list[Candidate], dict[int, float]]:
+    """Fused candidates, best first, and the keyword side's own scores."""
+    hybrid = settings.query.hybrid
+    sources = settings.sources
+    use_text = provider is None or hybrid.enabled
+    text = keyword_hits(db, query, candidates, sources) if use_text else {}
+    query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
+    # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
+    # fall under minScore), so keyword scores are relative to the best hit in every mode.
+    if query_vector is None or not np.any(query_vector):
+        return fusion.weighted({}, fusion.relative(text), (0.0, 1.0)), text
+    vector = vector_hits(db, query_vector, candidates, sources)
+    if not use_text:
+        return fusion.weighted(vector, {}, (1.0, 0.0)), text
+    weights = hybrid.normalized_weights()
+    if hybrid.fusion == "rrf":
+        return fusion.rrf(vector, text, weights, hybrid.rrf_k), text
+    missing = cosine_for(db, [r for r in text if r not in vector], query_vector)
+    return fusion.weighted({**vector, **missing}, fusion.relative(text), weights), text
+
+
 def search_store(db: Database, settings: Settings, query: str, *,
                  max_results: int | None = None, min_score: float | None = None,
-                 provider: EmbeddingProvider | None = None) -> dict[str, Any]:
-    """Search an open store. ``provider`` embeds the query; None means keyword-only."""
+                 provider: EmbeddingProvider | None = None, now: float | None = None
+                 ) -> dict[str, Any]:
+    """Search an open store. ``provider`` embeds the query; None means keyword-only.
+
+    ``now`` (epoch seconds) is the moment temporal decay measures ages from.
+    """
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)
-    multiplier = settings.query.hybrid.candidate_multiplier
-    candidates = min(MAX_CANDIDATES, max(1, max_results * multiplier))
-    use_text = provider is None or settings.query.hybrid.enabled
-    text = _keyword_hits(db, query, candidates) if use_text else {}
-    query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
-    if query_vector is not None and np.any(query_vector):
-        vector = _vector_hits(db, query_vector, candidates)
-        found = get_vectors(db, [r for r in text if r not in vector])
-        text_only = {r: float(np.dot(v, query_vector)) for r, v in found.items()}
-        ranked = _fuse(vector, text, text_only, settings.query.hybrid.normalized_weights())
-    else:
-        # Keyword-only: BM25 magnitudes depend on corpus size (a small memory gives small ranks
-        # that would all fall under minScore), so scores are relative to the best hit.
-        best = max(text.values(), default=1.0)
-        ranked = _fuse({}, {r: s / best for r, s in text.items()}, {}, (0.0, 1.0))
-    picked = [c for c in ranked if c.score >= min_score][:max_results]
+    hybrid = settings.query.hybrid
+    candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
+    ranked, text = _rank(db, settings, query, candidates, provider)
+    if hybrid.temporal_decay.enabled and ranked:
+        factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
+                                    else now, hybrid.temporal_decay.half_life_days)
+        for c in ranked:
+            c.score *= factors.get(c.rowid, 1.0)
+        ranked.sort(key=lambda c: (-c.score, c.rowid))
+    picked = [c for c in ranked if c.score >= min_score]
     if not picked and text:
         # OpenClaw's relaxed fallback: when no fused score clears minScore, keyword hits whose
         # own BM25 score clears min(minScore, textWeight) are still answers, not nothing.
-        floor = min(min_score, settings.query.hybrid.normalized_weights()[1])
-        picked = [c for c in ranked if c.text_score >= floor][:max_results]
-    return {"results": _result_rows(db, picked)}
+        floor = min(min_score, hybrid.normalized_weights()[1])
+        picked = [c for c in ranked if c.text_score >= floor]
+    rows = _rows(db, [c.rowid for c in picked])
+    picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
+    if hybrid.mmr.enabled:
+        picked = mmr_order(picked, [c.score for c in picked],
+                           [rows[c.rowid][3] for c in picked], hybrid.mmr.lambda_)
+    return {"results": [_result(c, rows[c.rowid]) for c in picked[:max_results]]}
 
 
 def _sync_if_stale(db: Database, settings: Settings, spec: ProviderSpec | None,
@@ -165,14 +152,17 @@ def _sync_if_stale(db: Database, settings: Settings, spec: ProviderSpec | None,
 def memory_search(query: str, *, settings: Settings | None = None,
                   workspace: str | os.PathLike[str] | None = None,
                   max_results: int | None = None, min_score: float | None = None,
-                  sync: bool | None = None) -> dict[str, Any]:
+                  sync: bool | None = None, citations: str | None = None) -> dict[str, Any]:
     """Search an agent's memory; returns OpenClaw's result shape plus provider/model/mode.
 
     Never raises for the content of ``query``: any text gives results or an empty list.
     ``sync`` (default: ``sync.onSearch``) first brings changed files' rows up to date; a
-    long-running server passes False and refreshes in the background instead.
+    long-running server passes False and refreshes in the background instead. ``citations``
+    (auto, on, off; default: the ``citations`` setting) adds ``citation`` and a ``Source:``
+    line to each snippet.
     """
     settings = settings or load_settings(workspace=workspace)
+    citations = check_mode(citations or settings.citations)
     query = str(query)
     try:
         db = open_store(settings)
@@ -202,7 +192,8 @@ def memory_search(query: str, *, settings: Settings | None = None,
             out = search_store(db, settings, query, max_results=max_results,
                                min_score=min_score, provider=None)
         out.update(provider=spec.name if spec else None, model=spec.model if spec else None,
-                   mode="hybrid" if provider is not None else "keyword-only")
+                   mode="hybrid" if provider is not None else "keyword-only",
+                   citations=citations, results=apply_citations(out["results"], citations))
         reason = schema.get_meta(db, "mode_reason")
         if spec is None and reason:
             out["reason"] = reason

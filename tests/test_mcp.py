@@ -20,7 +20,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from pipeline.config import Settings
-from pipeline.mcp_server import add_citations, is_loopback, parse_bind
+from pipeline.mcp_server import is_loopback, parse_bind
+from pipeline.search.citations import apply_citations
 from tests.conftest import REPO, run_memq
 
 TODAY = date.today().isoformat()
@@ -224,10 +225,10 @@ def test_citations_off_and_openclaw_key(workspace: Path, make_settings, tmp_path
 
 
 def test_citation_format_and_bind_parsing() -> None:
-    out = add_citations({"results": [{"path": "MEMORY.md", "startLine": 3, "endLine": 3,
-                                      "snippet": "x"}]})
-    assert out["results"][0]["citation"] == "MEMORY.md#L3"
-    assert out["results"][0]["snippet"] == "x\n\nSource: MEMORY.md#L3"
+    out = apply_citations([{"path": "MEMORY.md", "startLine": 3, "endLine": 3, "snippet": "x"}],
+                          "on")
+    assert out[0]["citation"] == "MEMORY.md#L3"
+    assert out[0]["snippet"] == "x\n\nSource: MEMORY.md#L3"
     assert parse_bind("127.0.0.1:8765") == ("127.0.0.1", 8765)
     assert parse_bind("[::1]:80") == ("::1", 80)
     assert parse_bind("9000") == ("127.0.0.1", 9000)

@@ -48,3 +48,28 @@ def test_search_before_any_index_says_so(workspace: Path, make_settings) -> None
     settings = make_settings(workspace, provider="none")
     out = memory_search("anything", settings=settings)
     assert out["results"] == [] and "memq index" in out["warning"]
+
+
+def test_search_citations_point_memory_get_at_the_lines(workspace: Path, make_settings,
+                                                        tmp_path: Path) -> None:
+    from pipeline.embeddings.registry import ProviderChoice
+    from pipeline.producer import sync_files
+    from pipeline.store.engine import connect
+
+    settings = make_settings(workspace, provider="none")
+    db = connect(settings.store.path)
+    sync_files(db, settings, ProviderChoice(None, None, "test"))
+    db.close()
+    out = memory_search("Berlin flight", settings=settings, max_results=1)
+    (hit,) = out["results"]
+    assert out["citations"] == "auto"
+    assert hit["citation"] == f"{hit['path']}#L{hit['startLine']}-L{hit['endLine']}"
+    assert hit["snippet"].endswith(f"\n\nSource: {hit['citation']}")
+    path, lines = hit["citation"].split("#L")
+    start, end = (int(x.lstrip("L")) for x in lines.split("-"))
+    window = memory_get(path, start, end - start + 1, settings=settings)
+    assert "Berlin" in window["text"]
+    off = memory_search("Berlin flight", settings=settings, max_results=1, citations="off")
+    assert "citation" not in off["results"][0] and "Source:" not in off["results"][0]["snippet"]
+    with pytest.raises(ValueError, match="citations"):
+        memory_search("x", settings=settings, citations="sometimes")

@@ -21,25 +21,31 @@ from tests.fakes.provider_doubles import ProviderDouble
 def hammer(url: str, seconds: float, out) -> None:
     limiter = FleetRateLimiter(client_for(url), "shared", requests=4, tokens=None,
                                window_s=0.4)
+    granted: list[int] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if limiter.try_acquire(10) == 0.0:
-            out.put(limiter.last_window)
+            granted.append(limiter.last_window)
         else:
             time.sleep(0.005)
+    out.put(granted)  # one message: a child blocked on a full queue pipe never exits
 
 
 def test_processes_share_one_budget(broker_url: str) -> None:
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # forking a threaded pytest can deadlock
     out = ctx.Queue()
-    procs = [ctx.Process(target=hammer, args=(broker_url, 2.0, out)) for _ in range(3)]
+    procs = [ctx.Process(target=hammer, args=(broker_url, 2.0, out), daemon=True)
+             for _ in range(3)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(30)
-    grants: Counter[int] = Counter()
-    while not out.empty():
-        grants[out.get()] += 1
+    try:
+        results = [out.get(timeout=60) for _ in procs]  # drain before joining
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    grants: Counter[int] = Counter(window for granted in results for window in granted)
     assert grants and max(grants.values()) <= 4, grants  # never more than 4 in a window...
     assert sum(1 for n in grants.values() if n == 4) >= 3, grants  # ...though all 3 pushed
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pipeline.search.tokens import index_text
+
 BUSY_TIMEOUT_MS = 5000
 _DRIVERS = ("sqlite3", "pysqlite3.dbapi2", "sqlean")
 
@@ -126,6 +128,8 @@ def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
         if is_busy(exc):
             raise StoreBusy(f"{path} is locked by another process ({exc})") from exc
         raise StoreError(f"{path} is not a usable SQLite store ({exc}). {REBUILD_HINT}") from exc
+    # The FTS triggers index this function's output (see pipeline.store.schema).
+    conn.create_function("memq_fts_text", 1, _fts_text, deterministic=True)
     vector_ok = False
     if not want_vectors:
         vec_reason = "vector search disabled by store.vector.enabled=false"
@@ -136,6 +140,10 @@ def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     return Database(conn, path, name, vector_ok, vec_reason, module)
+
+
+def _fts_text(text: Any) -> Any:
+    return index_text(text) if isinstance(text, str) else text
 
 
 def _enable_wal(conn: Any, module: ModuleType, attempts: int = 50) -> None:

@@ -4,6 +4,12 @@ Chunk rows carry an integer ``rowid`` that is also the rowid of their FTS5 row a
 vector, so the hot search paths join on integers. ``chunks.id`` is the stable text identity
 (sha256 of source, path, line range and content hash): a result computed for an older version
 of a file can never attach to newer text, because the newer text has another id.
+
+``chunks_fts`` reads its content from ``chunks.text`` but indexes ``memq_fts_text(text)``: the
+text with Chinese/Japanese/Korean runs cut into bigrams (:mod:`pipeline.search.tokens`), with
+the Porter stemmer over ``unicode61``. The function is registered on every connection
+(:func:`pipeline.store.engine.connect`); the triggers call it, so every write path stays in step.
+Version 2 changed the FTS table; opening an older store rebuilds it from ``chunks``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any
 
 from pipeline.store.engine import Database
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+FTS_TOKENIZER = "porter unicode61"
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -60,27 +67,43 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache(updated_at);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-    text, content='chunks', content_rowid='rowid', tokenize='unicode61'
+    text, content='chunks', content_rowid='rowid', tokenize='{tokenizer}'
 );
 CREATE TRIGGER IF NOT EXISTS chunks_fts_insert AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, new.text);
+    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, memq_fts_text(new.text));
 END;
 CREATE TRIGGER IF NOT EXISTS chunks_fts_delete AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+    INSERT INTO chunks_fts(chunks_fts, rowid, text)
+    VALUES ('delete', old.rowid, memq_fts_text(old.text));
 END;
 CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE OF text ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
-    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, new.text);
+    INSERT INTO chunks_fts(chunks_fts, rowid, text)
+    VALUES ('delete', old.rowid, memq_fts_text(old.text));
+    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, memq_fts_text(new.text));
 END;
+""".replace("{tokenizer}", FTS_TOKENIZER)
+
+# Drop the full-text table of an older schema; DDL recreates it and _REFILL_FTS indexes chunks.
+_DROP_FTS = """
+DROP TRIGGER IF EXISTS chunks_fts_insert;
+DROP TRIGGER IF EXISTS chunks_fts_delete;
+DROP TRIGGER IF EXISTS chunks_fts_update;
+DROP TABLE IF EXISTS chunks_fts;
 """
+_REFILL_FTS = (
+    "INSERT INTO chunks_fts(rowid, text) SELECT rowid, memq_fts_text(text) FROM chunks;"
+)
 
 
 def ensure_schema(db: Database) -> None:
-    """Create every table that does not exist yet (idempotent, cheap when already there)."""
-    if get_meta(db, "schema_version", None) == SCHEMA_VERSION:
+    """Create every table that does not exist yet, and rebuild the full-text index of a store
+    written by an older schema (idempotent, cheap when already current)."""
+    version = get_meta(db, "schema_version", None)
+    if version == SCHEMA_VERSION:
         return
+    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if version is not None else DDL
     db.conn.executescript(
-        f"BEGIN IMMEDIATE;\n{DDL}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
+        f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
         f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"
     )
 

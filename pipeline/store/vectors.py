@@ -15,6 +15,7 @@ from pipeline.store.engine import Database
 from pipeline.store.schema import get_meta, set_meta
 
 MAX_KNN_K = 4096  # sqlite-vec's hard limit on k
+_BATCH = 500  # rowids per IN (...) list
 
 
 class DimensionMismatch(ValueError):
@@ -120,6 +121,12 @@ def knn(db: Database, query: np.ndarray, k: int) -> list[tuple[int, float]]:
 
 def _knn_numpy(db: Database, query: np.ndarray, k: int) -> list[tuple[int, float]]:
     rows = db.conn.execute("SELECT rowid, embedding FROM chunks_vec_blob").fetchall()
+    return _nearest(rows, query, k)
+
+
+def _nearest(rows: Sequence[tuple[int, bytes]], query: np.ndarray, k: int
+             ) -> list[tuple[int, float]]:
+    """Exact cosine k-NN over (rowid, blob) rows, nearest first, ties by row order."""
     if not rows:
         return []
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -128,6 +135,29 @@ def _knn_numpy(db: Database, query: np.ndarray, k: int) -> list[tuple[int, float
     sims = np.divide(matrix @ query, norms, out=np.zeros(len(rows), np.float32), where=norms > 0)
     top = np.argsort(-sims, kind="stable")[:k]
     return [(int(ids[i]), float(1.0 - sims[i])) for i in top]
+
+
+def knn_among(db: Database, query: np.ndarray, k: int, rowids: Sequence[int]
+              ) -> list[tuple[int, float]]:
+    """Exact k-NN restricted to ``rowids`` (a source filter), with either vector table.
+
+    vec0 cannot filter on chunk columns inside its KNN, and filtering its top k afterwards
+    starves the results when the wanted source is small; scanning the allowed vectors is exact.
+    """
+    dims = vector_dims(db)
+    if dims is None or k <= 0 or not rowids or not _exists(db):
+        return []
+    query = np.asarray(query, dtype=np.float32)
+    if query.shape != (dims,):
+        raise DimensionMismatch(f"query has {query.shape[-1]} dimensions, index has {dims}")
+    rows: list[tuple[int, bytes]] = []
+    for start in range(0, len(rowids), _BATCH):
+        batch = [int(r) for r in rowids[start : start + _BATCH]]
+        rows += db.conn.execute(
+            f"SELECT rowid, embedding FROM {_table(db)} WHERE rowid IN "
+            f"({','.join('?' * len(batch))}) ORDER BY rowid", batch,
+        ).fetchall()
+    return _nearest(rows, query, min(int(k), MAX_KNN_K))
 
 
 def get_vectors(db: Database, rowids: Sequence[int]) -> dict[int, np.ndarray]:

@@ -1,0 +1,60 @@
+"""Unicode word tokens, with Chinese, Japanese and Korean runs cut into overlapping bigrams.
+
+FTS5's ``unicode61`` tokenizer splits on spaces and punctuation, so a CJK sentence (no spaces)
+becomes one huge token that no query ever matches. memq indexes a segmented copy of each chunk
+instead: every run of CJK characters is replaced by its overlapping bigrams plus the run's last
+character (``会议纪要`` → ``会议 议纪 纪要 要``), so any two-character word of the run is a
+token and a one-character query can match by prefix. Queries are segmented the same way
+(bigrams only), which makes mixed-script text like ``Redis缓存`` searchable on both sides.
+The same tokens serve MMR's Jaccard similarity.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Han (with extensions and compatibility), Hiragana, Katakana (not the middle dot U+30FB, which
+# unicode61 treats as punctuation), Katakana extensions and half-width forms, Hangul.
+_CJK_CLASS = (
+    "\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\uff66-\uff9f\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"
+    "\U00020000-\U0002ffff"
+)
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def is_cjk(text: str) -> bool:
+    """True when ``text`` contains at least one CJK character."""
+    return _CJK_CHAR.search(text) is not None
+
+
+def _bigrams(run: str) -> list[str]:
+    return [run[i : i + 2] for i in range(len(run) - 1)] or [run]
+
+
+def _segment(text: str, *, with_tail: bool) -> str:
+    def cut(match: re.Match[str]) -> str:
+        run = match.group(0)
+        grams = _bigrams(run)
+        if with_tail and len(run) > 1:
+            grams.append(run[-1])
+        return " " + " ".join(grams) + " "
+
+    return _CJK_RUN.sub(cut, text)
+
+
+def index_text(text: str) -> str:
+    """The text FTS5 indexes for a chunk: CJK runs as bigrams plus their last character."""
+    return _segment(text, with_tail=True) if is_cjk(text) else text
+
+
+def query_text(text: str) -> str:
+    """A query with its CJK runs as bigrams (a one-character run stays one character)."""
+    return _segment(text, with_tail=False) if is_cjk(text) else text
+
+
+def words(text: str) -> list[str]:
+    """Word tokens of ``text`` (any script), lower-cased, CJK runs as bigrams."""
+    return [w.lower() for w in _WORD.findall(query_text(text))]
