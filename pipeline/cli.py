@@ -192,7 +192,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if s["vector_backend_reason"]:
         lines.append(f"note: {s['vector_backend_reason']}")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
-    lines += [f"failed chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
+    lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
     lines += _fleet_lines(s["fleet"])
     for provider, p in s["pending_by_provider"].items():
         lines.append(f"pending:   {provider}: {p['chunks']} chunks, "

@@ -152,6 +152,13 @@ def failure_result(job: Job, reason: str) -> Result:
             "failed": [[cid, reason] for cid, _, _ in job["chunks"]]}
 
 
+def held_result(job: Job, reason: str) -> Result:
+    """A result that leaves every chunk of ``job`` pending, with ``reason`` shown in status,
+    for the next producer pass to queue again (a rejected key: fix it and run ``memq index``)."""
+    return {"spec": job["spec"], "store": job["store"], "vectors": [], "failed": [],
+            "held": [[cid, reason] for cid, _, _ in job["chunks"]]}
+
+
 def after_crash(job: Job) -> tuple[list[Job], Result | None]:
     """What to do with a job that was redelivered because its worker died mid-task.
 
@@ -223,6 +230,8 @@ def _apply(db: Database, result: Result, settings: Settings) -> writer.WriteOutc
     if result["failed"]:
         failed = writer.mark_failed(db, [(cid, reason) for cid, reason in result["failed"]])
         outcome = replace(outcome, failed=failed)
+    if result.get("held"):
+        writer.mark_held(db, [(cid, reason) for cid, reason in result["held"]])
     return outcome
 
 

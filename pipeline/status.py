@@ -36,7 +36,8 @@ def index_status(settings: Settings) -> dict[str, Any]:
             "SELECT path, error FROM files WHERE error IS NOT NULL ORDER BY path LIMIT ?",
             (MAX_LISTED_ERRORS,)).fetchall()
         chunk_errors = conn.execute(
-            "SELECT error, count(*) FROM chunks WHERE state = 'failed' GROUP BY error "
+            "SELECT state, error, count(*) FROM chunks WHERE error IS NOT NULL "
+            "AND state IN ('failed', 'pending') GROUP BY state, error "
             "ORDER BY count(*) DESC LIMIT 5").fetchall()
         status.update(
             indexed=True,
@@ -48,7 +49,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
             vectors=count_vectors(db),
             pending=states.get("pending", 0) if index.get("provider") else 0,
             failed=states.get("failed", 0),
-            chunk_errors=[{"error": e, "chunks": n} for e, n in chunk_errors],
+            chunk_errors=[{"state": s, "error": e, "chunks": n} for s, e, n in chunk_errors],
             provider=index.get("provider"),
             model=index.get("model"),
             dims=vector_dims(db),

@@ -191,3 +191,20 @@ def test_write_batch_commits_in_groups_and_units_stay_atomic(db, tmp_path) -> No
     assert not db.conn.in_transaction
     assert seen() == 3  # the uncommitted unit was rolled back with the batch
     other.close()
+
+
+def test_held_chunk_stays_pending_until_a_later_result(db) -> None:
+    from workers.indexing import pending_count
+
+    writer.replace_file(db, record(), chunk_markdown("held text\n", 400, 80))
+    (cid, digest), = pending(db)
+    rowid = db.conn.execute("SELECT rowid FROM chunks").fetchone()[0]
+    writer.mark_queued(db, [rowid])
+    assert pending_count(db) == 1  # in flight
+    writer.mark_held(db, [(cid, "HTTP 401: check the API key")])
+    row = db.conn.execute("SELECT state, error, queued_at FROM chunks").fetchone()
+    assert row == ("pending", "HTTP 401: check the API key", None)
+    assert pending_count(db) == 0  # nobody is working on it: waiters stop waiting
+    writer.write_vectors(db, provider="p", model="m", provider_key="k",
+                         items=[(cid, digest, unit(5))])  # the next pass, after the fix
+    assert db.conn.execute("SELECT state, error FROM chunks").fetchone() == ("ready", None)

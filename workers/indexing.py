@@ -61,7 +61,11 @@ class IndexRun:
 
 
 def pending_count(db: Database) -> int:
-    return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending'").fetchone()[0]
+    """Chunks still waiting for a vector that something is working on (held chunks, refused
+    until the configuration is fixed, are not waited for)."""
+    return db.conn.execute(
+        "SELECT count(*) FROM chunks WHERE state = 'pending' "
+        "AND (error IS NULL OR queued_at IS NOT NULL)").fetchone()[0]
 
 
 def _worker_env(settings: Settings) -> dict[str, str]:

@@ -11,7 +11,7 @@ from kombu import Connection
 
 from pipeline import jobs
 from pipeline.config import Settings, load_settings
-from pipeline.embeddings.base import EmbeddingError
+from pipeline.embeddings.base import EmbeddingError, ProviderUnavailable
 from pipeline.store.engine import StoreBusy
 from workers.app import STORE_QUEUE, app, embed_queue
 
@@ -65,10 +65,15 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
             delay = jobs.retry_delay(self.request.retries, exc.retry_after)
             log.info("retrying %d chunk(s) in %.1f s: %s", len(job["chunks"]), delay, exc)
             raise self.retry(countdown=delay) from None
-        tried = f" (after {self.request.retries} retries)" if exc.retryable else ""
-        log.warning("embedding failed%s, %d chunk(s) marked failed: %s", tried,
-                    len(job["chunks"]), exc)
-        result = jobs.failure_result(job, f"{exc}{tried}")
+        if exc.needs_config or isinstance(exc, ProviderUnavailable):
+            log.warning("embedding refused, %d chunk(s) stay pending until the configuration "
+                        "is fixed: %s", len(job["chunks"]), exc)
+            result = jobs.held_result(job, str(exc))
+        else:
+            tried = f" (after {self.request.retries} retries)" if exc.retryable else ""
+            log.warning("embedding failed%s, %d chunk(s) marked failed: %s", tried,
+                        len(job["chunks"]), exc)
+            result = jobs.failure_result(job, f"{exc}{tried}")
     except Exception as exc:  # a bug or a time limit: record it on the chunks, don't lose them
         log.exception("embedding job failed")
         result = jobs.failure_result(job, f"{type(exc).__name__}: {exc}")

@@ -18,15 +18,19 @@ class EmbeddingError(RuntimeError):
 
     ``retry_after`` is the wait in seconds the provider asked for (``Retry-After``, Gemini's
     ``RetryInfo.retryDelay``), if any. ``context_length`` marks an input the model found too
-    long: a request of several texts may succeed when split. The message never holds a secret.
+    long: a request of several texts may succeed when split. ``needs_config`` marks a refusal
+    only a configuration fix can cure (a rejected key): the chunks wait, pending, for the next
+    pass after the fix. The message never holds a secret.
     """
 
     def __init__(self, message: str, *, retryable: bool = False,
-                 retry_after: float | None = None, context_length: bool = False) -> None:
+                 retry_after: float | None = None, context_length: bool = False,
+                 needs_config: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.context_length = context_length
+        self.needs_config = needs_config
 
 
 class ProviderUnavailable(EmbeddingError):

@@ -172,6 +172,7 @@ def error_for_response(label: str, response: httpx.Response, scrub: Scrubber) ->
         return EmbeddingError(text, retryable=False, context_length=True)
     if status in (401, 403) or "api key" in message.lower():
         text += " (check the API key: remote.apiKey or the provider's environment variable)"
+        return EmbeddingError(text, retryable=False, needs_config=True)
     return EmbeddingError(text, retryable=False)
 
 

@@ -193,6 +193,17 @@ def mark_queued(db: Database, rowids: Sequence[int]) -> None:
                          [(now, r) for r in rowids])
 
 
+def mark_held(db: Database, items: Sequence[tuple[str, str]]) -> None:
+    """Leave chunks (id, reason) pending with the reason shown, and no longer in flight, so
+    the next producer pass queues them again (after the configuration was fixed)."""
+    with transaction(db) as conn:
+        conn.executemany(
+            "UPDATE chunks SET error = ?, queued_at = NULL, updated_at = ? "
+            "WHERE id = ? AND state = 'pending'",
+            [(reason[:500], time.time(), cid) for cid, reason in items],
+        )
+
+
 def mark_failed(db: Database, items: Sequence[tuple[str, str]]) -> int:
     """Mark chunks (id, reason) as failed: keyword-searchable, no vector, shown in status."""
     with transaction(db) as conn:
