@@ -29,7 +29,7 @@ from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.retrievers import cosine_for, keyword_hits, vector_hits
 from pipeline.sessions import session_get
-from pipeline.sources import memory_files, relative_path
+from pipeline.sources import IGNORED_DIRS, memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, StoreError, connect
 
@@ -224,7 +224,8 @@ def _under(path: Path, root: Path) -> bool:
 
 
 def _could_be_memory(settings: Settings, path: Path) -> bool:
-    """Would ``path`` be a memory file if it existed? (No part of it may be a symlink.)"""
+    """Is ``path`` where a memory file lives, whether or not it exists yet? No part of it may be
+    a symlink or an ignored folder."""
     workspace = settings.workspace
     if os.path.realpath(path.parent) != str(path.parent):
         return False
@@ -232,7 +233,10 @@ def _could_be_memory(settings: Settings, path: Path) -> bool:
         return True
     roots = [workspace / "memory", *(p if p.is_absolute() else workspace / p
                                       for p in settings.extra_paths)]
-    return any(_under(path, root) and path != root for root in roots)
+    for root in roots:
+        if _under(path, root) and path != root:
+            return not IGNORED_DIRS.intersection(path.relative_to(root).parts[:-1])
+    return False
 
 
 def resolve_memory_path(settings: Settings, requested: str) -> Path:
@@ -249,7 +253,11 @@ def resolve_memory_path(settings: Settings, requested: str) -> Path:
               for f in memory_files(settings.workspace, settings.extra_paths)}
     if candidate in listed:
         return candidate
-    if candidate.exists() or candidate.is_symlink() or not _could_be_memory(settings, candidate):
+    # Not listed: a file that does not exist yet, or that a concurrent append created after the
+    # listing, is fine where memory files live; a symlink or anything but a file is not.
+    if candidate.is_symlink() or not _could_be_memory(settings, candidate):
+        raise MemoryPathError(_PATH_REQUIRED)
+    if candidate.exists() and not candidate.is_file():
         raise MemoryPathError(_PATH_REQUIRED)
     return candidate
 
