@@ -71,13 +71,6 @@ def js_trim(text: str) -> str:
     return text.strip(_JS_WHITESPACE)
 
 
-def _utf16_len(text: str) -> int:
-    """JavaScript ``.length`` of ``text``: astral characters count 2."""
-    if text.isascii():
-        return len(text)
-    return len(text) + len(_ASTRAL.findall(text))
-
-
 def _segments(line: str, max_chars: int) -> list[tuple[str, int]]:
     """Cut ``line`` like ``line.slice(start, start + maxChars)`` does, with UTF-16 lengths.
 

@@ -235,19 +235,3 @@ def swap_in(store_path: Path, live: Database, new: Database) -> None:
         Path(f"{store_path}{suffix}").unlink(missing_ok=True)
     if not legacy and old_real != Path(os.path.realpath(new.path)):
         remove_store_file(old_real)
-
-
-def abandon_rebuild(settings: Settings) -> bool:
-    """Drop a rebuild under way (its file too); the live store stays as it is."""
-    with rebuild_lock(settings.store.path):
-        live = _open(settings, settings.store.path)
-        try:
-            info = rebuild_info(live)
-            if info is None:
-                return False
-            remove_store_file(Path(info["target"]))
-            with schema.transaction(live) as conn:
-                conn.execute("DELETE FROM meta WHERE key = ?", (REINDEX_META,))
-            return True
-        finally:
-            live.close()

@@ -46,10 +46,6 @@ class Database:
     _module: ModuleType | None = field(default=None, repr=False)
 
     @property
-    def integrity_error(self) -> type[Exception]:
-        return self._module.IntegrityError  # type: ignore[union-attr]
-
-    @property
     def operational_error(self) -> type[Exception]:
         return self._module.OperationalError  # type: ignore[union-attr]
 
