@@ -1,0 +1,200 @@
+"""The raw values a config file sets: memq's own file, or the memorySearch parts of openclaw.json.
+
+Keys are checked against :data:`~pipeline.config.keys.READ` here (unknown keys are errors,
+with a suggestion); values are checked later, by the settings they fill.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pipeline.config.errors import ConfigError, Entry, message, show
+from pipeline.config.files import read_file
+from pipeline.config.keys import READ, TABLES, children
+from pipeline.config.paths import openclaw_state_dir
+
+
+def file_entries(
+    path: Path, agent_hint: str | None, env: Mapping[str, str], warnings: list[str]
+) -> dict[str, Entry]:
+    """Every key the file at ``path`` sets, by dotted key path.
+
+    For an openclaw.json, also its workspace and the agent (``agent_hint`` picks it, else the
+    file's default agent).
+    """
+    collector = _Collector(path, warnings)
+    data = read_file(path)
+    if _is_openclaw(path, data):
+        agent_id, ws_entry = _collect_openclaw(collector, data, agent_hint, env)
+        collector.entries["workspace"] = ws_entry
+        collector.entries.setdefault(
+            "agentId", collector.entry(agent_id, "the OpenClaw default agent")
+        )
+    else:
+        collector.walk(data, display="", top=True)
+    return collector.entries
+
+
+class _Collector:
+    def __init__(self, path: Path, warnings: list[str]) -> None:
+        self.path = path
+        self.where = f"in {path}"
+        self.entries: dict[str, Entry] = {}
+        self.warnings = warnings
+
+    def entry(self, value: Any, name: str) -> Entry:
+        return Entry(value, name, self.where, str(self.path), self.path.parent)
+
+    def walk(self, data: Mapping[str, Any], *, display: str, top: bool, prefix: str = "") -> None:
+        for name, value in data.items():
+            key = f"{prefix}{name}"
+            shown = f"{display}{key}"
+            spec = READ.get(key)
+            if spec is not None and (top or not spec.top_only):
+                if spec.ignored:
+                    self.warnings.append(
+                        f"{shown} is an OpenClaw setting memq does not use; ignored ({self.where})"
+                    )
+                    continue
+                entry = self.entry(value, shown)
+                if key == "extraPaths":
+                    self._add_extra_paths(key, entry)
+                else:
+                    self.entries[key] = entry
+            elif key in TABLES:
+                if not isinstance(value, Mapping):
+                    raise ConfigError(
+                        message(shown, "must be a table of settings", show(value), self.where),
+                        key=key,
+                        source=str(self.path),
+                    )
+                self.walk(value, display=display, top=top, prefix=f"{key}.")
+            else:
+                raise self._unknown(key, shown, display, top)
+
+    def _add_extra_paths(self, key: str, entry: Entry) -> None:
+        value = entry.value
+        if not isinstance(value, list):
+            raise entry.fail(
+                key, "must be a list of paths (strings or {path, pattern} tables)", show(value)
+            )
+        for item in value:
+            ok = isinstance(item, str) or (
+                isinstance(item, Mapping)
+                and isinstance(item.get("path"), str)
+                and set(item) <= {"path", "pattern"}
+                and isinstance(item.get("pattern", ""), str)
+            )
+            if not ok:
+                raise entry.fail(key, "items must be paths or {path, pattern} tables", show(item))
+        previous = self.entries.get(key)
+        if previous is not None:  # OpenClaw concatenates extraPaths across config layers
+            entry.value = [*previous.value, *((i, entry.base) for i in value)]
+        else:
+            entry.value = [(i, entry.base) for i in value]
+        self.entries[key] = entry
+
+    def _unknown(self, key: str, shown: str, display: str, top: bool) -> ConfigError:
+        prefix, _, leaf = key.rpartition(".")
+        siblings = [
+            c
+            for c in children(prefix)
+            if top or not (k := READ.get(f"{prefix}.{c}".lstrip("."))) or not k.top_only
+        ]
+
+        def norm(s: str) -> str:
+            return s.replace("_", "").replace("-", "").lower()
+
+        guess = [s for s in siblings if norm(s) == norm(leaf)] or difflib.get_close_matches(
+            leaf, siblings, n=1, cutoff=0.6
+        )
+        suggestion = f"{prefix}.{guess[0]}".lstrip(".") if guess else None
+        if suggestion is None:  # maybe the key is right but in the wrong table
+            leaves = {p: p.rsplit(".", 1)[-1] for p, k in READ.items() if top or not k.top_only}
+            exact = [p for p, lf in leaves.items() if norm(lf) == norm(leaf)]
+            close = difflib.get_close_matches(leaf, list(leaves.values()), n=1, cutoff=0.75)
+            found = exact or [p for p, lf in leaves.items() if close and lf == close[0]]
+            suggestion = found[0] if found else None
+        text = f'unknown key "{shown}" ({self.where})'
+        if suggestion is not None:
+            text += f'; did you mean "{display}{suggestion}"?'
+        elif key in ("memorySearch", "agents", "memory") and top:
+            text += (
+                "; memq.toml takes OpenClaw's memorySearch keys at the top level (to read "
+                "an OpenClaw config, point MEMQ_CONFIG at openclaw.json)"
+            )
+        else:
+            known = ", ".join(siblings)
+            text += f"; known keys{' in ' + display + prefix if prefix else ''}: {known}"
+        return ConfigError(text, key=key, source=str(self.path))
+
+
+def _is_openclaw(path: Path, data: Mapping[str, Any]) -> bool:
+    if path.name.lower().startswith("openclaw"):
+        return True
+    memq_top = set(children(""))
+    return bool({"agents", "memory"} & set(data)) and not (memq_top & set(data))
+
+
+def _dict_at(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _collect_openclaw(
+    c: _Collector, data: Mapping[str, Any], agent_hint: str | None, env: Mapping[str, str]
+) -> tuple[str, Entry]:
+    """Read an openclaw.json; return the agent id and the workspace entry."""
+    agents = _dict_at(data, "agents")
+    listed = _dict_at(agents, "list")
+    entries = [a for a in listed if isinstance(a, Mapping)] if isinstance(listed, list) else []
+    if agent_hint:
+        agent_id = agent_hint
+    else:
+        chosen = next(
+            (a for a in entries if a.get("default") is True), entries[0] if entries else None
+        )
+        agent_id = str(chosen.get("id")) if chosen and chosen.get("id") else "main"
+    index = next(
+        (i for i, a in enumerate(entries) if str(a.get("id", "")).lower() == agent_id.lower()), None
+    )
+    agent = entries[index] if index is not None else {}
+    layers = [
+        ("agents.defaults.memorySearch.", _dict_at(agents, "defaults", "memorySearch")),
+        ("memory.search.", _dict_at(data, "memory", "search")),
+    ]
+    if index is not None:
+        layers += [
+            (f"agents.list[{index}].memorySearch.", agent.get("memorySearch")),
+            (f"agents.list[{index}].memory.search.", _dict_at(agent, "memory", "search")),
+        ]
+    for display, section in layers:
+        if section is None:
+            continue
+        if not isinstance(section, Mapping):
+            raise ConfigError(
+                message(display[:-1], "must be an object of settings", show(section), c.where),
+                source=str(c.path),
+            )
+        c.walk(section, display=display, top=False)
+    citations = _dict_at(data, "memory", "citations")
+    if citations is not None:
+        c.entries["citations"] = c.entry(citations, "memory.citations")
+    if "store.path" in c.entries:
+        ignored = c.entries.pop("store.path")
+        c.warnings.append(
+            f"{ignored.name} points at OpenClaw's own index; memq keeps a separate "
+            "one (set MEMQ_STORE_PATH or store.path in memq.toml to choose it)"
+        )
+    if index is not None and agent.get("workspace"):
+        return agent_id, c.entry(agent["workspace"], f"agents.list[{index}].workspace")
+    if _dict_at(agents, "defaults", "workspace"):
+        return agent_id, c.entry(agents["defaults"]["workspace"], "agents.defaults.workspace")
+    default = str(openclaw_state_dir(env) / "workspace")
+    return agent_id, c.entry(default, "OpenClaw's default workspace")

@@ -1,0 +1,442 @@
+"""The settings dataclasses, the checks that involve several keys, and their JSON form.
+
+Each dataclass validates itself, so building one by hand (``ChunkingSettings(tokens=0)``) fails
+just like a bad file value: every field bound to a row of :data:`~pipeline.config.keys.KEYS`
+is checked and normalised by that row's spec, then ``__post_init__`` applies the rules that
+involve several keys (clamps, sources needing session memory, multimodal needing Gemini…).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+from pipeline.config.errors import Invalid, show
+from pipeline.config.keys import (
+    DEFAULT_CACHE_MAX_ENTRIES,
+    DEFAULT_MULTIMODAL_MAX_FILE_BYTES,
+    KEYS,
+    MAX_CANDIDATE_MULTIPLIER,
+    MODALITIES,
+    MULTIMODAL_MODEL,
+    SIMPLE_KINDS,
+    SOURCES,
+    Key,
+    keys_at,
+)
+from pipeline.config.paths import absolute, default_sessions_dir, default_store_path, resolve
+from pipeline.config.redact import Headers
+
+_AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _set(obj: object, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)  # the dataclasses are frozen
+
+
+class _Validated:
+    """Base of the settings dataclasses: check every field bound to a key, keep its normal form."""
+
+    def __post_init__(self) -> None:
+        for name, key in checked_fields(type(self)).items():
+            _set(self, name, key.check(getattr(self, name)))
+
+    def __repr__(self) -> str:
+        """The dataclass repr with secrets and URL passwords hidden (used with ``repr=False``)."""
+        keys = keys_at(owner(type(self)))
+        parts = []
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            key, value = keys.get(f.name), getattr(self, f.name)
+            if key is not None and key.spec.kind in ("url", "secret"):
+                value = key.spec.to_json(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"{type(self).__qualname__}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class ChunkingSettings(_Validated):
+    """``chunking.*``: chunk size and overlap in OpenClaw "tokens" (4 UTF-16 chars each).
+
+    ``overlap`` is clamped to ``tokens - 1`` as OpenClaw does.
+    """
+
+    tokens: int = 400
+    overlap: int = 80
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "overlap", min(self.overlap, max(0, self.tokens - 1)))
+
+
+@dataclass(frozen=True)
+class MmrSettings(_Validated):
+    """``query.hybrid.mmr.*``: maximal-marginal-relevance re-ranking (off by default)."""
+
+    enabled: bool = False
+    lambda_: float = 0.7  # config key "lambda"
+
+
+@dataclass(frozen=True)
+class TemporalDecaySettings(_Validated):
+    """``query.hybrid.temporalDecay.*``: exponential decay by note age (off by default)."""
+
+    enabled: bool = False
+    half_life_days: int = 30
+
+
+@dataclass(frozen=True)
+class HybridSettings(_Validated):
+    """``query.hybrid.*``: vector + keyword fusion.
+
+    Weights are each in 0..1 and not both 0; they are kept as configured, and
+    :meth:`normalized_weights` gives the pair scaled to sum 1, which is what OpenClaw scores with.
+    ``candidate_multiplier`` is clamped to 1..20 as OpenClaw does.
+    """
+
+    enabled: bool = True
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    candidate_multiplier: int = 4
+    fusion: str = "weighted"
+    rrf_k: int = 60
+    mmr: MmrSettings = field(default_factory=MmrSettings)
+    temporal_decay: TemporalDecaySettings = field(default_factory=TemporalDecaySettings)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "candidate_multiplier", min(self.candidate_multiplier, MAX_CANDIDATE_MULTIPLIER))
+        if self.vector_weight == 0 and self.text_weight == 0:
+            raise Invalid(
+                "query.hybrid.vectorWeight",
+                "cannot be 0 while query.hybrid.textWeight is 0 too (one signal must count)",
+                "0 and textWeight 0",
+            )
+
+    def normalized_weights(self) -> tuple[float, float]:
+        """``(vector, text)`` scaled to sum 1, as OpenClaw merges scores."""
+        total = self.vector_weight + self.text_weight
+        return self.vector_weight / total, self.text_weight / total
+
+
+@dataclass(frozen=True)
+class QuerySettings(_Validated):
+    """``query.*``: result count and score threshold for ``memory_search``."""
+
+    max_results: int = 6
+    min_score: float = 0.35
+    hybrid: HybridSettings = field(default_factory=HybridSettings)
+
+    def candidates(self) -> int:
+        """Candidates fetched per side: min(200, maxResults x candidateMultiplier) as OpenClaw."""
+        return min(200, self.max_results * self.hybrid.candidate_multiplier)
+
+
+@dataclass(frozen=True)
+class CacheSettings(_Validated):
+    """``cache.*``: the embedding cache. ``max_entries=None`` means unbounded."""
+
+    enabled: bool = True
+    max_entries: int | None = DEFAULT_CACHE_MAX_ENTRIES
+
+
+@dataclass(frozen=True)
+class StoreSettings(_Validated):
+    """``store.*``: the SQLite file (absolute path) and its FTS5 / sqlite-vec options."""
+
+    path: Path
+    vector_enabled: bool = True
+    extension_path: str | None = None
+    fts_tokenizer: str = "unicode61"
+
+    @property
+    def driver(self) -> str:
+        """``store.driver``: accepted for OpenClaw compatibility; SQLite is the only store."""
+        return "sqlite"
+
+
+@dataclass(frozen=True)
+class SessionSyncSettings(_Validated):
+    """``sync.sessions.*``: when a session transcript counts as changed."""
+
+    delta_bytes: int = 100_000
+    delta_messages: int = 50
+    post_compaction_force: bool = True
+
+
+@dataclass(frozen=True)
+class SyncSettings(_Validated):
+    """``sync.*``: when the index is brought up to date."""
+
+    watch: bool = True
+    watch_debounce_ms: int = 1500
+    on_session_start: bool = True
+    on_search: bool = True
+    interval_minutes: int = 0
+    sessions: SessionSyncSettings = field(default_factory=SessionSyncSettings)
+
+
+@dataclass(frozen=True)
+class BatchSettings(_Validated):
+    """``remote.batch.*``: provider batch-file APIs (OpenAI, Gemini, Voyage)."""
+
+    enabled: bool = False
+    wait: bool = True
+    concurrency: int = 2
+    poll_interval_ms: int = 2000
+    timeout_minutes: int = 60
+
+
+@dataclass(frozen=True, repr=False)
+class RemoteSettings(_Validated):
+    """``remote.*``: endpoint overrides for remote providers.
+
+    ``api_key`` is the literal ``remote.apiKey`` string from the config file (OpenClaw also lets
+    it name an environment variable, which the providers module resolves); ``api_key_env`` is
+    the variable named by an OpenClaw SecretRef ``{source: "env", id: "NAME"}``. The repr never
+    shows the key nor the values of auth-like headers.
+    """
+
+    base_url: str | None = None
+    api_key: str | None = None
+    headers: Mapping[str, str] = field(default_factory=Headers)
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    api_key_env: str | None = None
+    #: memq's fleet-wide limits (``remote.rateLimit.*``), shared by every embed worker.
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.api_key_env is not None and not (
+            isinstance(self.api_key_env, str) and self.api_key_env.strip()
+        ):
+            raise Invalid("remote.apiKey", "the env SecretRef id must name a variable", None)
+
+
+@dataclass(frozen=True)
+class LocalSettings(_Validated):
+    """``local.*``: the in-process llama.cpp model. ``threads=None`` lets llama.cpp decide."""
+
+    model_path: str | None = None
+    model_cache_dir: Path | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model_path == "":
+            _set(self, "model_path", None)
+
+
+@dataclass(frozen=True)
+class MultimodalSettings(_Validated):
+    """``multimodal.*``: image/audio files under extraPaths (Gemini embedding 2 only)."""
+
+    enabled: bool = False
+    modalities: tuple[str, ...] = ()
+    max_file_bytes: int = DEFAULT_MULTIMODAL_MAX_FILE_BYTES
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "modalities", _check_modalities(self.modalities, self.enabled))
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and bool(self.modalities)
+
+
+def _list_of(key: str, value: Any, allowed: tuple[str, ...], what: str) -> list[str]:
+    """``value`` as a list, if it is a list (not a string) of ``allowed`` words."""
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise Invalid(key, f"must be a list of {what}", show(value))
+    items = list(value)
+    for item in items:
+        if item not in allowed:
+            raise Invalid(key, f"must be a list of {what}", show(item))
+    return items
+
+
+def _check_modalities(value: Any, enabled: bool) -> tuple[str, ...]:
+    items = _list_of("multimodal.modalities", value, (*MODALITIES, "all"),
+                     '"image", "audio" or "all"')  # fmt: skip
+    if not enabled:
+        return ()
+    if not items or "all" in items:  # OpenClaw: unset or "all" means every modality
+        return MODALITIES
+    return tuple(m for m in MODALITIES if m in items)
+
+
+@dataclass(frozen=True, repr=False)
+class Settings(_Validated):
+    """Everything memq needs to know, resolved: paths absolute, defaults filled in.
+
+    ``sources`` is the effective list (OpenClaw drops ``sessions`` unless session memory is on,
+    and an empty list means ``("memory",)``). ``session_memory`` is ``experimental.sessionMemory``
+    or ``rememberAcrossConversations``. ``store`` defaults to :func:`default_store_path` and
+    ``sessions_dir`` to OpenClaw's transcripts folder for ``agent_id``. ``warnings`` lists things
+    worth showing in ``memq status`` (clamped values, ignored keys...).
+    """
+
+    workspace: Path
+    enabled: bool = True
+    provider: str = "auto"
+    fallback: str = "none"
+    model: str = ""
+    sources: tuple[str, ...] = ("memory",)
+    extra_paths: tuple[Path, ...] = ()
+    chunking: ChunkingSettings = field(default_factory=ChunkingSettings)
+    query: QuerySettings = field(default_factory=QuerySettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    store: StoreSettings = None  # type: ignore[assignment]  # filled by __post_init__
+    sync: SyncSettings = field(default_factory=SyncSettings)
+    remote: RemoteSettings = field(default_factory=RemoteSettings)
+    local: LocalSettings = field(default_factory=LocalSettings)
+    session_memory: bool = False
+    broker_url: str | None = None
+    agent_id: str = "main"
+    config_file: Path | None = None
+    # Additions beyond the first contract:
+    multimodal: MultimodalSettings = field(default_factory=MultimodalSettings)
+    remember_across_conversations: bool = False
+    output_dimensionality: int | None = None
+    input_type: str | None = None
+    query_input_type: str | None = None
+    document_input_type: str | None = None
+    extra_path_patterns: tuple[tuple[Path, str], ...] = ()
+    sessions_dir: Path = None  # type: ignore[assignment]  # filled by __post_init__
+    citations: str = "auto"
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        workspace = self.workspace
+        for name in ("input_type", "query_input_type", "document_input_type"):
+            if getattr(self, name) == "":
+                _set(self, name, None)
+        if not _AGENT_ID_RE.match(self.agent_id):
+            raise Invalid(
+                "agentId",
+                "must be letters, digits, '.', '_' or '-' (it is used in file names)",
+                show(self.agent_id),
+            )
+        session_memory = self.session_memory or self.remember_across_conversations
+        _set(self, "session_memory", session_memory)
+        _set(
+            self,
+            "sources",
+            _normalize_sources(self.sources, session_memory, self.remember_across_conversations),
+        )
+        _set(self, "extra_paths", _normalize_extra_paths(self.extra_paths, workspace))
+        _set(
+            self,
+            "extra_path_patterns",
+            tuple((resolve(p, workspace), str(pattern)) for p, pattern in self.extra_path_patterns),
+        )
+        if self.store is None:
+            _set(self, "store", StoreSettings(path=default_store_path(workspace)))
+        if self.sessions_dir is None:
+            _set(self, "sessions_dir", default_sessions_dir(self.agent_id))
+        if self.config_file is not None:
+            _set(self, "config_file", absolute(self.config_file))
+        _set(self, "warnings", tuple(self.warnings))
+        _check_multimodal(self)
+
+
+def _normalize_sources(value: Any, session_memory: bool, remember: bool) -> tuple[str, ...]:
+    items = _list_of("sources", value, SOURCES, '"memory" and/or "sessions"')
+    if remember:
+        items.append("sessions")
+    out = [s for s in dict.fromkeys(items) if s == "memory" or session_memory]
+    return tuple(out) or ("memory",)
+
+
+def _normalize_extra_paths(value: Any, workspace: Path) -> tuple[Path, ...]:
+    if isinstance(value, str | os.PathLike) or not isinstance(value, Iterable):
+        raise Invalid("extraPaths", "must be a list of paths", show(str(value)))
+    out: dict[Path, None] = {}
+    for item in value:
+        if not isinstance(item, str | os.PathLike):
+            raise Invalid("extraPaths", "must be a list of paths", show(item))
+        if isinstance(item, str) and not item.strip():
+            continue
+        out[resolve(item, workspace)] = None
+    return tuple(out)
+
+
+def _check_multimodal(s: Settings) -> None:
+    if not s.multimodal.active:
+        return
+    model = re.sub(r"^(models/)?((gemini|google)/)?", "", s.model.strip())
+    if s.provider != "gemini" or model != MULTIMODAL_MODEL:
+        raise Invalid(
+            "multimodal.enabled",
+            f'needs provider "gemini" and model "{MULTIMODAL_MODEL}"',
+            show(f"provider {s.provider}, model {s.model or '(default)'}"),
+        )
+    if s.fallback != "none":
+        raise Invalid(
+            "multimodal.enabled",
+            'does not support a fallback; set fallback = "none"',
+            show(s.fallback),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each class sits in the Settings tree, and so which keys it holds
+
+
+@cache
+def nested(cls: type) -> dict[str, type]:
+    """The fields of a settings class that hold another settings class, by name."""
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: hint
+        for f in dataclasses.fields(cls)
+        if isinstance(hint := hints[f.name], type) and issubclass(hint, _Validated)
+    }
+
+
+@cache
+def owner(cls: type) -> str:
+    """The attribute path of a settings class from :class:`Settings` (``"query.hybrid"``)."""
+    paths: dict[type, str] = {}
+
+    def walk(c: type, path: str) -> None:
+        paths[c] = path
+        for name, sub in nested(c).items():
+            walk(sub, f"{path}.{name}" if path else name)
+
+    walk(Settings, "")
+    return paths[cls]
+
+
+@cache
+def checked_fields(cls: type) -> dict[str, Key]:
+    """The fields of a settings class that a key sets, with their keys, in field order but
+    with the simple kinds first (as memq always checked them, so the first of several errors
+    reported stays the same)."""
+    keys = keys_at(owner(cls))
+    bound = [(f.name, keys[f.name]) for f in dataclasses.fields(cls) if f.name in keys]
+    bound.sort(key=lambda item: item[1].spec.kind not in SIMPLE_KINDS)
+    return {name: key for name, key in bound if key.read}
+
+
+def settings_to_dict(s: Settings) -> dict[str, Any]:
+    """The resolved settings as camelCase JSON-ready data, secrets shown as ``***``."""
+    out: dict[str, Any] = {}
+    for key in KEYS:
+        if key.attr is None:
+            continue
+        *tables, leaf = key.path.split(".")
+        node = out
+        for name in tables:
+            node = node.setdefault(name, {})
+        node[leaf] = key.spec.to_json(attrgetter(key.attr)(s))
+    return out
