@@ -29,13 +29,15 @@ Adding a key
        Key("sync.watchPolling", BOOL),
 
    The attribute is the snake_case of the key (``sync.watch_polling``); give ``attr=`` when
-   it is not, and ``env="MEMQ_…"`` for an environment variable.
+   it is not, and ``env="MEMQ_…"`` for an environment variable (``env.py`` turns variable
+   text into whole numbers and path lists; other kinds get the stripped text).
+3. Add the key to the tables in ``docs/configuration.md``.
 
 That is all: files and variables accept the key, the dataclass checks it (also when built by
 hand), ``load_settings`` fills it and ``settings_to_dict`` shows it. Only a key whose value
 needs more than its spec's check (a path with a base, a value that depends on another key)
 also needs a resolver in ``loader._RESOLVERS`` or a rule in the dataclass's
-``__post_init__``. ``tests/test_config.py`` checks that every row and field match.
+``__post_init__``. ``tests/test_config_keys.py`` checks that rows, fields and docs match.
 """
 
 from pipeline.config.env import ENV_VARS
