@@ -195,8 +195,8 @@ def _check_headers(key: str, value: Any) -> Headers:
     return Headers(out)
 
 
-def _int(lo: int, hi: int | None = None, **kw: Any) -> Spec:
-    return Spec("int", lo=lo, hi=hi, **kw)
+def _int(lo: int, **kw: Any) -> Spec:
+    return Spec("int", lo=lo, **kw)
 
 
 def _enum(choices: tuple[str, ...]) -> Spec:
