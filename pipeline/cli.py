@@ -254,18 +254,15 @@ def _follow_job(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from pipeline.query import open_store
     from pipeline.store import joblog
 
     settings = _settings(args)
     if args.follow:
         return _follow_job(args, settings)
-    db = open_store(settings)
-    try:
-        jobs = joblog.recent_jobs(db, args.limit) if db is not None else []
-    finally:
-        if db is not None:
-            db.close()
+    jobs: list[dict[str, object]] = []
+    if settings.store.path.exists():
+        with joblog.opened(settings.store.path) as log:
+            jobs = joblog.recent_jobs(log, args.limit)
     queued = waiting = None
     if settings.broker_url:
         from workers.monitor import broker_status

@@ -250,7 +250,8 @@ def index_job(job_id: str, settings: Settings, submit: Callable[[Job], None], *,
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
     try:
         schema.ensure_schema(db)
-        with joblog.logged(db, job_id, "remote", host) as counts:
+        with joblog.opened(settings.store.path) as log, \
+                joblog.logged(log, job_id, "remote", host) as counts:
             choice = choose_provider(settings)
             report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
             if report.rebuild_needed:
