@@ -54,6 +54,7 @@ __all__ = [
     "StoreSettings",
     "SyncSettings",
     "TemporalDecaySettings",
+    "WatchSettings",
     "default_store_path",
     "find_config_file",
     "is_sensitive_header",
@@ -204,6 +205,8 @@ _SPECS: dict[str, _Spec] = {
     "sessionsDir": _Spec("str", top_only=True),
     # OpenClaw's memory.citations (top level in memq's file)
     "citations": _Spec("enum", choices=CITATIONS, top_only=True),
+    "watch.polling": _Spec("any", top_only=True),  # "auto", true or false: WatchSettings
+    "watch.pollIntervalMs": _int(10, top_only=True),
     # OpenClaw memorySearch
     "enabled": _BOOL,
     "provider": _Spec("enum", choices=PROVIDERS),
@@ -283,6 +286,8 @@ ENV_VARS: dict[str, str] = {
     "MEMQ_EXTRA_PATHS": "extraPaths",
     "MEMQ_AGENT_ID": "agentId",
     "MEMQ_SESSIONS_DIR": "sessionsDir",
+    "MEMQ_WATCH_POLLING": "watch.polling",
+    "MEMQ_WATCH_POLL_INTERVAL_MS": "watch.pollIntervalMs",
 }
 
 
@@ -610,6 +615,31 @@ class SyncSettings:
         )
 
 
+_POLLING_WORDS = {"auto": None, "true": True, "on": True, "yes": True, "1": True,
+                  "false": False, "off": False, "no": False, "0": False}
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """``watch.*`` (memq's own): how ``memq watch`` learns that files changed.
+
+    ``polling`` is None for "auto" (native events, polling where they cannot work), or True /
+    False to force one; ``poll_interval_ms`` is the polling observer's scan period.
+    """
+
+    polling: bool | None = None
+    poll_interval_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        _set_checked(self, {"poll_interval_ms": "watch.pollIntervalMs"})
+        value = self.polling
+        if isinstance(value, str) and value.strip().lower() in _POLLING_WORDS:
+            value = _POLLING_WORDS[value.strip().lower()]
+        if value is not None and not isinstance(value, bool):
+            raise _Invalid("watch.polling", 'must be "auto", true or false', _show(value))
+        object.__setattr__(self, "polling", value)
+
+
 @dataclass(frozen=True)
 class BatchSettings:
     """``remote.batch.*``: provider batch-file APIs (OpenAI, Gemini, Voyage)."""
@@ -766,6 +796,7 @@ class Settings:
     config_file: Path | None = None
     # Additions beyond the first contract:
     multimodal: MultimodalSettings = field(default_factory=MultimodalSettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
     remember_across_conversations: bool = False
     output_dimensionality: int | None = None
     input_type: str | None = None
@@ -1577,6 +1608,12 @@ def _build(
         **multimodal_kw,
     )
 
+    watch = make(
+        WatchSettings,
+        {"poll_interval_ms": "watch.pollIntervalMs"},
+        **({"polling": entries["watch.polling"].value} if "watch.polling" in entries else {}),
+    )
+
     extra_paths: list[Path] = []
     patterns: list[tuple[Path, str]] = []
     extra = entries.get("extraPaths")
@@ -1636,6 +1673,7 @@ def _build(
         remote=remote,
         local=local,
         multimodal=multimodal,
+        watch=watch,
         sessions_dir=sessions_dir,
         config_file=config_path,
         **({"sources": sources_entry.value} if sources_entry is not None else {}),
@@ -1704,6 +1742,10 @@ def settings_to_dict(s: Settings) -> dict[str, Any]:
             "enabled": s.multimodal.enabled,
             "modalities": list(s.multimodal.modalities),
             "maxFileBytes": s.multimodal.max_file_bytes,
+        },
+        "watch": {
+            "polling": "auto" if s.watch.polling is None else s.watch.polling,
+            "pollIntervalMs": s.watch.poll_interval_ms,
         },
         "chunking": {"tokens": s.chunking.tokens, "overlap": s.chunking.overlap},
         "query": {
