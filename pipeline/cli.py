@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
@@ -214,7 +215,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     print(f"memq: watching {settings.workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
     run_watch(settings, polling=args.polling, debounce_s=debounce,
-              reconcile_minutes=args.interval_minutes)
+              reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat)
     return 0
 
 
@@ -254,18 +255,15 @@ def _follow_job(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from pipeline.query import open_store
     from pipeline.store import joblog
 
     settings = _settings(args)
     if args.follow:
         return _follow_job(args, settings)
-    db = open_store(settings)
-    try:
-        jobs = joblog.recent_jobs(db, args.limit) if db is not None else []
-    finally:
-        if db is not None:
-            db.close()
+    jobs: list[dict[str, object]] = []
+    if settings.store.path.exists():
+        with joblog.opened(settings.store.path) as log:
+            jobs = joblog.recent_jobs(log, args.limit)
     queued = waiting = None
     if settings.broker_url:
         from workers.monitor import broker_status
@@ -378,8 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("watch", parents=[common], help="index memory files as they change")
-    p.add_argument("--polling", action="store_true",
-                   help="poll the files (for file systems without change events)")
+    p.add_argument("--polling", action=argparse.BooleanOptionalAction, default=None,
+                   help="poll the files (file systems without change events) or never poll; "
+                        "default: watch.polling (auto)")
+    p.add_argument("--heartbeat", type=Path, metavar="FILE",
+                   help="touch FILE every few seconds while the loop runs (health checks)")
     p.add_argument("--debounce-ms", type=int, help="quiet time before a batch is indexed")
     p.add_argument("--interval-minutes", type=float,
                    help="full reconcile period (default: sync.intervalMinutes, else 10)")

@@ -1,8 +1,9 @@
 """The work behind the Celery tasks, as plain functions (the tasks only move messages).
 
 An embedding job names its provider by a secret-free :class:`ProviderSpec` and carries chunk
-(id, hash, text) triples; its result carries (id, hash, vector) triples with vectors as base64
-float32, so messages stay JSON. A crash while embedding (a native abort in llama.cpp kills the
+(id, hash, text) triples (a media chunk adds its file's ``{mimeType, data}`` inline part); its
+result carries (id, hash, vector) triples with vectors as base64 float32, so messages stay
+JSON. A crash while embedding (a native abort in llama.cpp kills the
 worker) redelivers the job: it is then split into single-chunk jobs, and a single chunk that
 keeps crashing is given up as failed instead of killing workers forever.
 
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.config import Settings
-from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
+from pipeline.embeddings.base import DocumentInput, EmbeddingError, EmbeddingProvider, MediaInput
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
 from pipeline.producer import index_once
 from pipeline.store import joblog, schema, writer
@@ -97,7 +98,7 @@ def retry_delay(retries: int, retry_after: float | None = None) -> float:
     return delay
 
 
-def embed_splitting(provider: EmbeddingProvider, texts: Sequence[str]
+def embed_splitting(provider: EmbeddingProvider, texts: Sequence[DocumentInput]
                     ) -> list[np.ndarray | EmbeddingError]:
     """Embed ``texts``; a context-length error splits them in halves and retries each half.
 
@@ -136,9 +137,14 @@ def embed_job(job: Job, settings: Settings, redis_client: Any = None) -> Result:
     spec = ProviderSpec.from_dict(job["spec"])
     provider = provider_for(spec, settings)
     _attach_rate_limit(provider, spec, redis_client)
-    outcomes = embed_splitting(provider, [text for _, _, text in job["chunks"]])
+    inputs = job_inputs(job)
+    if not getattr(provider, "accepts_media", False) and any(
+            isinstance(i, MediaInput) for i in inputs):
+        raise EmbeddingError(f"{spec.name} model {spec.model!r} cannot embed image or audio "
+                             "files (multimodal needs gemini-embedding-2-preview)")
+    outcomes = embed_splitting(provider, inputs)
     result: Result = {"spec": job["spec"], "store": job["store"], "vectors": [], "failed": []}
-    for (cid, text_hash, _), out in zip(job["chunks"], outcomes, strict=True):
+    for (cid, text_hash, *_), out in zip(job["chunks"], outcomes, strict=True):
         if isinstance(out, EmbeddingError):
             result["failed"].append([cid, f"input too long for the model: {out}"])
         else:
@@ -146,17 +152,23 @@ def embed_job(job: Job, settings: Settings, redis_client: Any = None) -> Result:
     return result
 
 
+def job_inputs(job: Job) -> list[DocumentInput]:
+    """A job's documents: a chunk's text, or (a media chunk) its label with its inline bytes."""
+    return [MediaInput(c[2], c[3]["mimeType"], c[3]["data"]) if len(c) > 3 else c[2]
+            for c in job["chunks"]]
+
+
 def failure_result(job: Job, reason: str) -> Result:
     """A result that marks every chunk of ``job`` as failed with ``reason``."""
     return {"spec": job["spec"], "store": job["store"], "vectors": [],
-            "failed": [[cid, reason] for cid, _, _ in job["chunks"]]}
+            "failed": [[c[0], reason] for c in job["chunks"]]}
 
 
 def held_result(job: Job, reason: str) -> Result:
     """A result that leaves every chunk of ``job`` pending, with ``reason`` shown in status,
     for the next producer pass to queue again (a rejected key: fix it and run ``memq index``)."""
     return {"spec": job["spec"], "store": job["store"], "vectors": [], "failed": [],
-            "held": [[cid, reason] for cid, _, _ in job["chunks"]]}
+            "held": [[c[0], reason] for c in job["chunks"]]}
 
 
 def after_crash(job: Job) -> tuple[list[Job], Result | None]:
@@ -250,7 +262,8 @@ def index_job(job_id: str, settings: Settings, submit: Callable[[Job], None], *,
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
     try:
         schema.ensure_schema(db)
-        with joblog.logged(db, job_id, "remote", host) as counts:
+        with joblog.opened(settings.store.path) as log, \
+                joblog.logged(log, job_id, "remote", host) as counts:
             choice = choose_provider(settings)
             report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
             if report.rebuild_needed:

@@ -20,6 +20,7 @@ from pipeline.chunking import chunk_markdown, enforce_input_limit
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
+from pipeline.multimodal import MediaSource, classify, file_chunks, read_media
 from pipeline.sessions import (
     SESSIONS_SOURCE,
     needs_sync,
@@ -67,10 +68,11 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
     """The index fingerprint: everything its chunks and vectors depend on.
 
     Provider, model, provider key and options (dimensions live there for remote providers),
-    chunking, and the scope (sources, extra paths). Any change builds a new index beside the
-    live one (:mod:`pipeline.reindex`); the live one is never altered in place.
+    chunking, and the scope (sources, extra paths, and the multimodal settings when they are
+    on: OpenClaw's scope hash). Any change builds a new index beside the live one
+    (:mod:`pipeline.reindex`); the live one is never altered in place.
     """
-    return {
+    identity = {
         "provider": spec.name if spec else None,
         "model": spec.model if spec else None,
         "provider_key": spec.provider_key if spec else None,
@@ -80,6 +82,10 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
         "sources": list(settings.sources),
         "extra_paths": sorted(str(p) for p in settings.extra_paths),
     }
+    if settings.multimodal.active:  # absent when off, so older stores keep their fingerprint
+        identity["multimodal"] = {"modalities": list(settings.multimodal.modalities),
+                                  "max_file_bytes": settings.multimodal.max_file_bytes}
+    return identity
 
 
 def adopt_identity(db: Database, identity: dict[str, Any]) -> bool:
@@ -127,7 +133,13 @@ def _sync_file(batch: schema.WriteBatch, file: SourceFile,
         return  # vanished between listing and stat: the next pass deletes it
     if known is not None and known[1:3] == (stat.st_mtime_ns, stat.st_size):
         return
-    raw, text, error = _read_text(file, stat.st_size)
+    modality = classify(file.path, settings.multimodal)
+    if modality is not None:
+        raw, media, error = read_media(file.file, file.path, modality, stat.st_size,
+                                       settings.multimodal)
+        text = None
+    else:
+        raw, text, error = _read_text(file, stat.st_size)
     if (file.source == SESSIONS_SOURCE and raw is not None and known is not None
             and known[3] is None and not needs_sync(raw, known[0], known[2], settings)):
         return  # a transcript that grew a little: wait for the delta thresholds
@@ -145,10 +157,13 @@ def _sync_file(batch: schema.WriteBatch, file: SourceFile,
         with batch.unit():
             writer.record_file_error(db, record)
         return
-    chunker = transcript_chunks if file.source == SESSIONS_SOURCE else chunk_markdown
-    chunks = chunker(text, settings.chunking.tokens, settings.chunking.overlap)
-    if max_input_bytes:
-        chunks = enforce_input_limit(chunks, max_input_bytes)
+    if modality is not None:
+        chunks = file_chunks(media)  # one chunk; exempt from the text input limit
+    else:
+        chunker = transcript_chunks if file.source == SESSIONS_SOURCE else chunk_markdown
+        chunks = chunker(text, settings.chunking.tokens, settings.chunking.overlap)
+        if max_input_bytes:
+            chunks = enforce_input_limit(chunks, max_input_bytes)
     with batch.unit():
         writer.replace_file(db, record, chunks)
 
@@ -184,12 +199,13 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     max_input = choice.provider.max_input_bytes if choice.provider else None
     known = _known_files(db)
     if paths is None:
-        on_disk = memory_files(settings.workspace, settings.extra_paths)
+        on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal)
         on_disk += session_files(settings)
         gone = known.keys() - {f.path for f in on_disk}
     else:
         paths = list(paths)
-        on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths)
+        on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths,
+                                          settings.multimodal)
         sessions, session_scopes = session_files_at(settings, paths)
         on_disk, scopes = on_disk + sessions, scopes | session_scopes
         present = {f.path for f in on_disk}
@@ -216,7 +232,7 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     known = {path: (mtime, size) for path, mtime, size in db.conn.execute(
         "SELECT path, mtime_ns, size FROM files WHERE source = ?", (MEMORY_SOURCE,))}
     stale: list[Path] = []
-    for file in memory_files(settings.workspace, settings.extra_paths):
+    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal):
         try:
             stat = file.abs_path.stat()
         except OSError:
@@ -247,24 +263,28 @@ def group_jobs(pending: Sequence[writer.PendingChunk], max_chunks: int = JOB_MAX
 
 def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob], None], *,
                   retry_failed: bool = False, report: IndexReport | None = None,
-                  requeue_after_s: float = REQUEUE_AFTER_S) -> IndexReport:
+                  requeue_after_s: float = REQUEUE_AFTER_S,
+                  media: MediaSource | None = None) -> IndexReport:
     """Serve pending chunks from the cache and submit the rest as embedding jobs.
 
     Chunks queued less than ``requeue_after_s`` ago are left alone (their job is in flight);
     older ones are presumed lost with their message and queued again, which is safe because
     every write is idempotent. Jobs name the store by its real path, so a job queued before a
-    rebuild swapped the live index cannot write into the new one by accident.
+    rebuild swapped the live index cannot write into the new one by accident. A media chunk
+    (``media``) travels alone in its job with the file's bytes inline, read now; one whose
+    file changed since it was written waits for the pass that re-syncs it.
     """
     report = report or IndexReport()
     states = ("pending", "failed") if retry_failed else ("pending",)
     cutoff = time.time() - requeue_after_s
     rows = db.conn.execute(
-        f"SELECT rowid, id, hash, text, queued_at FROM chunks WHERE state IN "
+        f"SELECT rowid, id, hash, text, queued_at, path FROM chunks WHERE state IN "
         f"({','.join('?' * len(states))}) AND (queued_at IS NULL OR queued_at < ?) "
         "ORDER BY path, start_line",
         (*states, cutoff),
     ).fetchall()
     pending = [writer.PendingChunk(*row[:4]) for row in rows]
+    paths = {row[0]: row[5] for row in rows}
     report.chunks_requeued += sum(1 for row in rows if row[4] is not None)
     if not pending:
         return report
@@ -272,11 +292,19 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
     remaining = writer.attach_cached(db, pending, hits)
     report.chunks_cached += len(pending) - len(remaining)
     max_bytes = JOB_MAX_BYTES if spec.name == "local" else REMOTE_JOB_MAX_BYTES
-    for group in group_jobs(remaining, max_bytes=max_bytes):
+    texts = [p for p in remaining if media is None or not media.covers(paths[p.rowid])]
+    jobs = [(group, [[p.id, p.hash, p.text] for p in group])
+            for group in group_jobs(texts, max_bytes=max_bytes)]
+    if media is not None:
+        for p in remaining:
+            part = media.inline(paths[p.rowid], p.hash) if media.covers(paths[p.rowid]) else None
+            if part is not None:
+                jobs.append(([p], [[p.id, p.hash, p.text, part]]))
+    for group, entries in jobs:
         job: EmbedJob = {
             "spec": spec.to_dict(),
             "store": os.path.realpath(db.path),
-            "chunks": [[p.id, p.hash, p.text] for p in group],
+            "chunks": entries,
             "attempt": 0,
         }
         submit(job)
@@ -299,8 +327,10 @@ def index_once(db: Database, settings: Settings, choice: ProviderChoice,
     if report.rebuild_needed:
         return report
     if choice.spec is not None and submit is not None:
+        media = (MediaSource(settings.workspace, settings.multimodal)
+                 if settings.multimodal.active else None)
         queue_pending(db, choice.spec, submit, retry_failed=retry_failed, report=report,
-                      requeue_after_s=requeue_after_s)
+                      requeue_after_s=requeue_after_s, media=media)
     with schema.transaction(db):
         cache.prune_cache(db, settings.cache.max_entries)
         schema.set_meta(db, "last_index_at", time.time())

@@ -64,7 +64,8 @@ def refresh_index(settings: Settings) -> tuple[IndexReport, str]:
 def find_stale(settings: Settings) -> list[str]:
     """Memory files the index does not reflect yet (all of them when nothing is indexed)."""
     if not settings.store.path.exists():
-        return [f.path for f in memory_files(settings.workspace, settings.extra_paths)]
+        return [f.path for f in memory_files(settings.workspace, settings.extra_paths,
+                                             settings.multimodal)]
     db = connect(settings.store.path, want_vectors=False)
     try:
         schema.ensure_schema(db)

@@ -1,5 +1,8 @@
 """Which files are memory: ``MEMORY.md``, ``memory/**/*.md`` and ``extraPaths``.
 
+Under ``extraPaths`` only, image and audio files are memory too when ``multimodal`` is on
+(:mod:`pipeline.multimodal`), as in OpenClaw.
+
 Paths are stored relative to the workspace with forward slashes (extra paths outside the
 workspace come out as ``../…``), as OpenClaw stores them. Symlinks are never followed, so a
 link loop or a link to ``/`` cannot pull half the disk into the index.
@@ -8,9 +11,12 @@ link loop or a link to ``/`` cannot pull half the disk into the index.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.config import MultimodalSettings
+from pipeline.multimodal import classify
 
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
                           "__pycache__"})
@@ -32,8 +38,21 @@ class SourceFile:
 _Listed = tuple[str, str, str]
 
 
-def _markdown_under(root: Path, rel_root: str) -> Iterator[_Listed]:
-    """Every regular ``.md`` file below ``root``, never entering symlinks or ignored folders.
+def _is_markdown(name: str) -> bool:
+    return name.lower().endswith(".md")
+
+
+def _extra_filter(multimodal: MultimodalSettings | None) -> Callable[[str], bool]:
+    """Which file names count under an extra path: Markdown, plus media when multimodal is on."""
+    if multimodal is None or not multimodal.active:
+        return _is_markdown
+    return lambda name: _is_markdown(name) or classify(name, multimodal) is not None
+
+
+def _markdown_under(root: Path, rel_root: str,
+                    wanted: Callable[[str], bool] = _is_markdown) -> Iterator[_Listed]:
+    """Every regular ``.md`` file (or ``wanted`` name) below ``root``, never entering symlinks
+    or ignored folders.
 
     Symlinks are never followed, so a folder's real path is its parent's plus its name, and its
     path relative to the workspace is its parent's plus its name: both come from string joins
@@ -54,7 +73,7 @@ def _markdown_under(root: Path, rel_root: str) -> Iterator[_Listed]:
             if entry.is_dir(follow_symlinks=False):
                 if name not in IGNORED_DIRS:
                     stack.append((entry.path, f"{real}{os.sep}{name}", f"{rel}/{name}"))
-            elif entry.is_file(follow_symlinks=False) and name.lower().endswith(".md"):
+            elif entry.is_file(follow_symlinks=False) and wanted(name):
                 yield entry.path, f"{real}{os.sep}{name}", f"{rel}/{name}"
 
 
@@ -66,9 +85,11 @@ def _single(workspace: Path, path: Path) -> _Listed:
     return str(path), os.path.realpath(path), relative_path(workspace, path)
 
 
-def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = ()) -> list[SourceFile]:
+def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
+                 multimodal: MultimodalSettings | None = None) -> list[SourceFile]:
     """List the memory files of a workspace, deduplicated by real path, in a stable order."""
     workspace = Path(workspace)
+    wanted = _extra_filter(multimodal)
     candidates: list[_Listed] = []
     upper, lower = workspace / "MEMORY.md", workspace / "memory.md"
     for root_file in (upper, lower):
@@ -83,8 +104,8 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = ()) -> list[So
         if extra.is_symlink():
             continue
         if extra.is_dir():
-            candidates.extend(_markdown_under(extra, relative_path(workspace, extra)))
-        elif extra.is_file() and extra.name.lower().endswith(".md"):
+            candidates.extend(_markdown_under(extra, relative_path(workspace, extra), wanted))
+        elif extra.is_file() and wanted(extra.name):
             candidates.append(_single(workspace, extra))
     seen: set[str] = set()
     found: list[SourceFile] = []
@@ -113,8 +134,9 @@ def _clean_below(root: Path, path: Path) -> bool:
     return True
 
 
-def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...],
-                    paths: Iterable[Path]) -> tuple[list[SourceFile], set[str]]:
+def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Iterable[Path],
+                    multimodal: MultimodalSettings | None = None
+                    ) -> tuple[list[SourceFile], set[str]]:
     """The memory files at or below ``paths`` (files or folders), without listing the roots.
 
     Returns (memory files found on disk, relative path prefixes the caller may treat as gone
@@ -124,6 +146,7 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...],
     workspace = Path(workspace)
     extras = [e if e.is_absolute() else workspace / e for e in extra_paths]
     roots = [workspace / "memory", *[e for e in extras if not e.is_file()]]
+    in_extras = _extra_filter(multimodal)
     found: dict[str, SourceFile] = {}
     scopes: set[str] = set()
     for raw in paths:
@@ -137,7 +160,7 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...],
             continue
         if path in extras and not path.is_dir():
             scopes.add(rel)
-            if path.is_file() and not path.is_symlink() and path.name.lower().endswith(".md"):
+            if path.is_file() and not path.is_symlink() and in_extras(path.name):
                 found[rel] = SourceFile(rel, str(path), MEMORY_SOURCE)
             continue
         root = next((r for r in roots if path == r or _clean_below(r, path)), None)
@@ -146,9 +169,10 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...],
         scopes.add(rel)
         if path.is_symlink():
             continue
+        wanted = _is_markdown if root == roots[0] else in_extras
         if path.is_dir():
-            for listed, _, f_rel in _markdown_under(path, rel):
+            for listed, _, f_rel in _markdown_under(path, rel, wanted):
                 found[f_rel] = SourceFile(f_rel, listed, MEMORY_SOURCE)
-        elif path.is_file() and path.name.lower().endswith(".md"):
+        elif path.is_file() and wanted(path.name):
             found[rel] = SourceFile(rel, str(path), MEMORY_SOURCE)
     return sorted(found.values(), key=lambda f: f.path), scopes

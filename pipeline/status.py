@@ -59,9 +59,10 @@ def index_status(settings: Settings) -> dict[str, Any]:
             vector_backend_reason=db.vector_error,
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
-            jobs=joblog.recent_jobs(db, RECENT_JOBS),
-            last_job_error=joblog.last_error(db),
         )
+        with joblog.opened(settings.store.path) as log:
+            status.update(jobs=joblog.recent_jobs(log, RECENT_JOBS),
+                          last_job_error=joblog.last_error(log))
         info = rebuild_info(db)
         status["reindex"] = progress_of(info, settings).as_dict() if info else None
         return status

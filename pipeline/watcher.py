@@ -9,8 +9,12 @@ reconcile, rebuild steps). Its rules:
   ``max_wait_s`` after its first event, so a file written forever still gets indexed.
 - **Few watches.** Only the workspace folder itself (for ``MEMORY.md``), ``memory/`` and the
   extra paths are watched. With inotify a recursive watch is one watch per folder on a single
-  descriptor, never one descriptor per file; ``polling`` swaps in watchdog's polling observer
-  for file systems without native events (network mounts, some containers).
+  descriptor, never one descriptor per file.
+- **Polling fallback** (``watch.polling``): ``true`` swaps in watchdog's polling observer,
+  ``false`` insists on native events, and ``auto`` (the default) polls when a watched folder
+  sits on a file system whose changes made elsewhere raise no local events (NFS, SMB/CIFS,
+  9p as in WSL2's ``/mnt/c``, sshfs, VirtualBox shares), or when native watches cannot be set
+  up at all (inotify's watch or instance limit reached).
 - **Ignore lists and symlinks.** Events inside :data:`pipeline.sources.IGNORED_DIRS` are dropped
   here; the targeted sync skips symlinks, exactly as the full scan does.
 - **Moves** count for both ends: the old path is deleted from the index, the new one added.
@@ -19,7 +23,9 @@ reconcile, rebuild steps). Its rules:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -34,9 +40,18 @@ from pipeline.config import Settings
 from pipeline.sessions import SESSIONS_SOURCE
 from pipeline.sources import IGNORED_DIRS
 
+log = logging.getLogger(__name__)
+
 DEFAULT_DEBOUNCE_S = 1.5
 MAX_WAIT_FACTOR = 20  # a batch waits at most this many debounce periods
 IGNORED_EVENTS = frozenset({"opened", "closed_no_write"})
+#: File systems on which a change made by another machine raises no local inotify event.
+NO_EVENT_FILE_SYSTEMS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "drvfs", "vboxsf", "afs", "ceph",
+    "glusterfs", "lustre", "davfs", "fuse.sshfs", "fuse.rclone", "fuse.s3fs",
+    "fuse.glusterfs", "fuse.davfs2",
+})
+MOUNTINFO = Path("/proc/self/mountinfo")
 
 
 class ChangeBatcher:
@@ -111,20 +126,63 @@ def watch_targets(settings: Settings) -> list[tuple[Path, bool]]:
     return list(seen.items())
 
 
+def _unescape(field: str) -> str:
+    """mountinfo writes a space, tab, newline or backslash in a path as ``\\ooo`` octal."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def file_system_of(path: Path, mountinfo: str) -> str | None:
+    """The type of the file system ``path`` lives on, from ``/proc/self/mountinfo`` text."""
+    best, kind = "", None
+    target = str(path)
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if " - " not in line or len(fields) < 5:
+            continue
+        mount = _unescape(fields[4])
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, line.split(" - ", 1)[1].split(" ", 1)[0]
+    return kind
+
+
+def polling_needed(folders: list[Path], mountinfo: str | None = None) -> str | None:
+    """Why ``auto`` must poll these folders (a file system without remote events), or None."""
+    if mountinfo is None:
+        try:
+            mountinfo = MOUNTINFO.read_text()
+        except OSError:
+            return None  # not Linux: native events are all there is to know
+    for folder in folders:
+        kind = file_system_of(folder, mountinfo)
+        if kind in NO_EVENT_FILE_SYSTEMS:
+            return f"{folder} is on {kind}, which raises no events for changes made elsewhere"
+    return None
+
+
 class Watcher:
     """Runs an observer and the debounce loop; ``run`` blocks until ``stop`` is called."""
 
     def __init__(self, settings: Settings, on_batch: Callable[[set[Path]], None], *,
                  on_tick: Callable[[], None] | None = None, debounce_s: float | None = None,
-                 polling: bool = False, poll_interval_s: float = 1.0,
+                 polling: bool | None = None, poll_interval_s: float | None = None,
                  tick_s: float = 0.1) -> None:
+        """``polling`` None means ``auto``; both polling arguments default to ``watch.*``."""
         self.settings = settings
         self.on_batch, self.on_tick = on_batch, on_tick
         if debounce_s is None:
             debounce_s = settings.sync.watch_debounce_ms / 1000
         self.batcher = ChangeBatcher(debounce_s)
-        self.observer: BaseObserver = (PollingObserver(timeout=poll_interval_s) if polling
-                                       else Observer())
+        chosen = settings.watch.polling if polling is None else polling
+        self.auto = chosen is None
+        self.poll_interval_s = (settings.watch.poll_interval_ms / 1000 if poll_interval_s is None
+                                else poll_interval_s)
+        why = polling_needed([f for f, _ in watch_targets(settings)]) if self.auto else None
+        if why:
+            log.warning("polling for changes: %s", why)
+        self.polling = bool(chosen) or why is not None
+        self.observer: BaseObserver = (PollingObserver(timeout=self.poll_interval_s)
+                                       if self.polling else Observer())
         self.tick_s = tick_s
         self._handler = _Handler(self.batcher)
         self._watched: dict[Path, ObservedWatch] = {}
@@ -150,12 +208,34 @@ class Watcher:
         return added
 
     def start(self) -> None:
+        try:
+            self._schedule()
+            self.observer.start()
+        except OSError as exc:
+            self._fall_back(exc)
+
+    def _fall_back(self, exc: OSError) -> None:
+        """``auto``: native watches could not be set up (inotify limits): poll instead."""
+        if not self.auto or self.polling:
+            raise exc
+        log.warning("native file events unavailable (%s): polling every %g s instead",
+                    exc.strerror or exc, self.poll_interval_s)
+        with contextlib.suppress(Exception):
+            self.observer.stop()
+        self.polling = True
+        self.observer = PollingObserver(timeout=self.poll_interval_s)
+        self._watched.clear()
         self._schedule()
         self.observer.start()
 
     def step(self) -> None:
         """One loop turn: pick up new folders, hand over a settled batch, run the tick."""
-        for folder in self._schedule():
+        try:
+            added = self._schedule()
+        except OSError as exc:  # a new folder past inotify's watch limit
+            self._fall_back(exc)
+            added = list(self._watched)
+        for folder in added:
             if folder != self.settings.workspace:
                 self.batcher.add(folder)  # files written before the watch started
         batch = self.batcher.take()

@@ -24,6 +24,7 @@ from pipeline.config import (
     Settings,
     StoreSettings,
     SyncSettings,
+    WatchSettings,
     default_store_path,
     find_config_file,
     load_settings,
@@ -918,3 +919,22 @@ def test_store_settings_direct(env: dict[str, str]) -> None:
     assert StoreSettings(path="x.sqlite").path == Path.cwd() / "x.sqlite"
     with pytest.raises(ConfigError, match=r"^store\.fts\.tokenizer:"):
         StoreSettings(path="x.sqlite", fts_tokenizer="porter")
+
+
+def test_watch_polling_key_env_and_errors(tmp_path: Path, env: dict[str, str], ws: Path) -> None:
+    assert load_settings(workspace=ws, env=env).watch == WatchSettings(None, 1000)
+    s = load_toml(tmp_path, env, "[watch]\npolling = true\npollIntervalMs = 250\n")
+    assert (s.watch.polling, s.watch.poll_interval_ms) == (True, 250)
+    assert settings_to_dict(s)["watch"] == {"polling": True, "pollIntervalMs": 250}
+    s = load_toml(tmp_path, env, '[watch]\npolling = "auto"\n')
+    assert s.watch.polling is None and settings_to_dict(s)["watch"]["polling"] == "auto"
+    s = load_toml(tmp_path, {**env, "MEMQ_WATCH_POLLING": "false",
+                             "MEMQ_WATCH_POLL_INTERVAL_MS": "500"}, "[watch]\npolling = true\n")
+    assert (s.watch.polling, s.watch.poll_interval_ms) == (False, 500)  # env beats the file
+    with pytest.raises(ConfigError, match=r'watch\.polling: must be "auto", true or false; '
+                                          r'got "sometimes"'):
+        load_toml(tmp_path, env, '[watch]\npolling = "sometimes"\n')
+    with pytest.raises(ConfigError, match="MEMQ_WATCH_POLLING"):
+        load_settings(workspace=ws, env={**env, "MEMQ_WATCH_POLLING": "maybe"})
+    with pytest.raises(ConfigError, match=r"watch\.pollIntervalMs"):
+        load_toml(tmp_path, env, "[watch]\npollIntervalMs = 0\n")

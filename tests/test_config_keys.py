@@ -59,8 +59,8 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "workspace", "enabled", "provider", "fallback", "model", "sources", "extraPaths",
         "extraPathPatterns", "rememberAcrossConversations", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
-        "chunking", "query", "cache", "store", "sync", "remote", "local", "brokerUrl", "agentId",
-        "sessionsDir", "citations", "configFile", "warnings",
+        "watch", "chunking", "query", "cache", "store", "sync", "remote", "local", "brokerUrl",
+        "agentId", "sessionsDir", "citations", "configFile", "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["sync"]) == [
@@ -84,6 +84,8 @@ def test_env_vars() -> None:
         "MEMQ_EXTRA_PATHS": "extraPaths",
         "MEMQ_AGENT_ID": "agentId",
         "MEMQ_SESSIONS_DIR": "sessionsDir",
+        "MEMQ_WATCH_POLLING": "watch.polling",
+        "MEMQ_WATCH_POLL_INTERVAL_MS": "watch.pollIntervalMs",
     }
     assert set(ENV_VARS.values()) <= set(READ)
 

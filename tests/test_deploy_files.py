@@ -20,8 +20,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,12 @@ def memq_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", exit_on_error=False)
     status.add_argument("--json", action="store_true")
 
+    watch = sub.add_parser("watch", exit_on_error=False)
+    watch.add_argument("--polling", action=argparse.BooleanOptionalAction, default=None)
+    watch.add_argument("--heartbeat", type=Path)
+    watch.add_argument("--debounce-ms", type=_positive_int)
+    watch.add_argument("--interval-minutes", type=float)
+
     flower = sub.add_parser("flower", exit_on_error=False)
     flower.add_argument("--address", default="127.0.0.1")
     flower.add_argument("--port", type=int, default=5555)
@@ -156,6 +164,8 @@ def test_contract_parser_accepts_and_rejects() -> None:
         ["status", "--json"],
         ["flower"],
         ["flower", "--address", "0.0.0.0", "--port", "5555"],
+        ["watch"],
+        ["watch", "--polling", "--heartbeat", "/tmp/alive"],
     ):
         assert_valid_memq_command(argv)
     for argv in (
@@ -169,6 +179,7 @@ def test_contract_parser_accepts_and_rejects() -> None:
         ["index", "--watch"],
         ["search"],
         ["flower", "--port", "http"],
+        ["watch", "--polling=yes"],
     ):
         with pytest.raises(pytest.fail.Exception):
             assert_valid_memq_command(argv)
@@ -360,7 +371,8 @@ def test_schema_check_is_not_vacuous(compose: dict[str, Any]) -> None:
 
 
 def test_expected_services(compose: dict[str, Any]) -> None:
-    assert {"redis", "writer", "embed-local", "flower", "index"} <= set(compose["services"])
+    assert {"redis", "writer", "watch", "embed-local", "flower", "index"} <= set(
+        compose["services"])
 
 
 def test_shared_anchor_avoids_repeating_env(raw_compose: dict[str, Any], compose_text: str):
@@ -382,7 +394,7 @@ def test_required_interpolation_guards(raw_compose: dict[str, Any]) -> None:
         interpolate_tree(raw_compose, {**COMPOSE_TEST_ENV, "FLOWER_BASIC_AUTH": ""})
 
 
-@pytest.mark.parametrize("name", ["redis", "writer", "embed-local", "flower", "index"])
+@pytest.mark.parametrize("name", ["redis", "writer", "watch", "embed-local", "flower", "index"])
 def test_memq_service_commands_are_valid(compose: dict[str, Any], name: str) -> None:
     service = compose["services"][name]
     if not is_memq_service(service):
@@ -438,6 +450,19 @@ def test_writer_runs_the_index_jobs(compose: dict[str, Any]) -> None:
     targets = {str(v).split(":")[1] for v in writer["volumes"]}
     assert {str(Path(env["MEMQ_STORE_PATH"]).parent), env["MEMQ_WORKSPACE"],
             env["MEMQ_CACHE_DIR"]} <= targets
+
+
+def test_watcher_runs_beside_the_writer(compose: dict[str, Any]) -> None:
+    """One watcher, on the writer's host: the same store volume and workspace, and the same
+    settings, so its producer passes write the store the writer owns."""
+    watchers = [n for n, s in long_running(compose).items()
+                if role_of(assert_valid_memq_command(service_argv(s))) == ("watch",)]
+    assert watchers == ["watch"]
+    watch, writer = compose["services"]["watch"], compose["services"]["writer"]
+    assert env_dict(watch) == env_dict(writer)
+    assert set(watch["volumes"]) == set(writer["volumes"])
+    assert (watch.get("deploy") or {}).get("replicas", 1) == 1
+    assert watch["depends_on"]["writer"]["condition"] == "service_healthy"
 
 
 def _host_ports(service: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -722,6 +747,95 @@ def test_procfile_flower_binds_loopback_and_keeps_auth() -> None:
         pytest.fail("Procfile has no flower process")
 
 
+# The watcher's command is started for real (keyword-only, so no broker or model is needed):
+# it must come up, index what is there, and follow a file written after it started.
+
+WATCH_STARTUP_S = 60.0
+
+
+def _watch_env(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    workspace, store = tmp_path / "ws", tmp_path / "data" / "memq.sqlite"
+    (workspace / "memory").mkdir(parents=True)
+    (workspace / "MEMORY.md").write_text("# Memory\nwritten before the watcher started\n")
+    env = {**os.environ, "MEMQ_WORKSPACE": str(workspace), "MEMQ_STORE_PATH": str(store),
+           "MEMQ_PROVIDER": "none", "MEMQ_CONFIG": "none", "MEMQ_HOME": str(tmp_path / "home"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("MEMQ_BROKER_URL", None)
+    return workspace, store, env
+
+
+def _indexed(store: Path) -> set[str]:
+    import sqlite3
+
+    if not store.exists():
+        return set()
+    conn = sqlite3.connect(store, timeout=5)
+    try:
+        return {row[0] for row in conn.execute("SELECT path FROM files")}
+    except sqlite3.OperationalError:  # the schema is not there yet
+        return set()
+    finally:
+        conn.close()
+
+
+def _wait_until(check: Any, proc: subprocess.Popen[str], what: str) -> None:
+    deadline = time.monotonic() + WATCH_STARTUP_S
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the watcher exited ({proc.returncode}) before {what}: "
+                        f"{proc.communicate()[0][-2000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _run_watch(argv: list[str], env: dict[str, str], workspace: Path, store: Path,
+               heartbeat: Path | None = None) -> None:
+    """Start ``argv``, see it follow the workspace, then interrupt it (its whole group)."""
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        _wait_until(lambda: "MEMORY.md" in _indexed(store), proc, "the first reconcile")
+        (workspace / "memory" / "later.md").write_text("# Later\nwritten while watched\n")
+        _wait_until(lambda: "memory/later.md" in _indexed(store), proc, "the new file")
+        if heartbeat is not None:
+            _wait_until(heartbeat.exists, proc, "the heartbeat")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def test_procfile_watch_command_starts_and_follows_the_files(tmp_path: Path) -> None:
+    command = procfile_entries().get("watch")
+    assert command is not None, "Procfile has no watch process"
+    workspace, store, env = _watch_env(tmp_path)
+    _run_watch(["sh", "-c", command], env, workspace, store)
+
+
+def test_compose_watch_command_starts_and_passes_its_healthcheck(
+        compose: dict[str, Any], tmp_path: Path) -> None:
+    service = compose["services"]["watch"]
+    argv = service_argv(service)
+    heartbeat = argv[argv.index("--heartbeat") + 1]
+    check = service["healthcheck"]["test"]
+    assert check[:3] == ["CMD", "python", "-c"] and heartbeat in check[3]
+    local = tmp_path / "memq-watch.alive"
+    health = [sys.executable, "-c", check[3].replace(heartbeat, str(local))]
+    assert subprocess.run(health, capture_output=True, timeout=30).returncode != 0  # no beat
+    workspace, store, env = _watch_env(tmp_path)
+    argv[argv.index("--heartbeat") + 1] = str(local)
+    _run_watch([sys.executable, "-m", "pipeline.cli", *argv], env, workspace, store, local)
+    assert subprocess.run(health, capture_output=True, timeout=30).returncode == 0
+    os.utime(local, (time.time() - 120, time.time() - 120))  # a loop stuck for two minutes
+    assert subprocess.run(health, capture_output=True, timeout=30).returncode != 0
+
+
 def deploy_commands(compose: Mapping[str, Any]) -> list[list[str]]:
     """Every memq argv (without the program name) the deployment files run."""
     argvs = [service_argv(s) for s in memq_services(compose).values()]
@@ -742,7 +856,8 @@ def test_real_cli_parser_accepts_deploy_commands(compose: dict[str, Any]) -> Non
         except _Reject as exc:
             pytest.fail(f"memq's own parser rejects `memq {shlex.join(argv)}`: {exc}")
         assert real.command == contract.command, argv
-        for field in ("role", "provider", "concurrency", "address", "port", "unauthenticated"):
+        for field in ("role", "provider", "concurrency", "address", "port", "unauthenticated",
+                      "polling", "heartbeat"):
             if hasattr(contract, field):
                 assert getattr(real, field, None) == getattr(contract, field), (argv, field)
 

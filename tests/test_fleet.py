@@ -119,8 +119,9 @@ def test_stale_writer_lease_is_waited_out_and_released(workspace: Path, tmp_path
 
 def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny_model: Path,
                                            broker_url: str, fleet: Fleet) -> None:
-    """`honcho start` on the repo's Procfile: every role comes up, and an index job queued
-    from elsewhere is run by its writer and embedded by its embed worker."""
+    """`honcho start` on the repo's Procfile: every role comes up, an index job queued from
+    elsewhere is run by its writer and embedded by its embed worker, and its watcher indexes
+    a note written afterwards."""
     from pipeline.config import load_settings
     from workers.jobs_api import enqueue_index
 
@@ -150,6 +151,22 @@ def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny
                     and s["vectors"] == s["chunks"] > 0)
 
     wait_for(done, "the index job", fleet, timeout=120)
+
+    # The Procfile's watcher follows the files: a note written now is indexed and embedded.
+    (workspace / "memory" / "from-the-watcher.md").write_text("# Seen\nwritten while watched\n")
+
+    def watched() -> bool:
+        from pipeline.store.engine import connect
+
+        db = connect(settings.store.path, want_vectors=False)
+        try:
+            return db.conn.execute(
+                "SELECT count(*) FROM chunks WHERE path = 'memory/from-the-watcher.md' "
+                "AND state = 'ready'").fetchone()[0] > 0
+        finally:
+            db.close()
+
+    wait_for(watched, "the watcher to index a new note", fleet, timeout=60)
 
 
 def free_port() -> int:

@@ -57,6 +57,37 @@ def test_local_runs_are_logged_and_listed(workspace: Path, make_settings) -> Non
     assert s["fleet"]["reachable"] is False and s["fleet"]["workers"] is None
 
 
+def test_a_run_that_swaps_the_store_is_listed_afterwards(workspace: Path,
+                                                        make_settings) -> None:
+    """A run whose rebuild swaps a new store generation in mid-run (a chunking change here)
+    finishes its log record where `memq jobs` reads it, for the first swap of a plain store
+    file and for a later one between generations."""
+    run_index(make_settings(workspace, provider="none"))
+    for tokens in (64, 128):
+        settings = make_settings(workspace, provider="none",
+                                 chunking={"tokens": tokens, "overlap": 0})
+        run = run_index(settings)
+        assert run.rebuild is not None and run.rebuild.done
+        assert settings.store.path.is_symlink()  # the store path names a new generation
+        cli = run_memq("jobs", "--json", env={"MEMQ_CONFIG": str(settings.config_file),
+                                              "MEMQ_WORKSPACE": str(workspace)}, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        listed = json.loads(cli.stdout)["jobs"]
+        assert listed[0]["id"] == run.job_id and listed[0]["state"] == "done", listed
+    assert len(listed) == 3  # the first run and both rebuilding runs
+
+
+def test_job_rows_kept_in_an_older_store_are_carried_over(tmp_path: Path) -> None:
+    store = tmp_path / "memq.sqlite"
+    old = connect(store)
+    joblog.record_start(old, "before-upgrade", "remote", "writer@h")
+    joblog.record_finish(old, "before-upgrade", {"files": 4})
+    old.close()
+    with joblog.opened(store) as log:
+        assert joblog.get_job(log, "before-upgrade")["files"] == 4
+    assert joblog.log_path(store).exists()
+
+
 def test_writer_role_consumes_store_and_control() -> None:
     argv = worker_command("writer", None, None, "INFO")
     assert argv[argv.index("-Q") + 1] == "store,control" and argv[argv.index("-c") + 1] == "1"
@@ -138,10 +169,9 @@ def test_following_an_unknown_job_fails_clearly(workspace: Path, make_settings,
     with pytest.raises(JobError, match="unknown job nope"):
         follow_job(settings, "nope", unknown_after=0.5)
     failed = "f" * 32
-    db = connect(settings.store.path)
-    joblog.record_start(db, failed, "remote", "writer@h")
-    joblog.record_finish(db, failed, error="ConfigError: bad provider")
-    db.close()
+    with joblog.opened(settings.store.path) as log:
+        joblog.record_start(log, failed, "remote", "writer@h")
+        joblog.record_finish(log, failed, error="ConfigError: bad provider")
     job = follow_job(settings, failed)
     assert (job["state"], job["error"]) == ("failed", "ConfigError: bad provider")
     with pytest.raises(JobError, match="no store at"):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from watchdog.observers import Observer
 
 from pipeline.embeddings.registry import choose_provider
 from pipeline.producer import index_once
@@ -202,3 +203,88 @@ def test_watching_a_big_tree_costs_a_few_descriptors_not_one_per_file(tmp_path: 
         watcher.observer.stop()
         watcher.observer.join(5)
     assert during - before < 16, (before, during)  # 3,000 files in 61 folders
+
+
+MOUNTINFO_SAMPLE = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /srv/share rw,relatime shared:20 - nfs4 nas:/export rw,vers=4.2
+41 22 0:36 / /mnt/c rw,noatime - 9p drvfs rw,aname=drvfs
+42 40 8:2 / /srv/share/local\\040disk rw,relatime - ext4 /dev/sdb1 rw
+"""
+
+
+def test_file_system_of_takes_the_deepest_mount() -> None:
+    from pipeline.watcher import file_system_of, polling_needed
+
+    assert file_system_of(Path("/home/me/ws"), MOUNTINFO_SAMPLE) == "ext4"
+    assert file_system_of(Path("/srv/share/agent/memory"), MOUNTINFO_SAMPLE) == "nfs4"
+    assert file_system_of(Path("/srv/share/local disk/ws"), MOUNTINFO_SAMPLE) == "ext4"
+    assert file_system_of(Path("/srv/shared"), MOUNTINFO_SAMPLE) == "ext4"  # not /srv/share
+    assert polling_needed([Path("/home/me/ws")], MOUNTINFO_SAMPLE) is None
+    why = polling_needed([Path("/home/me/ws"), Path("/mnt/c/Users/me")], MOUNTINFO_SAMPLE)
+    assert why == "/mnt/c/Users/me is on 9p, which raises no events for changes made elsewhere"
+
+
+def test_polling_setting_forces_or_refuses_polling(tmp_path: Path, make_settings,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from watchdog.observers.polling import PollingObserver
+
+    import pipeline.watcher as watcher_module
+
+    ws = tmp_path / "ws"
+    _tree(ws)
+    share = tmp_path / "mountinfo"
+    share.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                     f"40 22 0:35 / {ws} rw - nfs nas:/export rw\n")
+    monkeypatch.setattr(watcher_module, "MOUNTINFO", share)
+    auto = Watcher(make_settings(ws, provider="none"), lambda batch: None)
+    assert auto.polling and isinstance(auto.observer, PollingObserver)  # ws is on NFS
+    never = Watcher(make_settings(ws, provider="none", watch={"polling": False}),
+                    lambda batch: None)
+    assert not never.polling and not isinstance(never.observer, PollingObserver)
+    monkeypatch.setattr(watcher_module, "MOUNTINFO", tmp_path / "absent")
+    always = Watcher(make_settings(ws, provider="none",
+                                   watch={"polling": True, "pollIntervalMs": 250}),
+                     lambda batch: None)
+    assert always.polling and always.poll_interval_s == 0.25
+    assert not Watcher(make_settings(ws, provider="none"), lambda batch: None).polling
+
+
+class _ExhaustedInotify(Observer):  # type: ignore[misc, valid-type]
+    """The native observer on a host whose inotify watch limit is used up."""
+
+    def schedule(self, *args: object, **kwargs: object) -> object:
+        raise OSError(28, "inotify watch limit reached")
+
+
+def _watch_for_a_batch(watcher: Watcher, ws: Path, batches: list[set[Path]]) -> None:
+    thread = threading.Thread(target=watcher.run)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        (ws / "memory" / "late.md").write_text("late\n")
+        deadline = time.monotonic() + 10
+        while not batches and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        watcher.stop()
+        thread.join(10)
+
+
+def test_auto_polls_when_native_watches_cannot_be_set(tmp_path: Path, make_settings,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeline.watcher as watcher_module
+
+    ws = tmp_path / "ws"
+    _tree(ws)
+    monkeypatch.setattr(watcher_module, "Observer", _ExhaustedInotify)
+    monkeypatch.setattr(watcher_module, "MOUNTINFO", tmp_path / "absent")
+    batches: list[set[Path]] = []
+    watcher = Watcher(make_settings(ws, provider="none"), batches.append, debounce_s=0.3,
+                      poll_interval_s=0.2)
+    _watch_for_a_batch(watcher, ws, batches)
+    assert watcher.polling and batches and ws / "memory" / "late.md" in batches[0]
+    refusing = Watcher(make_settings(ws, provider="none", watch={"polling": False}),
+                       lambda batch: None)
+    with pytest.raises(OSError, match="watch limit"):
+        refusing.start()

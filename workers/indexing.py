@@ -127,7 +127,8 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
                    job_id=uuid.uuid4().hex)
     try:
         schema.ensure_schema(db)
-        with joblog.logged(db, run.job_id, "local", socket.gethostname()) as counts:
+        with joblog.opened(settings.store.path) as log, \
+                joblog.logged(log, run.job_id, "local", socket.gethostname()) as counts:
             _produce(run, db, settings, choice, wait=wait, retry_failed=retry_failed,
                      rebuild=rebuild, on_progress=on_progress, warn=warn)
             counts.update(run.report.counts())

@@ -62,11 +62,10 @@ def follow_job(settings: Settings, job_id: str, *,
     if not settings.store.path.exists():
         raise JobError(f"no store at {settings.store.path}: follow a job on the writer host "
                        "(or in Flower)")
-    db = connect(settings.store.path, want_vectors=False)
-    try:
+    with joblog.opened(settings.store.path) as log:
         started = time.monotonic()
         while True:
-            job = joblog.get_job(db, job_id)
+            job = joblog.get_job(log, job_id)
             if job is not None and job["state"] != "running":
                 break
             if job is None and time.monotonic() - started > unknown_after and not _waiting(
@@ -74,11 +73,14 @@ def follow_job(settings: Settings, job_id: str, *,
                 raise JobError(f"unknown job {job_id}: not in this store's job log, not "
                                f"waiting on '{CONTROL_QUEUE}'")
             time.sleep(POLL_S)
-        if job["state"] == "done":
+    if job["state"] == "done":
+        # Opened now, not before the job ran: a rebuild may have swapped another file in.
+        db = connect(settings.store.path, want_vectors=False)
+        try:
             wait_for_vectors(db, on_progress=on_progress, warn=warn)
-        return job
-    finally:
-        db.close()
+        finally:
+            db.close()
+    return job
 
 
 def _waiting(settings: Settings, job_id: str) -> bool:

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 DEFAULT_RECONCILE_MINUTES = 10
 LOST_AFTER_S = 60.0
 REBUILD_POLL_S = 1.0
+HEARTBEAT_S = 5.0
 
 
 def queued_messages(connection: Connection, queue: str) -> int:
@@ -64,13 +65,16 @@ class WatchService:
 
     def __init__(self, settings: Settings, choice: ProviderChoice,
                  submit: Callable[[EmbedJob], None] | None, connection: Connection | None, *,
-                 reconcile_s: float, lost_after_s: float = LOST_AFTER_S, polling: bool = False,
-                 debounce_s: float | None = None,
-                 check_workers: Callable[[], None] | None = None) -> None:
+                 reconcile_s: float, lost_after_s: float = LOST_AFTER_S,
+                 polling: bool | None = None, debounce_s: float | None = None,
+                 check_workers: Callable[[], None] | None = None,
+                 heartbeat: Path | None = None) -> None:
         self.settings, self.choice, self.submit = settings, choice, submit
         self.connection = connection
         self.reconcile_s, self.lost_after_s = reconcile_s, lost_after_s
         self.check_workers = check_workers
+        self.heartbeat = heartbeat
+        self._next_beat = 0.0
         self.stats = WatchStats()
         self.watcher = Watcher(settings, self.on_batch, on_tick=self.on_tick,
                                debounce_s=debounce_s, polling=polling)
@@ -120,6 +124,10 @@ class WatchService:
 
     def on_tick(self) -> None:
         now = time.monotonic()
+        if self.heartbeat is not None and now >= self._next_beat:
+            # Touched from the loop itself: a loop stuck in a pass goes stale, and unhealthy.
+            self.heartbeat.touch()
+            self._next_beat = now + HEARTBEAT_S
         if self.check_workers is not None:
             self.check_workers()
         if now >= self._next_reconcile:
@@ -140,10 +148,15 @@ class WatchService:
         self.watcher.stop()
 
 
-def run_watch(settings: Settings, *, polling: bool = False, debounce_s: float | None = None,
-              reconcile_minutes: float | None = None,
+def run_watch(settings: Settings, *, polling: bool | None = None,
+              debounce_s: float | None = None, reconcile_minutes: float | None = None,
+              heartbeat: Path | None = None,
               on_start: Callable[[WatchService], None] | None = None) -> WatchStats:
-    """Watch the workspace until interrupted, with the fleet's broker or an embedded one."""
+    """Watch the workspace until interrupted, with the fleet's broker or an embedded one.
+
+    ``polling`` None follows ``watch.polling``; ``heartbeat`` is a file touched every few
+    seconds by the loop, for a container health check.
+    """
     from workers.indexing import _embedded_check, _forget_queued, _worker_env
 
     choice = choose_provider(settings)
@@ -165,7 +178,7 @@ def run_watch(settings: Settings, *, polling: bool = False, debounce_s: float | 
             submit = partial(submit_embed_job, connection=connection)
         service = WatchService(settings, choice, submit, connection,
                                reconcile_s=minutes * 60, polling=polling, debounce_s=debounce_s,
-                               check_workers=check)
+                               check_workers=check, heartbeat=heartbeat)
         if on_start is not None:
             on_start(service)
         service.run()

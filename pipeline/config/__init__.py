@@ -74,6 +74,7 @@ from pipeline.config.settings import (
     StoreSettings,
     SyncSettings,
     TemporalDecaySettings,
+    WatchSettings,
     settings_to_dict,
 )
 
@@ -106,6 +107,7 @@ __all__ = [
     "StoreSettings",
     "SyncSettings",
     "TemporalDecaySettings",
+    "WatchSettings",
     "default_sessions_dir",
     "default_store_path",
     "find_config_file",

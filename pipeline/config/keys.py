@@ -41,11 +41,16 @@ MAX_CANDIDATE_MULTIPLIER = 20
 DEFAULT_MULTIMODAL_MAX_FILE_BYTES = 10 * 1024 * 1024
 
 NULL_WORDS = ("none", "null", "unbounded", "unlimited", "auto")
+#: The words an "auto_bool" key takes for auto (None), true and false.
+AUTO_BOOL_WORDS: dict[str, bool | None] = {
+    "auto": None, "true": True, "on": True, "yes": True, "1": True,
+    "false": False, "off": False, "no": False, "0": False,
+}  # fmt: skip
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 #: The kinds Spec.check checks; the simple ones come first (see settings.checked_fields).
 SIMPLE_KINDS = ("bool", "int", "float", "enum", "str")
-_CHECKED = (*SIMPLE_KINDS, "url", "headers", "secret", "file", "dir")
+_CHECKED = (*SIMPLE_KINDS, "auto_bool", "url", "headers", "secret", "file", "dir")
 
 #: What "must be …" says for the kinds that are not numbers, booleans or choices.
 _DESCRIPTIONS = {
@@ -53,6 +58,7 @@ _DESCRIPTIONS = {
     "file": "a file path",
     "dir": "a directory path",
     "url": "a URL string",
+    "auto_bool": '"auto", true or false',
 }
 
 #: How settings_to_dict shows a (non-None) value of each kind; other kinds are shown as they are.
@@ -72,7 +78,8 @@ _TO_JSON = {
 class Spec:
     """The values a key takes.
 
-    ``kind`` is bool, int, float, enum, str, url, secret, headers, file or dir (checked here),
+    ``kind`` is bool, auto_bool (true, false or "auto" = None), int, float, enum, str, url,
+    secret, headers, file or dir (checked here),
     or list, paths, pairs or any (normalised by the dataclass, which needs other keys for it).
     """
 
@@ -108,13 +115,18 @@ class Spec:
         if self.kind not in _CHECKED:
             return value  # the dataclass normalises it, with the keys it depends on
         if value is None:
-            if self.nullable:
+            if self.nullable or self.kind == "auto_bool":
                 return None
             raise Invalid(key, f"must be {self.describe()}", "null")
         kind = self.kind
         if kind == "bool":
             if isinstance(value, bool):
                 return value
+        elif kind == "auto_bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in AUTO_BOOL_WORDS:
+                return AUTO_BOOL_WORDS[value.strip().lower()]
         elif kind == "int":
             if self.nullable and isinstance(value, str) and value.strip().lower() in NULL_WORDS:
                 return None
@@ -158,7 +170,9 @@ class Spec:
 
     def to_json(self, value: Any) -> Any:
         """The value as settings_to_dict shows it: JSON-ready, secrets as ``***``."""
-        return None if value is None else _TO_JSON.get(self.kind, lambda v: v)(value)
+        if value is None:
+            return "auto" if self.kind == "auto_bool" else None
+        return _TO_JSON.get(self.kind, lambda v: v)(value)
 
 
 def _fmt_num(x: float | None) -> str:
@@ -263,6 +277,8 @@ KEYS: tuple[Key, ...] = (
     Key("multimodal.enabled", BOOL),
     Key("multimodal.modalities", LIST),
     Key("multimodal.maxFileBytes", _int(1)),
+    Key("watch.polling", Spec("auto_bool"), env="MEMQ_WATCH_POLLING", top_only=True),
+    Key("watch.pollIntervalMs", _int(10), env="MEMQ_WATCH_POLL_INTERVAL_MS", top_only=True),
     Key("qmd.extraCollections", Spec("any"), attr=None, ignored=True),
     Key("chunking.tokens", _int(1)),
     Key("chunking.overlap", _int(0)),

@@ -184,6 +184,18 @@ class SyncSettings(_Validated):
 
 
 @dataclass(frozen=True)
+class WatchSettings(_Validated):
+    """``watch.*`` (memq's own): how ``memq watch`` learns that files changed.
+
+    ``polling`` is None for "auto" (native events, polling where they cannot work), or True /
+    False to force one; ``poll_interval_ms`` is the polling observer's scan period.
+    """
+
+    polling: bool | None = None
+    poll_interval_ms: int = 1000
+
+
+@dataclass(frozen=True)
 class BatchSettings(_Validated):
     """``remote.batch.*``: provider batch-file APIs (OpenAI, Gemini, Voyage)."""
 
@@ -304,6 +316,7 @@ class Settings(_Validated):
     config_file: Path | None = None
     # Additions beyond the first contract:
     multimodal: MultimodalSettings = field(default_factory=MultimodalSettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
     remember_across_conversations: bool = False
     output_dimensionality: int | None = None
     input_type: str | None = None

@@ -8,9 +8,27 @@ class with this shape, and the registry picks one by name. Workers only ever cal
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class MediaInput:
+    """A document that is a file, not text: its label plus its bytes inline (base64).
+
+    Only a provider whose ``accepts_media`` is true takes one (Gemini's multimodal model);
+    see :mod:`pipeline.multimodal`.
+    """
+
+    text: str
+    mime_type: str
+    data: str  # base64
+
+
+#: What ``embed_documents`` takes: text, or a media file with its label.
+DocumentInput = str | MediaInput
 
 
 class EmbeddingError(RuntimeError):

@@ -6,6 +6,10 @@ API's cap, which OpenClaw ignores: #134015). Auth is the ``x-goog-api-key`` head
 ``?key=`` query parameter, so the key cannot leak through a logged URL.
 ``outputDimensionality`` (768, 1536 or 3072) applies to gemini-embedding-2-preview only, as in
 OpenClaw; it is part of the provider key because it changes the vectors.
+
+That model also embeds image and audio files (:mod:`pipeline.multimodal`): a media document is
+one request entry whose parts are its label text and an ``inlineData {mimeType, data}`` part
+(base64), through ``batchEmbedContents`` like text, never the asynchronous batch API.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from pipeline.embeddings.base import EmbeddingError, ProviderUnavailable
+from pipeline.embeddings.base import DocumentInput, EmbeddingError, ProviderUnavailable
 from pipeline.embeddings.remote import RemoteProvider
 
 __all__ = ["GeminiProvider"]
@@ -55,6 +59,7 @@ class GeminiProvider(RemoteProvider):
                     f"{DIMENSIONAL_MODEL}; got {dims}")
             self.output_dimensionality = dims
         super().__init__(model, **kwargs)
+        self.accepts_media = self.output_dimensionality is not None
 
     def _auth_headers(self, api_key: str) -> dict[str, str]:
         return {"x-goog-api-key": api_key}
@@ -68,14 +73,16 @@ class GeminiProvider(RemoteProvider):
     def _key_extra(self) -> dict[str, Any]:
         return {"outputDimensionality": self.output_dimensionality}
 
-    def _request(self, text: str, kind: str) -> dict[str, Any]:
-        req: dict[str, Any] = {"content": {"parts": [{"text": text}]},
-                               "taskType": TASK_TYPES[kind]}
+    def _request(self, item: DocumentInput, kind: str) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = [{"text": item}] if isinstance(item, str) else [
+            {"text": item.text}, {"inlineData": {"mimeType": item.mime_type, "data": item.data}}]
+        req: dict[str, Any] = {"content": {"parts": parts}, "taskType": TASK_TYPES[kind]}
         if self.output_dimensionality is not None:
             req["outputDimensionality"] = self.output_dimensionality
         return req
 
-    def _embed_request(self, texts: Sequence[str], kind: str, timeout: float) -> list[Any]:
+    def _embed_request(self, texts: Sequence[DocumentInput], kind: str, timeout: float
+                       ) -> list[Any]:
         path = f"/models/{self.model}"
         if kind == "query" and len(texts) == 1:
             body = self.http.post_json(f"{path}:embedContent", self._request(texts[0], kind),

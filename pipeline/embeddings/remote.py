@@ -23,13 +23,30 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.config import is_sensitive_header
-from pipeline.embeddings.base import EmbeddingError, MissingApiKey, l2_normalise
+from pipeline.embeddings.base import (
+    DocumentInput,
+    EmbeddingError,
+    MediaInput,
+    MissingApiKey,
+    l2_normalise,
+)
 from pipeline.embeddings.http import BATCH_TIMEOUT_S, QUERY_TIMEOUT_S, HttpClient, shown_url
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES, max_input_bytes, normalise_model
 
 __all__ = ["RemoteProvider", "pack_requests", "remote_provider_key", "resolve_api_key"]
 
 _ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*_(?:API_)?KEY$")
+#: Tokens a media part is counted as by the fleet rate limiter (Gemini bills an image 258
+#: tokens per 768x768 tile and audio 32 tokens a second: a 4-tile image, a 32 s clip).
+MEDIA_TOKEN_ESTIMATE = 1032
+
+
+def input_tokens(item: DocumentInput) -> int:
+    """A document's estimated tokens: UTF-8 bytes of its text (OpenClaw's estimate), plus
+    :data:`MEDIA_TOKEN_ESTIMATE` for a media file (its bytes say little about its tokens)."""
+    text = item.text if isinstance(item, MediaInput) else item
+    return len(text.encode("utf-8")) + (MEDIA_TOKEN_ESTIMATE if isinstance(item, MediaInput)
+                                         else 0)
 
 
 def resolve_api_key(env_vars: Sequence[str], *, configured: str | None = None,
@@ -72,14 +89,15 @@ def remote_provider_key(name: str, base_url: str, model: str, headers: Mapping[s
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 
 
-def pack_requests(texts: Sequence[str], max_bytes: int = HARD_MAX_INPUT_BYTES,
+def pack_requests(texts: Sequence[DocumentInput], max_bytes: int = HARD_MAX_INPUT_BYTES,
                   max_items: int = 2048) -> list[tuple[int, int]]:
     """Split ``texts`` into consecutive (start, end) runs of at most ``max_bytes`` UTF-8 bytes
-    and ``max_items`` texts; a text larger than ``max_bytes`` travels alone."""
+    and ``max_items`` texts; a text larger than ``max_bytes`` travels alone, and so does a
+    media file (a 10 MiB file is 13 MiB of base64: two would pass Gemini's 20 MB request cap)."""
     runs: list[tuple[int, int]] = []
     start, size = 0, 0
     for i, text in enumerate(texts):
-        weight = len(text.encode("utf-8"))
+        weight = max_bytes + 1 if isinstance(text, MediaInput) else len(text.encode("utf-8"))
         if i > start and (size + weight > max_bytes or i - start >= max_items):
             runs.append((start, i))
             start, size = i, 0
@@ -99,6 +117,8 @@ class RemoteProvider:
     #: Model id -> vector width, to catch an endpoint answering with the wrong model.
     known_dims: ClassVar[dict[str, int]] = {}
     max_items: ClassVar[int] = 2048
+    #: Whether ``embed_documents`` takes :class:`MediaInput` (image/audio bytes inline).
+    accepts_media: bool = False
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None,
                  api_key: str | None = None, headers: Mapping[str, str] | None = None,
@@ -140,7 +160,8 @@ class RemoteProvider:
     def _key_extra(self) -> dict[str, Any]:
         return {}
 
-    def _embed_request(self, texts: Sequence[str], kind: str, timeout: float) -> list[Any]:
+    def _embed_request(self, texts: Sequence[DocumentInput], kind: str, timeout: float
+                       ) -> list[Any]:
         """One HTTP request for ``texts``; ``kind`` is "query" or "document"."""
         raise NotImplementedError
 
@@ -163,7 +184,7 @@ class RemoteProvider:
         assert self._dims is not None
         return self._dims
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[DocumentInput]) -> np.ndarray:
         rows: list[Any] = []
         for start, end in pack_requests(texts, HARD_MAX_INPUT_BYTES, self.max_items):
             part = texts[start:end]
@@ -182,9 +203,9 @@ class RemoteProvider:
     def close(self) -> None:
         self.http.close()
 
-    def _throttle(self, texts: Sequence[str]) -> None:
+    def _throttle(self, texts: Sequence[DocumentInput]) -> None:
         if self.before_request is not None:
-            self.before_request(sum(len(t.encode("utf-8")) for t in texts))
+            self.before_request(sum(input_tokens(t) for t in texts))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={shown_url(self.base_url)!r})"

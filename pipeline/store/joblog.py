@@ -1,4 +1,4 @@
-"""The index-job log: one row per producer pass, in the store, written on the store's host.
+"""The index-job log: one row per producer pass, written on the store's host.
 
 An index job enqueued from anywhere (``memq index --remote``) is a Celery task whose id is
 the job id. The broker forgets a task once it ran and memq keeps no result backend, so the
@@ -6,19 +6,24 @@ host that runs the job records here when it started and finished, what it did, a
 if it failed. ``memq jobs`` / ``memq status`` read it back. Local runs of ``memq index`` are
 logged the same way, so every producer pass shows up in one place.
 
-The table is created on first use (``CREATE TABLE IF NOT EXISTS``), independently of the
-main schema version, and pruned to the newest ``KEEP_JOBS`` rows.
+The log lives in its own SQLite file beside the store's path (``memq.sqlite.jobs``), not in
+the store: a rebuild swaps a new store generation in while a job runs, and the job's finish
+must land where ``memq jobs`` reads afterwards, whichever generation is live by then. The
+first time the file is created, rows an older memq kept inside the store are copied over.
+The table is pruned to the newest ``KEEP_JOBS`` rows.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from pipeline.store import schema
-from pipeline.store.engine import Database
+from pipeline.store.engine import Database, connect
 
 KEEP_JOBS = 200
 
@@ -46,6 +51,40 @@ COUNT_COLUMNS = ("files", "changed", "deleted", "chunks_queued", "chunks_cached"
 
 def ensure_table(db: Database) -> None:
     db.conn.executescript(DDL)
+
+
+def log_path(store_path: Path) -> Path:
+    """The job log's file: named after the store's path, so no generation owns it."""
+    return store_path.with_name(f"{store_path.name}.jobs")
+
+
+@contextmanager
+def opened(store_path: Path) -> Iterator[Database]:
+    """The job log of the store at ``store_path``, created (and seeded) on first use."""
+    path = log_path(store_path)
+    fresh = not path.exists()
+    db = connect(path, want_vectors=False)
+    try:
+        ensure_table(db)
+        if fresh and store_path.exists():
+            _import_from_store(db, store_path)
+        yield db
+    finally:
+        db.close()
+
+
+def _import_from_store(db: Database, store_path: Path) -> None:
+    """Copy the rows an older memq logged inside the store itself (nothing is lost)."""
+    db.conn.execute("ATTACH DATABASE ? AS store", (os.path.realpath(store_path),))
+    try:
+        found = db.conn.execute("SELECT 1 FROM store.sqlite_master WHERE type = 'table' "
+                                "AND name = 'index_jobs'").fetchone()
+        if found:
+            with schema.transaction(db) as conn:
+                conn.execute("INSERT OR IGNORE INTO main.index_jobs SELECT * FROM "
+                             "store.index_jobs")
+    finally:
+        db.conn.execute("DETACH DATABASE store")
 
 
 def record_start(db: Database, job_id: str, kind: str, host: str | None) -> None:

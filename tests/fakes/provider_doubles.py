@@ -8,7 +8,16 @@ The shapes follow ``shared/reference/peers-and-apis.md`` §E and are proven fait
 the doubles with the providers' own SDKs (``tests/test_provider_doubles.py``).
 
 Vectors are deterministic: a hash of the text seeds them, scaled so they are *not* unit length
-(a client that forgets to normalise is caught). Faults are injected either as a script (one
+(a client that forgets to normalise is caught).
+
+The Gemini double also takes image and audio parts (``inlineData {mimeType, data}``), as
+``gemini-embedding-2-preview`` does, and refuses a MIME type that model does not take with the
+real API's 400 ``Unsupported MIME type``. To make "found by a text query" mean something, it
+*sees* what a file shows the way a test can control: the caption in a PNG ``tEXt`` chunk or in
+a WAV ``LIST/INFO ICMT`` comment stands for the picture's or recording's content (without one,
+the bytes' sha256 does), and a media entry's vector is the sum of that content's vector and
+its text parts' vector. A query for the caption then lands near the file, although neither its
+name nor its label shares a word with the caption. Faults are injected either as a script (one
 :class:`Fault` per coming request) or at random with a seeded rate: 429 with or without
 Retry-After, quota exhaustion, 500/503, stalls, context-length errors, wrong widths and
 malformed JSON, each with the provider's own error body.
@@ -31,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Fault", "ProviderDouble", "double_vector"]
+__all__ = ["Fault", "ProviderDouble", "double_vector", "media_content", "media_vector"]
 
 STYLES = ("openai", "mistral", "voyage", "gemini", "ollama")
 PREFIX = {"openai": "/v1", "mistral": "/v1", "voyage": "/v1", "gemini": "/v1beta", "ollama": ""}
@@ -40,12 +49,38 @@ DEFAULT_DIMS = {"openai": 1536, "mistral": 1024, "voyage": 1024, "gemini": 3072,
 MODEL_DIMS = {"text-embedding-3-large": 3072, "codestral-embed": 1536, "voyage-3-lite": 512,
               "text-embedding-004": 768}
 VECTOR_SCALE = 3.5
+#: What gemini-embedding-2-preview takes inline (Google's model page: PNG, JPEG, MP3, WAV).
+GEMINI_INLINE_MIME_TYPES = ("image/png", "image/jpeg", "audio/mpeg", "audio/mp3", "audio/wav")
 
 
 def double_vector(text: str, dims: int, salt: str = "") -> np.ndarray:
     """The double's embedding of ``text``: hash-seeded, length ``VECTOR_SCALE``."""
     seed = int.from_bytes(hashlib.sha256(f"{salt}\0{text}".encode()).digest()[:8], "little")
     v = np.random.default_rng(seed).standard_normal(dims)
+    return (v / np.linalg.norm(v) * VECTOR_SCALE).astype(np.float32)
+
+
+def media_content(data: bytes) -> str:
+    """What the double "sees" in a file: its PNG tEXt / WAV ICMT caption, else its sha256."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        pos = 8
+        while pos + 8 <= len(data):
+            length, kind = int.from_bytes(data[pos:pos + 4], "big"), data[pos + 4:pos + 8]
+            if kind == b"tEXt":
+                _, _, text = data[pos + 8:pos + 8 + length].partition(b"\0")
+                return text.decode("latin-1")
+            pos += 12 + length
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        found = data.find(b"ICMT")
+        if found >= 0:
+            length = int.from_bytes(data[found + 4:found + 8], "little")
+            return data[found + 8:found + 8 + length].rstrip(b"\0").decode("latin-1")
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def media_vector(text: str, blobs: list[bytes], dims: int) -> np.ndarray:
+    """A media entry's vector: its content's vector plus its text parts' vector."""
+    v = double_vector(text, dims) + sum(double_vector(media_content(b), dims) for b in blobs)
     return (v / np.linalg.norm(v) * VECTOR_SCALE).astype(np.float32)
 
 
@@ -183,6 +218,9 @@ class ProviderDouble:
         texts = _texts(self.style, path, body)
         if texts is None:
             return _error(self.style, 400, "bad_request")
+        blobs = _inline_parts(body) if self.style == "gemini" else [[] for _ in texts]
+        if isinstance(blobs, str):
+            return _error(self.style, 400, blobs)
         fault = self._next_fault()
         delay = 0.0
         if fault is not None:
@@ -205,7 +243,8 @@ class ProviderDouble:
         dims = _requested_dims(body, dims)
         if fault is not None and fault.kind == "wrong_dims":
             dims += 1
-        vectors = [double_vector(t, dims) for t in texts]
+        vectors = [media_vector(t, b, dims) if b else double_vector(t, dims)
+                   for t, b in zip(texts, blobs, strict=True)]
         status, hdrs, payload, _ = _json(200, _success(self.style, route, body, vectors))
         return status, hdrs, payload, delay
 
@@ -298,6 +337,28 @@ def _texts(style: str, path: str, body: Any) -> list[str] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
     return None
+
+
+def _inline_parts(body: dict[str, Any]) -> list[list[bytes]] | str:
+    """Each Gemini entry's inline files, or the real API's 400 message for a bad part."""
+    entries = body.get("requests") if "requests" in body else [body]
+    out: list[list[bytes]] = []
+    for i, entry in enumerate(entries):
+        blobs = []
+        for j, part in enumerate((entry.get("content") or {}).get("parts") or []):
+            inline = part.get("inlineData")
+            if inline is None:
+                continue
+            mime = inline.get("mimeType")
+            if mime not in GEMINI_INLINE_MIME_TYPES:
+                return f"Unsupported MIME type: {mime}"
+            try:
+                blobs.append(base64.b64decode(inline.get("data") or "", validate=True))
+            except ValueError:
+                return (f"Invalid value at 'requests[{i}].content.parts[{j}].inline_data.data' "
+                        "(TYPE_BYTES), Base64 decoding failed")
+        out.append(blobs)
+    return out
 
 
 def _requested_dims(body: Any, dims: int) -> int:
