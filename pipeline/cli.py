@@ -340,6 +340,25 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pipeline.evaluation.command import evaluate, fused_keys, read_base
+
+    try:
+        out = evaluate(Path(args.collection), split=args.split, limit=args.limit,
+                       modes=args.modes.split(",") if args.modes else None,
+                       work_dir=Path(args.work_dir) if args.work_dir else None,
+                       base=read_base(args.config),
+                       fused=fused_keys(args.vector_weight, args.rrf_k))
+    except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: indexing failed
+        print(f"memq: eval: {exc}", file=sys.stderr)
+        return 2
+    text = out.pop("text")
+    _emit(args, out, text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="memory workspace (default: configured, else cwd)")
@@ -421,6 +440,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="streamable HTTP at /mcp instead of stdio (loopback unless a token is set)")
     p.add_argument("--token", help="bearer token for --http (prefer env MEMQ_MCP_TOKEN)")
     p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("eval", help="retrieval quality on a BEIR collection or LoCoMo, every "
+                                    "mode side by side (indexes through the normal pipeline)")
+    p.add_argument("--collection", required=True,
+                   help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or LoCoMo .json")
+    p.add_argument("--split", default="test", help="qrels split of a BEIR folder (test)")
+    p.add_argument("--limit", type=int, default=0,
+                   help="only the first N queries (LoCoMo: N questions per conversation)")
+    p.add_argument("--modes", help="comma-separated subset of keyword,vector,hybrid,rrf,"
+                                   "hybrid+mmr")
+    p.add_argument("--vector-weight", type=float,
+                   help="vectorWeight of the fused modes (textWeight = 1 - it); default 0.7")
+    p.add_argument("--rrf-k", type=int, help="rrfK of the rrf mode (default 60)")
+    p.add_argument("--work-dir", help="where the generated workspace and its store are kept "
+                                      "(default: memq's cache, one per collection)")
+    p.add_argument("--config", help="memq.json/.toml with the provider keys to evaluate "
+                                    "(default: the local model)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_eval)
     return parser
 
 

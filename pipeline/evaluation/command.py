@@ -1,0 +1,84 @@
+"""``memq eval``: index a collection through the normal pipeline and score every mode.
+
+A folder is read as a BEIR collection (nDCG@10, Recall@10/100, MRR@10 per mode); a ``.json``
+file as LoCoMo (recall@k of the evidence turns per question category).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pipeline.evaluation import beir, locomo, report
+from pipeline.evaluation.workspace import MODES, EvalWorkspace, default_work_dir
+
+BEIR_MODES = list(MODES)
+LOCOMO_MODES = ["keyword", "vector", "hybrid", "rrf"]
+
+
+def read_base(config: str | None) -> dict[str, Any]:
+    """memq.json/memq.toml keys every mode starts from (default: the local model)."""
+    if not config:
+        return {"provider": "local"}
+    path = Path(config)
+    text = path.read_text(encoding="utf-8")
+    keys = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    if not isinstance(keys, dict):
+        raise ValueError(f"{path}: expected an object of memq config keys")
+    for key in ("workspace", "store"):
+        keys.pop(key, None)  # the evaluation's own folder decides both
+    return keys
+
+
+def fused_keys(vector_weight: float | None, rrf_k: int | None) -> dict[str, Any]:
+    keys: dict[str, Any] = {}
+    if vector_weight is not None:
+        if not 0 <= vector_weight <= 1:
+            raise ValueError("--vector-weight must be between 0 and 1")
+        keys.update(vectorWeight=vector_weight, textWeight=round(1 - vector_weight, 6))
+    if rrf_k is not None:
+        keys["rrfK"] = rrf_k
+    return keys
+
+
+def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
+             modes: list[str] | None = None, work_dir: Path | None = None,
+             base: dict[str, Any] | None = None, fused: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """Run the evaluation; returns the figures and a Markdown rendering (``text``)."""
+    if not collection.exists():
+        raise ValueError(f"{collection} does not exist")
+    work_dir = work_dir or default_work_dir(collection)
+    started = time.monotonic()
+    log = _stderr
+    if collection.is_file():
+        modes = modes or LOCOMO_MODES
+        conversations = locomo.load(collection)
+        figures: Any = locomo.run(work_dir, base, conversations, modes, limit, log=log)
+        title = (f"LoCoMo {collection.name}: recall@k of evidence turns "
+                 f"(k in chunks; {len(conversations)} conversations)")
+        out = {"kind": "locomo", "figures": figures, "table": report.locomo_table(figures)}
+    else:
+        modes = modes or BEIR_MODES
+        data = beir.load_collection(collection, split, limit)
+        work = EvalWorkspace(work_dir, base)
+        indexed, figures = beir.run(work, data, modes, fused, log=log)
+        indexed.db.close()
+        tuned = json.dumps(fused) if fused else "defaults"
+        title = (f"{data.name} {split}: {len(data.qrels)} queries, {indexed.chunks} chunks, "
+                 f"model {indexed.model}; fused modes: {tuned}")
+        out = {"kind": "beir", "split": split, "queries": len(data.qrels),
+               "chunks": indexed.chunks, "model": indexed.model, "figures": figures,
+               "table": report.beir_table(figures)}
+    out.update(collection=str(collection), workDir=str(work_dir), fused=fused or {},
+               seconds=round(time.monotonic() - started, 1))
+    out["text"] = f"{title}\n\n{out['table']}"
+    return out
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)

@@ -1,0 +1,134 @@
+"""LoCoMo: recall of the evidence turns of each question, over dated memory notes.
+
+Each conversation of ``locomo10.json`` becomes its own workspace: every session is written to
+``memory/YYYY-MM-DD.md`` (its date; two sessions on one day share the file) as a heading and
+one line per turn, ``- [D1:3] Caroline: text`` (a shared photo's caption appended), so a
+chunk's line range says exactly which turns it holds. Each question runs as a query; a turn
+listed in its ``evidence`` counts as found when one of the first ``k`` chunks covers its line.
+Recall@k is the share of the question's evidence turns found, averaged per category.
+
+k is counted in chunks, not turns: with memq's default chunking (400 tokens) a chunk holds
+about ten turns, so k = 1, 3 and 6 (memq's default ``maxResults``: what an agent sees) are the
+informative cut-offs; k = 20 would return a third of a conversation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.evaluation.metrics import mean
+from pipeline.evaluation.workspace import EvalWorkspace, mode_settings, search
+
+KS = (1, 3, 6)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",
+              5: "adversarial"}
+_TURN_ID = re.compile(r"D(\d+):(\d+)")
+_SESSION = re.compile(r"session_(\d+)$")
+
+
+@dataclass
+class Question:
+    text: str
+    category: int
+    evidence: list[str]
+
+
+@dataclass
+class Conversation:
+    """One conversation written as memory files, and where each turn landed."""
+
+    sample_id: str
+    files: dict[str, str]
+    lines: dict[str, tuple[str, int]] = field(default_factory=dict)  # dia_id -> (path, line)
+    questions: list[Question] = field(default_factory=list)
+
+
+def session_day(stamp: str) -> dt.date:
+    """``"1:56 pm on 8 May, 2023"`` -> 2023-05-08."""
+    return dt.datetime.strptime(stamp.strip(), "%I:%M %p on %d %B, %Y").date()
+
+
+def evidence_ids(raw: list[str]) -> list[str]:
+    """Turn ids in an evidence list; LoCoMo sometimes packs several in one string
+    (``"D8:6; D9:17"``); malformed ones (``"D"``) are dropped."""
+    found = [f"D{a}:{b}" for item in raw for a, b in _TURN_ID.findall(str(item))]
+    return list(dict.fromkeys(found))
+
+
+def _turn_line(turn: dict[str, Any]) -> str:
+    text = " ".join(str(turn.get("text", "")).split())
+    if turn.get("blip_caption"):
+        text += f" [shares a photo: {turn['blip_caption']}]"
+    return f"- [{turn['dia_id']}] {turn['speaker']}: {text}"
+
+
+def conversation(sample: dict[str, Any]) -> Conversation:
+    """Memory files for one LoCoMo sample, with each turn's (path, line)."""
+    talk = sample["conversation"]
+    sessions = sorted((int(m.group(1)), key) for key in talk
+                      if (m := _SESSION.match(key)) and talk[key])
+    by_path: dict[str, list[str]] = {}
+    conv = Conversation(str(sample.get("sample_id", "")), {})
+    for number, key in sessions:
+        stamp = talk[f"{key}_date_time"]
+        path = f"memory/{session_day(stamp).isoformat()}.md"
+        lines = by_path.setdefault(path, [])
+        if lines:
+            lines.append("")
+        lines += [f"# Session {number}: {stamp}", ""]
+        for turn in talk[key]:
+            lines.append(_turn_line(turn))
+            conv.lines[turn["dia_id"]] = (path, len(lines))
+    conv.files = {path: "\n".join(lines) + "\n" for path, lines in by_path.items()}
+    conv.questions = [Question(q["question"], int(q["category"]), evidence_ids(q["evidence"]))
+                      for q in sample.get("qa", []) if evidence_ids(q.get("evidence", []))]
+    return conv
+
+
+def found_share(hits: list[dict[str, Any]], evidence: list[tuple[str, int]]) -> float:
+    """Share of the evidence turns (path, line) that some hit's line range covers."""
+    if not evidence:
+        return 0.0
+    covered = sum(any(h["path"] == path and h["startLine"] <= line <= h["endLine"]
+                      for h in hits) for path, line in evidence)
+    return covered / len(evidence)
+
+
+def load(path: Path) -> list[Conversation]:
+    try:
+        samples = json.loads(path.read_text(encoding="utf-8"))
+        return [conversation(s) for s in samples]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a LoCoMo file (locomo10.json format): {exc}") from exc
+
+
+def run(work_dir: Path, base: dict[str, Any] | None, conversations: list[Conversation],
+        modes: list[str], limit: int = 0, log: Callable[[str], None] = print
+        ) -> dict[str, dict[str, dict[str, float]]]:
+    """mode -> category ("all" included) -> {"R@k": mean}. ``limit`` caps the questions per
+    conversation. Evidence turns missing from the conversation are counted as not found."""
+    per_mode: dict[str, dict[str, list[dict[str, float]]]] = {m: {} for m in modes}
+    for conv in conversations:
+        work = EvalWorkspace(work_dir / (conv.sample_id or "conversation"), base)
+        work.sync_files(conv.files)
+        indexed = work.index(warn=log)
+        log(f"{conv.sample_id}: {len(conv.files)} notes -> {indexed.chunks} chunks")
+        questions = conv.questions[:limit] if limit > 0 else conv.questions
+        try:
+            for name, settings in mode_settings(work, modes).items():
+                for q in questions:
+                    hits = search(indexed, settings, name, q.text, max(KS))
+                    evidence = [conv.lines.get(t, ("", 0)) for t in q.evidence]
+                    row = {f"R@{k}": found_share(hits[:k], evidence) for k in KS}
+                    for group in (CATEGORIES.get(q.category, str(q.category)), "all"):
+                        per_mode[name].setdefault(group, []).append(row)
+        finally:
+            indexed.db.close()
+    return {m: {g: {**mean(rows), "questions": len(rows)} for g, rows in groups.items()}
+            for m, groups in per_mode.items()}

@@ -1,0 +1,32 @@
+"""Markdown tables of ``memq eval`` figures (the same tables docs/search.md quotes)."""
+
+from __future__ import annotations
+
+from pipeline.evaluation.locomo import CATEGORIES, KS
+
+LABELS = {"keyword": "keyword (FTS5 BM25)", "vector": "vector", "hybrid": "hybrid, weighted",
+          "rrf": "hybrid, RRF", "hybrid+mmr": "hybrid, weighted + MMR"}
+BEIR_COLUMNS = ("nDCG@10", "R@10", "R@100", "MRR@10")
+
+
+def beir_table(figures: dict[str, dict[str, float]]) -> str:
+    lines = ["| mode | " + " | ".join(BEIR_COLUMNS) + " |", "|---" * (len(BEIR_COLUMNS) + 1)
+             + "|"]
+    for mode, m in figures.items():
+        cells = " | ".join(f"{m[c]:.4f}" for c in BEIR_COLUMNS)
+        lines.append(f"| {LABELS.get(mode, mode)} | {cells} |")
+    return "\n".join(lines)
+
+
+def locomo_table(figures: dict[str, dict[str, dict[str, float]]]) -> str:
+    """One row per category (questions counted), one R@k column per mode and k."""
+    modes = list(figures)
+    head = ["category", "questions"] + [f"{m} R@{k}" for m in modes for k in KS]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    groups = [g for g in (*CATEGORIES.values(), "all") if g in figures[modes[0]]]
+    for group in groups:
+        cells = [f"{figures[m][group][f'R@{k}']:.3f}" for m in modes for k in KS]
+        count = int(figures[modes[0]][group]["questions"])
+        name = f"**{group}**" if group == "all" else group
+        lines.append("| " + " | ".join([name, str(count), *cells]) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""An evaluation workspace: generated memory files indexed by ``run_index``, searched per mode.
+
+The files are indexed exactly as ``memq index`` indexes an agent's memory: the producer cuts
+them into chunks and writes the rows, the embedded broker carries the embedding jobs to a real
+Celery worker, and the writer stores the vectors. Queries go through ``search_store``, with the
+query provider built from the store's index spec, as ``memory_search`` does. Only the query
+vectors are memoised (one per query text), so running five modes does not embed a query five
+times.
+
+The work folder (workspace, ``memq.json`` files, store) is kept between runs: a second run
+finds every file unchanged and embeds nothing, so only the first run of a corpus is slow.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import Settings, load_settings
+from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.embeddings.default_model import cache_root
+from pipeline.jobs import provider_for
+from pipeline.query import index_spec, open_store, search_store
+from pipeline.store.engine import Database
+
+#: memq.json keys per mode; every mode runs on the same store with no score floor.
+MODES: dict[str, dict[str, Any]] = {
+    "keyword": {},
+    "vector": {"query": {"hybrid": {"enabled": False}}},
+    "hybrid": {"query": {"hybrid": {"fusion": "weighted"}}},
+    "rrf": {"query": {"hybrid": {"fusion": "rrf"}}},
+    "hybrid+mmr": {"query": {"hybrid": {"fusion": "weighted", "mmr": {"enabled": True}}}},
+}
+KEYWORD_ONLY = "keyword"
+
+
+def default_work_dir(collection: Path) -> Path:
+    """``<memq cache>/eval/<name>-<hash of the absolute path>``: one per collection."""
+    digest = hashlib.sha1(str(collection.resolve()).encode()).hexdigest()[:8]
+    return cache_root(None) / "eval" / f"{collection.stem}-{digest}"
+
+
+def deep_update(target: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``target`` with ``extra`` merged in, nested dicts key by key (in place, returned)."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            deep_update(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """Write only new content, so an unchanged file keeps its mtime and is not re-read."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+class CachedQueries:
+    """The query provider with one vector per distinct query text."""
+
+    def __init__(self, provider: EmbeddingProvider) -> None:
+        self.provider = provider
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if text not in self.vectors:
+            self.vectors[text] = self.provider.embed_query(text)
+        return self.vectors[text]
+
+
+@dataclass
+class Indexed:
+    """An open, fully indexed evaluation store and what it was indexed with."""
+
+    db: Database
+    provider: CachedQueries | None
+    model: str | None
+    chunks: int
+
+
+class EvalWorkspace:
+    """A work folder holding one generated memory workspace and its store.
+
+    ``base`` holds the memq.json keys every mode starts from (provider, model, threads);
+    the workspace and store paths are always the work folder's own.
+    """
+
+    def __init__(self, work_dir: Path, base: dict[str, Any] | None = None) -> None:
+        self.work_dir = work_dir
+        self.root = work_dir / "workspace"
+        self.base = deep_update(copy.deepcopy(base or {"provider": "local"}),
+                                {"store": {"path": str(work_dir / "memq.sqlite")}})
+
+    def sync_files(self, files: dict[str, str]) -> None:
+        """Make ``memory/`` hold exactly ``files`` (relative path -> text)."""
+        for rel, text in files.items():
+            write_if_changed(self.root / rel, text)
+        memory = self.root / "memory"
+        for path in memory.rglob("*.md") if memory.exists() else ():
+            if path.relative_to(self.root).as_posix() not in files:
+                path.unlink()
+
+    def settings(self, extra: dict[str, Any] | None = None, name: str = "base") -> Settings:
+        """Settings for the base keys plus ``extra`` (written to ``memq-<name>.json``)."""
+        keys = deep_update(copy.deepcopy(self.base), extra or {})
+        cfg = self.work_dir / f"memq-{name}.json"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(json.dumps(keys, indent=2), encoding="utf-8")
+        return load_settings(config_file=cfg, workspace=self.root)
+
+    def index(self, warn: Callable[[str], None] | None = None) -> Indexed:
+        """Run ``memq index`` on the workspace (waiting for every vector) and open the store."""
+        from workers.indexing import run_index
+
+        settings = self.settings()
+        run = run_index(settings, wait=True, warn=warn)
+        if run.failed_chunks:
+            raise RuntimeError(f"{run.failed_chunks} chunks failed to embed; see `memq status "
+                               f"--workspace {self.root} --config {self.work_dir}/memq-base.json`")
+        db = open_store(settings)
+        assert db is not None  # run_index created it
+        spec = index_spec(db)
+        provider = CachedQueries(provider_for(spec, settings)) if spec is not None else None
+        chunks = db.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return Indexed(db, provider, spec.model if spec else None, chunks)
+
+
+def mode_settings(work: EvalWorkspace, modes: Iterable[str], fused: dict[str, Any] | None = None
+                  ) -> dict[str, Settings]:
+    """Settings per mode name; ``fused`` (hybrid keys such as vectorWeight) applies to the
+    fused modes only."""
+    out = {}
+    for name in modes:
+        if name not in MODES:
+            raise ValueError(f"unknown mode {name!r}; choose from {', '.join(MODES)}")
+        keys = copy.deepcopy(MODES[name])
+        if fused and name not in (KEYWORD_ONLY, "vector"):
+            deep_update(keys, {"query": {"hybrid": fused}})
+        out[name] = work.settings(keys, name=name)
+    return out
+
+
+def search(indexed: Indexed, settings: Settings, mode: str, query: str, depth: int
+           ) -> list[dict[str, Any]]:
+    """The ``depth`` best chunks for ``query`` in ``mode`` (no minScore floor)."""
+    provider = None if mode == KEYWORD_ONLY else indexed.provider
+    if provider is None and mode != KEYWORD_ONLY:
+        raise RuntimeError("the store has no vectors (keyword-only index): only the keyword "
+                           "mode can run")
+    out = search_store(indexed.db, settings, query, max_results=depth, min_score=0.0,
+                       provider=provider)  # type: ignore[arg-type]
+    return out["results"]

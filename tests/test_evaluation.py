@@ -1,0 +1,185 @@
+"""``memq eval``: the ranking metrics against hand-computed values, LoCoMo's mapping of
+evidence turns to memory-file lines, and one real run of the CLI on a tiny BEIR collection
+(indexed through the embedded broker and a real worker, with the tiny GGUF model)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from pipeline.evaluation import beir, locomo
+from pipeline.evaluation.metrics import mean, mrr_at, ndcg_at, recall_at
+from tests.conftest import run_memq
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+def test_ndcg_with_graded_gains_by_hand() -> None:
+    rel = {"b": 1, "c": 2, "d": 1}
+    # DCG = (2^1-1)/log2(3) + (2^2-1)/log2(4); ideal order c, b, d.
+    dcg = 1 / math.log2(3) + 3 / 2
+    idcg = 3 / 1 + 1 / math.log2(3) + 1 / 2
+    assert ndcg_at(["a", "b", "c"], rel) == pytest.approx(dcg / idcg)
+    assert ndcg_at(["c", "b", "d"], rel) == pytest.approx(1.0)
+    assert ndcg_at(["a", "x"], rel) == 0.0
+    assert ndcg_at(["a"], {"a": 0}) == 0.0  # nothing relevant: no division by zero
+
+
+def test_ndcg_cuts_at_k() -> None:
+    ranked = [f"n{i}" for i in range(10)] + ["hit"]
+    assert ndcg_at(ranked, {"hit": 1}) == 0.0
+    assert ndcg_at(ranked, {"hit": 1}, k=11) == pytest.approx(1 / math.log2(12))
+
+
+def test_recall_and_mrr_by_hand() -> None:
+    rel = {"b": 1, "c": 2, "d": 1, "z": 0}  # grade 0 is not relevant
+    assert recall_at(["a", "b", "c"], rel, 2) == pytest.approx(1 / 3)
+    assert recall_at(["a", "b", "c", "z"], rel, 10) == pytest.approx(2 / 3)
+    assert mrr_at(["a", "b", "c"], rel) == pytest.approx(1 / 2)
+    assert mrr_at(["z", "a"], rel) == 0.0
+    assert mrr_at(["a"] * 10 + ["b"], rel) == 0.0  # first hit beyond 10
+
+
+def test_mean_of_rows() -> None:
+    assert mean([{"x": 1.0, "y": 0.0}, {"x": 0.0, "y": 0.5}]) == {"x": 0.5, "y": 0.25}
+    assert mean([]) == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# BEIR files
+
+
+def test_qrels_header_crlf_and_ranking_by_best_chunk(tmp_path: Path) -> None:
+    qrels = tmp_path / "test.tsv"
+    qrels.write_bytes(b"query-id\tcorpus-id\tscore\r\n1\tA\t2\r\n1\tB\t0\r\n2\tC\t1\r\n")
+    assert beir.load_qrels(qrels) == {"1": {"A": 2, "B": 0}, "2": {"C": 1}}
+    ids = {"memory/docs/A.md": "A", "memory/docs/B.md": "B"}
+    hits = [{"path": p} for p in ("memory/docs/B.md", "memory/docs/A.md", "memory/docs/B.md")]
+    assert beir.rank_documents(hits, ids) == ["B", "A"]
+
+
+def test_missing_collection_parts_are_named(tmp_path: Path) -> None:
+    (tmp_path / "corpus.jsonl").write_text("{}\n")
+    with pytest.raises(beir.CollectionError, match=r"queries\.jsonl is missing"):
+        beir.load_collection(tmp_path, "test")
+
+
+# ---------------------------------------------------------------------------------------------
+# LoCoMo
+
+
+SAMPLE = {
+    "sample_id": "conv-x",
+    "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."},
+                      {"speaker": "Bob", "dia_id": "D1:2", "text": "Nice!\nWhat name?",
+                       "blip_caption": "a photo of a cat"}],
+        "session_2_date_time": "9:00 am on 8 May, 2023",
+        "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "Back again."}],
+        "session_3_date_time": "10:15 am on 1 June, 2023",
+        "session_3": [{"speaker": "Ann", "dia_id": "D3:1", "text": "The cat is Miso."}],
+        "session_4_date_time": "10:15 am on 2 June, 2023",
+        "session_4": [],
+    },
+    "qa": [{"question": "What is the cat called?", "answer": "Miso", "category": 4,
+            "evidence": ["D3:1; D1:1"]},
+           {"question": "Unanswerable?", "category": 5, "evidence": ["D"]}],
+}
+
+
+def test_locomo_sessions_become_dated_notes_with_turn_lines() -> None:
+    conv = locomo.conversation(SAMPLE)
+    assert sorted(conv.files) == ["memory/2023-05-08.md", "memory/2023-06-01.md"]
+    may = conv.files["memory/2023-05-08.md"].split("\n")
+    assert may[0] == "# Session 1: 1:56 pm on 8 May, 2023"
+    for turn, needle in (("D1:1", "Ann: I adopted a cat."),
+                         ("D1:2", "Bob: Nice! What name? [shares a photo: a photo of a cat]"),
+                         ("D2:1", "Bob: Back again.")):
+        path, line = conv.lines[turn]
+        assert path == "memory/2023-05-08.md"
+        assert may[line - 1] == f"- [{turn}] {needle}"
+    assert "# Session 2: 9:00 am on 8 May, 2023" in may  # same day: same file
+    assert conv.lines["D3:1"] == ("memory/2023-06-01.md", 3)
+    # Packed evidence ids are split; a question without a usable id is left out.
+    assert [(q.text, q.evidence) for q in conv.questions] == [
+        ("What is the cat called?", ["D3:1", "D1:1"])]
+
+
+def test_evidence_found_only_inside_a_hit_line_range() -> None:
+    evidence = [("memory/2023-05-08.md", 3), ("memory/2023-06-01.md", 3)]
+    hits = [{"path": "memory/2023-05-08.md", "startLine": 1, "endLine": 3},
+            {"path": "memory/2023-06-01.md", "startLine": 4, "endLine": 9}]
+    assert locomo.found_share(hits, evidence) == pytest.approx(0.5)
+    assert locomo.found_share(hits[:0], evidence) == 0.0
+    assert locomo.found_share(hits, [("", 0)]) == 0.0  # an id missing from the conversation
+    assert locomo.evidence_ids(["D8:6; D9:17", "D", "D:11:26", "D8:6"]) == ["D8:6", "D9:17"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI, for real
+
+
+DOCS = [("d1", "Zebra stripes", "Why zebras have black and white stripes: biting flies."),
+        ("d2", "Kettle descaling", "Vinegar removes limescale from a kettle."),
+        ("d3", "Router setup", "The VLAN for the home network uses tag 20."),
+        ("d4", "Sourdough", "A starter needs flour, water and patience.")]
+
+
+def tiny_collection(root: Path) -> Path:
+    folder = root / "tiny"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in DOCS))
+    (folder / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "zebra stripes"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "limescale in the kettle"}) + "\n"
+        + json.dumps({"_id": "q3", "text": "not judged"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n"
+                                               "q2\td2\t1\n")
+    return folder
+
+
+def test_memq_eval_on_a_tiny_beir_collection(tmp_path: Path, tiny_model) -> None:
+    folder = tiny_collection(tmp_path)
+    cfg = tmp_path / "eval.json"
+    cfg.write_text(json.dumps({"provider": "local",
+                               "local": {"modelPath": str(tiny_model), "threads": 1}}))
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    work = tmp_path / "work"
+    done = run_memq("eval", "--collection", str(folder), "--work-dir", str(work), "--config",
+                    str(cfg), "--json", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["kind"] == "beir" and out["queries"] == 2 and out["chunks"] == 4
+    figures = out["figures"]
+    assert list(figures) == ["keyword", "vector", "hybrid", "rrf", "hybrid+mmr"]
+    # Each query's words occur in its relevant document only: keyword search is perfect.
+    assert figures["keyword"] == {"nDCG@10": 1.0, "R@10": 1.0, "R@100": 1.0, "MRR@10": 1.0}
+    for mode in ("vector", "hybrid", "rrf", "hybrid+mmr"):  # 4 documents: all ranked
+        assert figures[mode]["R@10"] == 1.0 and 0.0 < figures[mode]["nDCG@10"] <= 1.0
+    # Indexed by the real pipeline: one Markdown file per document, every chunk has a vector.
+    assert sorted(p.name for p in (work / "workspace" / "memory" / "docs").iterdir()) == [
+        "d1.md", "d2.md", "d3.md", "d4.md"]
+    with sqlite3.connect(work / "memq.sqlite") as conn:
+        states = conn.execute("SELECT state, count(*) FROM chunks GROUP BY state").fetchall()
+    assert states == [("ready", 4)]
+
+    human = run_memq("eval", "--collection", str(folder), "--work-dir", str(work), "--config",
+                     str(cfg), "--limit", "1", "--modes", "keyword", env=env, timeout=300)
+    assert human.returncode == 0, human.stderr
+    assert "tiny test: 1 queries" in human.stdout
+    assert "| keyword (FTS5 BM25) | 1.0000 | 1.0000 | 1.0000 | 1.0000 |" in human.stdout
+
+
+def test_memq_eval_refuses_a_missing_collection(tmp_path: Path) -> None:
+    done = run_memq("eval", "--collection", str(tmp_path / "nope"), "--work-dir",
+                    str(tmp_path / "w"))
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
