@@ -1,0 +1,138 @@
+"""The store's vectors as one in-memory matrix, for processes that search many times.
+
+vec0's exact k-NN scans the vectors in C at several times the cost of one NumPy
+matrix-vector product over the same vectors in RAM (bench/query_latency.py). A long-running
+reader (the MCP server, a library caller) therefore loads the vectors once, unit-normalised
+float32 rows (1.5 KB per 384-dim chunk: about 150 MB for 100,000 chunks), and answers k-NN
+with :func:`pipeline.store.vectors.nearest_unit`. One-shot callers (``memq search``) keep
+using vec0: loading the matrix costs more than one query.
+
+Never stale: every search first reads ``meta.vectors_version``, which every transaction that
+changes a vector rewrites (:mod:`pipeline.store.vectors`), and reloads the matrix when it
+differs from the loaded copy's. The version and the vectors are read in one read
+transaction, so the copy is one consistent snapshot of the store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.store.engine import Database
+from pipeline.store.vectors import (
+    MAX_KNN_K,
+    DimensionMismatch,
+    cosines,
+    nearest_unit,
+    table_name,
+    unit_rows,
+    vector_dims,
+    vector_table_exists,
+    vectors_version,
+)
+
+MAX_STORES = 4  # stores whose matrix one process keeps; the least recently used goes first
+
+
+@dataclass(frozen=True)
+class VectorMatrix:
+    """One snapshot of a store's vectors: ``ids`` ascending, ``unit`` rows parallel to them."""
+
+    version: str | None
+    ids: np.ndarray
+    unit: np.ndarray
+
+    @property
+    def dims(self) -> int:
+        return int(self.unit.shape[1])
+
+    def _check(self, query: np.ndarray) -> np.ndarray:
+        query = np.asarray(query, dtype=np.float32)
+        if query.shape != (self.dims,):
+            raise DimensionMismatch(f"query has {query.shape[-1]} dimensions, index has "
+                                    f"{self.dims}")
+        return query
+
+    def knn(self, query: np.ndarray, k: int, among: Sequence[int] | None = None
+            ) -> list[tuple[int, float]]:
+        """As :func:`pipeline.store.vectors.knn` (``among``: as ``knn_among``)."""
+        if not len(self.ids) or k <= 0:
+            return []
+        query = self._check(query)
+        ids, unit = self.ids, self.unit
+        if among is not None:
+            keep = np.isin(ids, np.asarray(among, dtype=np.int64))
+            ids, unit = ids[keep], unit[keep]
+        return nearest_unit(ids, unit, query, min(int(k), MAX_KNN_K))
+
+    def cosines(self, rowids: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        """Cosine similarity of the given chunks' vectors to ``query``; absent ones are left
+        out (as :func:`pipeline.search.retrievers.cosine_for`)."""
+        if not len(self.ids) or not len(rowids):
+            return {}
+        query = self._check(query)
+        wanted = np.fromiter(dict.fromkeys(int(r) for r in rowids), dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
+        found = self.ids[at] == wanted
+        sims = cosines(self.unit[at[found]], query)
+        return {int(r): float(s) for r, s in zip(wanted[found], sims, strict=True)}
+
+
+def load(db: Database) -> VectorMatrix:
+    """Read every vector of the store into a :class:`VectorMatrix` (one read transaction)."""
+    own = not db.conn.in_transaction
+    if own:
+        db.conn.execute("BEGIN")
+    try:
+        version = vectors_version(db)
+        dims = vector_dims(db)
+        table = table_name(db) if dims is not None and vector_table_exists(db) else None
+        rows = db.conn.execute(f"SELECT rowid, embedding FROM {table} ORDER BY rowid"
+                               ).fetchall() if table else []
+    finally:
+        if own:
+            db.conn.execute("COMMIT")
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    if rows:
+        raw = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+    else:
+        raw = np.zeros((0, dims or 0), dtype=np.float32)
+    return VectorMatrix(version, ids, unit_rows(raw))
+
+
+class MatrixCache:
+    """The current :class:`VectorMatrix` of each store a process searches (thread-safe)."""
+
+    def __init__(self, max_stores: int = MAX_STORES) -> None:
+        self.max_stores = max_stores
+        self._lock = threading.Lock()
+        self._held: OrderedDict[str, VectorMatrix] = OrderedDict()
+
+    def get(self, db: Database) -> VectorMatrix:
+        """The store's vectors as of now: the held copy if its version is current, else a
+        fresh load."""
+        key = str(db.path.resolve())
+        version = vectors_version(db)
+        with self._lock:
+            held = self._held.get(key)
+            if held is not None and held.version == version:
+                self._held.move_to_end(key)
+                return held
+        fresh = load(db)
+        with self._lock:
+            self._held[key] = fresh
+            self._held.move_to_end(key)
+            while len(self._held) > self.max_stores:
+                self._held.popitem(last=False)
+        return fresh
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+
+MATRICES = MatrixCache()
