@@ -92,10 +92,10 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     The in-memory scan needs no connection, so it runs on another thread while FTS5 ranks on
     this one (NumPy and SQLite both release the GIL): hybrid costs the slower side, not the sum.
     """
-    if not vector_cache:
+    matrix = MATRICES.current(db) if vector_cache else None
+    if matrix is None:
         text = keyword_hits(db, query, candidates, sources) if use_text else {}
         return vector_hits(db, query_vector, candidates, sources), text, None
-    matrix = MATRICES.get(db)
     among = None if sources is None else allowed_rowids(db, sources)
     scan = _SCANS.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources) if use_text else {}
@@ -133,9 +133,10 @@ def search_store(db: Database, settings: Settings, query: str, *,
     """Search an open store. ``provider`` embeds the query; None means keyword-only.
 
     ``now`` (epoch seconds) is the moment temporal decay measures ages from. ``vector_cache``
-    (default) scans the store's vectors held in this process's memory, loaded on first use and
-    reloaded whenever they changed (:mod:`pipeline.store.matrix`); False asks vec0, which is
-    cheaper for a process that searches once.
+    (default) scans the store's vectors held in this process's memory, loaded in the background
+    on first use and again whenever they changed, vec0 answering meanwhile
+    (:mod:`pipeline.store.matrix`); False always asks vec0 and holds nothing (a process that
+    searches once).
     """
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)

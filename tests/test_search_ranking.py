@@ -15,6 +15,7 @@ import pytest
 from pipeline.query import search_store
 from pipeline.search import decay, fusion, retrievers
 from pipeline.search.mmr import jaccard, mmr_order
+from pipeline.store.matrix import MATRICES
 from pipeline.store.vectors import put_vectors
 from tests.searchkit import QueryVector, build, vector_with_cosine
 
@@ -299,6 +300,8 @@ def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings
     scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
     db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
     add_session_chunks(db, 30)
+    if cached:
+        assert MATRICES.get(db) is MATRICES.current(db)
     out = search_store(db, settings, "q", provider=QueryVector(), max_results=4,
                        min_score=0, vector_cache=cached)
     assert sorted(paths(out)) == sorted(notes)
@@ -323,6 +326,8 @@ def test_results_identical_with_and_without_sqlite_vec_and_the_vector_cache(
                              query=options, store={"path": str(tmp_path / f"{want}.sqlite")})
         assert db.vector_ok is want or not want
         for cached in (True, False):
+            if cached:  # load the in-memory copy first: without it the search asks vec0
+                assert MATRICES.get(db) is MATRICES.current(db)
             outs.append(search_store(db, settings, "home network setup", provider=QueryVector(),
                                      now=TODAY, min_score=0, vector_cache=cached)["results"])
         db.close()

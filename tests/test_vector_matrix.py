@@ -44,22 +44,34 @@ def ws(tmp_path: Path) -> Path:
     return folder
 
 
-def test_a_write_after_the_matrix_is_loaded_is_seen_by_the_next_search(ws: Path,
-                                                                        make_settings) -> None:
+@pytest.mark.parametrize("reloaded", [False, True], ids=["vec0-meanwhile", "reloaded"])
+def test_a_write_after_the_matrix_is_loaded_is_seen_by_the_next_search(
+        ws: Path, make_settings, reloaded: bool) -> None:
+    """Right after a write the search answers from vec0; once the background load is done,
+    from the new copy: the same answers either way."""
     notes = {**NOTES, "memory/late.md": "a garden note whose vector comes later"}
     db, settings = build(ws, make_settings, notes, SCORES, query=VECTOR_ONLY)
-    assert top(db, settings)[0] == "memory/n3.md"  # the matrix is loaded here
+    MATRICES.get(db)
+    assert top(db, settings)[0] == "memory/n3.md"
     late = rowid_of(db, "memory/late.md")
     writer = connect(db.path)  # another process: the writer
+
+    def search() -> list[str]:
+        if reloaded:
+            assert MATRICES.current(db) is None  # behind the store: not used
+            MATRICES.wait()
+            assert MATRICES.current(db) is not None
+        return top(db, settings)
+
     with schema.transaction(writer):
         put_vectors(writer, [late], vector_with_cosine(0.99, 9)[None, :])
-    assert top(db, settings)[0] == "memory/late.md"
+    assert search()[0] == "memory/late.md"
     with schema.transaction(writer):
         delete_vectors(writer, [late])
-    assert "memory/late.md" not in top(db, settings)
+    assert "memory/late.md" not in search()
     with schema.transaction(writer):
         drop_vectors(writer)
-    assert top(db, settings) == []
+    assert search() == []
     writer.close()
     db.close()
 
