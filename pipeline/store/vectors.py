@@ -92,7 +92,7 @@ def put_vectors(db: Database, rowids: Sequence[int], vectors: np.ndarray) -> Non
     ensure_vector_table(db, vectors.shape[1])
     table = table_name(db)
     # sqlite-vec 0.1.9 rejects INSERT OR REPLACE on vec0: delete, then insert.
-    delete_vectors(db, rowids)
+    db.conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(int(r),) for r in rowids])
     db.conn.executemany(
         f"INSERT INTO {table}(rowid, embedding) VALUES (?, ?)",
         [(int(r), to_blob(v)) for r, v in zip(rowids, vectors, strict=True)],
