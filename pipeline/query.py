@@ -97,8 +97,10 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
         text = keyword_hits(db, query, candidates, sources) if use_text else {}
         return vector_hits(db, query_vector, candidates, sources), text, None
     among = None if sources is None else allowed_rowids(db, sources)
+    if not use_text:  # nothing to overlap with: a thread hop would only add a wake-up
+        return matrix_hits(matrix, query_vector, candidates, among), {}, matrix
     scan = _SCANS.submit(matrix_hits, matrix, query_vector, candidates, among)
-    text = keyword_hits(db, query, candidates, sources) if use_text else {}
+    text = keyword_hits(db, query, candidates, sources)
     return scan.result(), text, matrix
 
 
