@@ -40,6 +40,7 @@ from pipeline.store.vectors import (
 )
 
 log = logging.getLogger(__name__)
+_FETCH = 4096  # rows per fetch while loading
 MAX_STORES = 4  # stores whose matrix one process keeps; the least recently used goes first
 
 
@@ -88,25 +89,32 @@ class VectorMatrix:
 
 
 def load(db: Database) -> VectorMatrix:
-    """Read every vector of the store into a :class:`VectorMatrix` (one read transaction)."""
+    """Read every vector of the store into a :class:`VectorMatrix` (one read transaction).
+
+    Rows are copied into one preallocated array batch by batch and normalised in place, so a
+    load peaks at about the matrix's own size, not three copies of it.
+    """
     own = not db.conn.in_transaction
     if own:
         db.conn.execute("BEGIN")
     try:
         version = vectors_version(db)
-        dims = vector_dims(db)
-        table = table_name(db) if dims is not None and vector_table_exists(db) else None
-        rows = db.conn.execute(f"SELECT rowid, embedding FROM {table} ORDER BY rowid"
-                               ).fetchall() if table else []
+        dims = vector_dims(db) or 0
+        table = table_name(db) if dims and vector_table_exists(db) else None
+        count = db.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table else 0
+        ids = np.empty(count, dtype=np.int64)
+        unit = np.empty((count, dims), dtype=np.float32)
+        if table:
+            cursor = db.conn.execute(f"SELECT rowid, embedding FROM {table} ORDER BY rowid")
+            n = 0
+            while batch := cursor.fetchmany(_FETCH):
+                for rowid, blob in batch:
+                    ids[n], unit[n] = rowid, np.frombuffer(blob, dtype="<f4")
+                    n += 1
     finally:
         if own:
             db.conn.execute("COMMIT")
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    if rows:
-        raw = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
-    else:
-        raw = np.zeros((0, dims or 0), dtype=np.float32)
-    return VectorMatrix(version, ids, unit_rows(raw))
+    return VectorMatrix(version, ids, unit_rows(unit, out=unit))
 
 
 class MatrixCache:

@@ -155,10 +155,13 @@ def _nearest(rows: Sequence[tuple[int, bytes]], query: np.ndarray, k: int
     return nearest_unit(ids, unit_rows(matrix), query, k)
 
 
-def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    """``matrix`` with every row scaled to length 1 (all-zero rows stay zero), as float32."""
+def unit_rows(matrix: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``matrix`` with every row scaled to length 1 (all-zero rows stay zero), as float32;
+    ``out=matrix`` scales it in place."""
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.divide(matrix, norms, out=np.zeros(matrix.shape, np.float32), where=norms > 0)
+    if out is None:
+        out = np.zeros(matrix.shape, np.float32)
+    return np.divide(matrix, norms, out=out, where=norms > 0)
 
 
 def cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
