@@ -108,9 +108,11 @@ def load(db: Database) -> VectorMatrix:
             cursor = db.conn.execute(f"SELECT rowid, embedding FROM {table} ORDER BY rowid")
             n = 0
             while batch := cursor.fetchmany(_FETCH):
-                for rowid, blob in batch:
-                    ids[n], unit[n] = rowid, np.frombuffer(blob, dtype="<f4")
-                    n += 1
+                end = n + len(batch)
+                ids[n:end] = [rowid for rowid, _ in batch]
+                unit[n:end] = np.frombuffer(b"".join(blob for _, blob in batch),
+                                            dtype="<f4").reshape(len(batch), dims)
+                n = end
     finally:
         if own:
             db.conn.execute("COMMIT")
