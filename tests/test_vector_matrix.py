@@ -160,3 +160,15 @@ def test_a_store_without_vectors_gives_an_empty_matrix(ws: Path, make_settings) 
     out = search_store(db, settings, "garden", provider=QueryVector(), min_score=0)
     assert sorted(r["path"] for r in out["results"]) == sorted(NOTES)  # keyword side still
     db.close()
+
+
+def test_vectors_without_a_version_are_never_held(ws: Path, make_settings) -> None:
+    """Vectors written by a memq that kept no version: nothing would say when a copy went
+    stale, so the search keeps asking vec0."""
+    db, settings = build(ws, make_settings, NOTES, SCORES, query=VECTOR_ONLY)
+    db.conn.execute("DELETE FROM meta WHERE key = 'vectors_version'")
+    assert MATRICES.current(db) is None
+    MATRICES.wait()
+    assert MATRICES.current(db) is None  # nothing was loaded meanwhile
+    assert top(db, settings)[0] == "memory/n3.md"
+    db.close()

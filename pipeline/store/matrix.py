@@ -159,10 +159,15 @@ class MatrixCache:
         loaded in the background on its own connection.
 
         A search uses vec0 while the copy is missing or behind (correct, just slower), so no
-        search waits seconds for a load after the writer stored a vector.
+        search waits seconds for a load after the writer stored a vector. A store with no
+        version (no vectors yet, or vectors written by a memq that did not keep one) is never
+        held: nothing would tell when its copy goes stale.
         """
+        version = vectors_version(db)
+        if version is None:  # no vectors, or written before versions existed: vec0 is sure
+            return None
         key = str(db.path.resolve())
-        held = self._current(key, vectors_version(db))
+        held = self._current(key, version)
         if held is None:
             with self._lock:
                 if key not in self._loading:
