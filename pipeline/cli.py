@@ -114,7 +114,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from pipeline.query import memory_search
 
     out = memory_search(args.query, settings=_settings(args), max_results=args.max_results,
-                        min_score=args.min_score, citations=args.citations)
+                        min_score=args.min_score, citations=args.citations,
+                        vector_cache=False)  # one query per process: vec0 beats a load
     lines = []
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())

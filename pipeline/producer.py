@@ -234,7 +234,7 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     stale: list[Path] = []
     for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal):
         try:
-            stat = file.abs_path.stat()
+            stat = os.stat(file.file)  # a str, not a Path: Path objects cost more than the stat
         except OSError:
             continue
         if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):

@@ -15,6 +15,7 @@ import pytest
 from pipeline.query import search_store
 from pipeline.search import decay, fusion, retrievers
 from pipeline.search.mmr import jaccard, mmr_order
+from pipeline.store.matrix import MATRICES
 from pipeline.store.vectors import put_vectors
 from tests.searchkit import QueryVector, build, vector_with_cosine
 
@@ -292,13 +293,17 @@ def add_session_chunks(db, count: int) -> None:
         put_vectors(db, [cur.lastrowid], vector_with_cosine(0.99, 5 + (i % 20))[None, :])
 
 
-def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings) -> None:
+@pytest.mark.parametrize("cached", [True, False], ids=["vector-cache", "vec0"])
+def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings,
+                                                         cached: bool) -> None:
     notes = {f"memory/n{i}.md": f"memory note number {i}" for i in range(4)}
     scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
     db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
     add_session_chunks(db, 30)
+    if cached:
+        assert MATRICES.get(db) is MATRICES.current(db)
     out = search_store(db, settings, "q", provider=QueryVector(), max_results=4,
-                       min_score=0)
+                       min_score=0, vector_cache=cached)
     assert sorted(paths(out)) == sorted(notes)
     assert all(r["source"] == "memory" for r in out["results"])
     assert paths(search_store(db, settings, "session talk", min_score=0)) == []
@@ -311,8 +316,8 @@ def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings
     {"hybrid": {"fusion": "weighted", "mmr": {"enabled": True}}},
     {"hybrid": {"fusion": "rrf", "temporalDecay": {"enabled": True}}},
 ])
-def test_results_identical_with_and_without_sqlite_vec(tmp_path: Path, make_settings,
-                                                       options: dict) -> None:
+def test_results_identical_with_and_without_sqlite_vec_and_the_vector_cache(
+        tmp_path: Path, make_settings, options: dict) -> None:
     outs = []
     for want in (True, False):
         folder = tmp_path / f"ws-{want}"
@@ -320,10 +325,13 @@ def test_results_identical_with_and_without_sqlite_vec(tmp_path: Path, make_sett
         db, settings = build(folder, make_settings, NETWORK, NETWORK_SCORES, want_vectors=want,
                              query=options, store={"path": str(tmp_path / f"{want}.sqlite")})
         assert db.vector_ok is want or not want
-        outs.append(search_store(db, settings, "home network setup", provider=QueryVector(),
-                                 now=TODAY, min_score=0)["results"])
+        for cached in (True, False):
+            if cached:  # load the in-memory copy first: without it the search asks vec0
+                assert MATRICES.get(db) is MATRICES.current(db)
+            outs.append(search_store(db, settings, "home network setup", provider=QueryVector(),
+                                     now=TODAY, min_score=0, vector_cache=cached)["results"])
         db.close()
-    assert outs[0] == outs[1] and len(outs[0]) == len(NETWORK)
+    assert all(out == outs[0] for out in outs[1:]) and len(outs[0]) == len(NETWORK)
 
 
 def test_large_wanted_source_over_fetches_then_falls_back_to_a_scan(
@@ -333,6 +341,7 @@ def test_large_wanted_source_over_fetches_then_falls_back_to_a_scan(
     scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
     db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
     add_session_chunks(db, 40)  # crowd the over-fetched top k
-    out = search_store(db, settings, "q", provider=QueryVector(), max_results=3, min_score=0)
+    out = search_store(db, settings, "q", provider=QueryVector(), max_results=3, min_score=0,
+                       vector_cache=False)  # the over-fetch is vec0's; the cache scans exactly
     assert paths(out) == ["memory/n3.md", "memory/n2.md", "memory/n1.md"]
     db.close()

@@ -208,3 +208,26 @@ def test_held_chunk_stays_pending_until_a_later_result(db) -> None:
     writer.write_vectors(db, provider="p", model="m", provider_key="k",
                          items=[(cid, digest, unit(5))])  # the next pass, after the fix
     assert db.conn.execute("SELECT state, error FROM chunks").fetchone() == ("ready", None)
+
+
+def test_a_version_2_store_gains_the_source_index_and_keeps_its_full_text_rows(db) -> None:
+    from pipeline.search.retrievers import present_sources
+
+    with schema.transaction(db):
+        writer.replace_file(db, record("memory/a.md"), chunk_markdown(TEXT, 400, 80))
+        db.conn.execute("UPDATE chunks SET source = 'sessions' WHERE rowid = 1")
+        db.conn.execute("DROP INDEX idx_chunks_source")
+        schema.set_meta(db, "schema_version", 2)
+    fts_rows = db.conn.execute("SELECT count(*) FROM chunks_fts_idx").fetchone()[0]
+    data_before = db.conn.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0]
+    schema.ensure_schema(db)
+    assert schema.get_meta(db, "schema_version") == schema.SCHEMA_VERSION
+    plan = " ".join(str(r) for r in db.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT min(source) FROM chunks WHERE source > 'a'"))
+    assert "idx_chunks_source" in plan
+    # Not rebuilt: the same full-text segments, and a search still finds the rows.
+    assert db.conn.execute("SELECT count(*) FROM chunks_fts_idx").fetchone()[0] == fts_rows
+    assert db.conn.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0] == data_before
+    assert db.conn.execute(
+        "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'topic'").fetchone()[0] > 0
+    assert present_sources(db) == {"memory", "sessions"}

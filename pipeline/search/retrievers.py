@@ -1,7 +1,8 @@
 """The two retrievers: FTS5 BM25 over the segmented text, and cosine k-NN over the vectors.
 
 Both honour the configured ``sources`` (``memory``, ``sessions``). When every chunk in the
-store belongs to a wanted source no filter is applied and vec0 answers the k-NN itself; when
+store belongs to a wanted source no filter is applied and vec0 answers the k-NN itself (or the
+in-memory matrix of a long-running reader, :mod:`pipeline.store.matrix`); when
 some do not, the vector side scans only the allowed vectors exactly (or, for a large allowed
 set, filters an over-fetched vec0 top k and scans only if that comes up short), so a small
 source is never starved by a larger one filling vec0's top k.
@@ -15,60 +16,99 @@ import numpy as np
 
 from pipeline.fts import bm25_to_score, build_match_query
 from pipeline.store.engine import Database
-from pipeline.store.vectors import get_vectors, knn, knn_among
+from pipeline.store.matrix import VectorMatrix
+from pipeline.store.vectors import cosines, get_vectors, knn, knn_among, unit_rows
 
 EXACT_SCAN_MAX = 20_000  # wanted chunks scanned exactly; above this, vec0 over-fetches first
 OVERFETCH = 8
 
 
-def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int] | None:
-    """Chunk rowids of the wanted sources, or None when no chunk needs filtering out."""
-    present = {s for (s,) in db.conn.execute("SELECT DISTINCT source FROM chunks")}
-    if present <= set(sources):
-        return None
+def present_sources(db: Database) -> set[str]:
+    """The sources that have chunks, one index seek per source (``idx_chunks_source``), not a
+    scan of every chunk."""
+    found: set[str] = set()
+    row = db.conn.execute("SELECT min(source) FROM chunks").fetchone()
+    while row[0] is not None:
+        found.add(row[0])
+        row = db.conn.execute("SELECT min(source) FROM chunks WHERE source > ?",
+                              (row[0],)).fetchone()
+    return found
+
+
+def source_filter(db: Database, sources: Sequence[str]) -> list[str] | None:
+    """The sources to filter on, or None when every chunk belongs to a wanted source."""
+    return None if present_sources(db) <= set(sources) else list(sources)
+
+
+def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int]:
+    """Chunk rowids of the wanted sources, ascending."""
     marks = ",".join("?" * len(sources))
     return [r for (r,) in db.conn.execute(
         f"SELECT rowid FROM chunks WHERE source IN ({marks}) ORDER BY rowid", list(sources))]
 
 
-def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str]
+def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | None
                  ) -> dict[int, float]:
-    """BM25 hits as rowid -> score in (0, 1), best first (see :func:`bm25_to_score`)."""
+    """BM25 hits as rowid -> score in (0, 1), best first (see :func:`bm25_to_score`).
+
+    ``sources`` None: no filter (see :func:`source_filter`). Sorting by ``bm25()`` with a
+    ``LIMIT`` lets SQLite keep only the best ``limit`` rows while ranking; ``ORDER BY rank``
+    made FTS5 sort every match first (twice the time when a query matches half the chunks).
+    Equal ranks go by rowid, so the cut is the same on every run.
+    """
     match = build_match_query(query)
     if match is None or limit <= 0:
         return {}
-    if allowed_rowids(db, sources) is None:
+    if sources is None:
         rows = db.conn.execute(
-            "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "ORDER BY rank LIMIT ?", (match, limit)).fetchall()
+            "SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "ORDER BY r, rowid LIMIT ?", (match, limit)).fetchall()
     else:
         marks = ",".join("?" * len(sources))
         rows = db.conn.execute(
             "SELECT f.rowid, bm25(chunks_fts) AS r FROM chunks_fts f JOIN chunks c "
             f"ON c.rowid = f.rowid WHERE chunks_fts MATCH ? AND c.source IN ({marks}) "
-            "ORDER BY r LIMIT ?", (match, *sources, limit)).fetchall()
+            "ORDER BY r, f.rowid LIMIT ?", (match, *sources, limit)).fetchall()
     return {int(r): bm25_to_score(rank) for r, rank in rows}
 
 
-def vector_hits(db: Database, query_vector: np.ndarray, limit: int, sources: Sequence[str]
-                ) -> dict[int, float]:
-    """Nearest chunks as rowid -> cosine similarity, nearest first."""
-    allowed = allowed_rowids(db, sources)
-    if allowed is None:
-        found = knn(db, query_vector, limit)
-    elif len(allowed) <= EXACT_SCAN_MAX:
-        found = knn_among(db, query_vector, limit, allowed)
-    else:
-        # A large wanted source: over-fetch from the index and filter; scan only if that
-        # still leaves fewer than ``limit`` (the unwanted chunks crowd the top).
-        wanted = set(allowed)
-        found = [hit for hit in knn(db, query_vector, limit * OVERFETCH) if hit[0] in wanted]
-        if len(found) < limit:
-            found = knn_among(db, query_vector, limit, allowed)
+def _similarities(found: list[tuple[int, float]], limit: int) -> dict[int, float]:
     return {rowid: 1.0 - distance for rowid, distance in found[:limit]}
 
 
-def cosine_for(db: Database, rowids: Sequence[int], query_vector: np.ndarray
-               ) -> dict[int, float]:
-    """Cosine similarity of stored vectors to the (unit) query; chunks without one are absent."""
-    return {r: float(np.dot(v, query_vector)) for r, v in get_vectors(db, rowids).items()}
+def matrix_hits(matrix: VectorMatrix, query_vector: np.ndarray, limit: int,
+                among: Sequence[int] | None) -> dict[int, float]:
+    """As :func:`vector_hits`, from the store's vectors held in memory
+    (:mod:`pipeline.store.matrix`); ``among``: the allowed rowids, None for all."""
+    return _similarities(matrix.knn(query_vector, limit, among), limit)
+
+
+def vector_hits(db: Database, query_vector: np.ndarray, limit: int,
+                sources: Sequence[str] | None) -> dict[int, float]:
+    """Nearest chunks as rowid -> cosine similarity, nearest first, from vec0."""
+    if sources is None:
+        found = knn(db, query_vector, limit)
+    else:
+        allowed = allowed_rowids(db, sources)
+        if len(allowed) <= EXACT_SCAN_MAX:
+            found = knn_among(db, query_vector, limit, allowed)
+        else:
+            # A large wanted source: over-fetch from the index and filter; scan only if that
+            # still leaves fewer than ``limit`` (the unwanted chunks crowd the top).
+            wanted = set(allowed)
+            found = [hit for hit in knn(db, query_vector, limit * OVERFETCH) if hit[0] in wanted]
+            if len(found) < limit:
+                found = knn_among(db, query_vector, limit, allowed)
+    return _similarities(found, limit)
+
+
+def cosine_for(db: Database, rowids: Sequence[int], query_vector: np.ndarray,
+               matrix: VectorMatrix | None = None) -> dict[int, float]:
+    """Cosine similarity of stored vectors to the query; chunks without one are absent."""
+    if matrix is not None:
+        return matrix.cosines(rowids, query_vector)
+    found = get_vectors(db, rowids)
+    if not found:
+        return {}
+    sims = cosines(unit_rows(np.stack(list(found.values()))), query_vector)
+    return {r: float(s) for r, s in zip(found, sims, strict=True)}

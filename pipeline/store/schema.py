@@ -9,7 +9,9 @@ of a file can never attach to newer text, because the newer text has another id.
 text with Chinese/Japanese/Korean runs cut into bigrams (:mod:`pipeline.search.tokens`), with
 the Porter stemmer over ``unicode61``. The function is registered on every connection
 (:func:`pipeline.store.engine.connect`); the triggers call it, so every write path stays in step.
-Version 2 changed the FTS table; opening an older store rebuilds it from ``chunks``.
+Version 2 changed the FTS table; opening an older store rebuilds it from ``chunks``. Version 3
+added ``idx_chunks_source`` (a search asks which sources are present with a few index seeks
+instead of reading every chunk); opening a version 2 store only creates the index.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 
 from pipeline.store.engine import Database
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+FTS_CHANGED_IN = 2  # a store older than this has its full-text table rebuilt
 FTS_TOKENIZER = "porter unicode61"
 
 DDL = """
@@ -55,6 +58,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path);
 CREATE INDEX IF NOT EXISTS idx_chunks_state ON chunks(state);
+CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
 CREATE TABLE IF NOT EXISTS embedding_cache (
     provider     TEXT NOT NULL,
     model        TEXT NOT NULL,
@@ -101,7 +105,8 @@ def ensure_schema(db: Database) -> None:
     version = get_meta(db, "schema_version", None)
     if version == SCHEMA_VERSION:
         return
-    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if version is not None else DDL
+    rebuild_fts = version is not None and int(version) < FTS_CHANGED_IN
+    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if rebuild_fts else DDL
     db.conn.executescript(
         f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
         f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"

@@ -3,10 +3,17 @@
 Both keep one float32 vector per chunk rowid and answer k-nearest-neighbour queries by cosine
 distance; the BLOB variant answers them in-process with NumPy. Dimensions are fixed per index
 (``meta.vector_dims``); a vector of other dimensions is refused, never mixed in.
+
+Every change to the vectors writes a new random ``meta.vectors_version`` in the same
+transaction, so a reader holding a copy of the vectors in memory
+(:mod:`pipeline.store.matrix`) can tell with one point query whether its copy is current. The
+value is random rather than a counter so that a store swapped in by a rebuild never repeats
+the version of the store it replaced.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,6 +23,7 @@ from pipeline.store.schema import get_meta, set_meta
 
 MAX_KNN_K = 4096  # sqlite-vec's hard limit on k
 _BATCH = 500  # rowids per IN (...) list
+VERSION_KEY = "vectors_version"
 
 
 class DimensionMismatch(ValueError):
@@ -34,7 +42,16 @@ def vector_dims(db: Database) -> int | None:
     return get_meta(db, "vector_dims")
 
 
-def _table(db: Database) -> str:
+def vectors_version(db: Database) -> str | None:
+    """The version of the store's vectors: changes in every transaction that changes them."""
+    return get_meta(db, VERSION_KEY)
+
+
+def _bump_version(db: Database) -> None:
+    set_meta(db, VERSION_KEY, uuid.uuid4().hex)
+
+
+def table_name(db: Database) -> str:
     return "chunks_vec" if db.vector_ok else "chunks_vec_blob"
 
 
@@ -59,8 +76,8 @@ def ensure_vector_table(db: Database, dims: int) -> None:
         )
 
 
-def _exists(db: Database) -> bool:
-    name = _table(db)
+def vector_table_exists(db: Database) -> bool:
+    name = table_name(db)
     row = db.conn.execute(
         "SELECT 1 FROM sqlite_master WHERE name = ?", (name,)
     ).fetchone()
@@ -73,38 +90,42 @@ def put_vectors(db: Database, rowids: Sequence[int], vectors: np.ndarray) -> Non
         return
     vectors = np.asarray(vectors, dtype=np.float32)
     ensure_vector_table(db, vectors.shape[1])
-    table = _table(db)
+    table = table_name(db)
     # sqlite-vec 0.1.9 rejects INSERT OR REPLACE on vec0: delete, then insert.
-    delete_vectors(db, rowids)
+    db.conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(int(r),) for r in rowids])
     db.conn.executemany(
         f"INSERT INTO {table}(rowid, embedding) VALUES (?, ?)",
         [(int(r), to_blob(v)) for r, v in zip(rowids, vectors, strict=True)],
     )
+    _bump_version(db)
 
 
 def delete_vectors(db: Database, rowids: Sequence[int]) -> None:
-    if not rowids or vector_dims(db) is None or not _exists(db):
+    if not rowids or vector_dims(db) is None or not vector_table_exists(db):
         return
-    db.conn.executemany(f"DELETE FROM {_table(db)} WHERE rowid = ?", [(int(r),) for r in rowids])
+    db.conn.executemany(f"DELETE FROM {table_name(db)} WHERE rowid = ?",
+                        [(int(r),) for r in rowids])
+    _bump_version(db)
 
 
 def count_vectors(db: Database) -> int:
-    if vector_dims(db) is None or not _exists(db):
+    if vector_dims(db) is None or not vector_table_exists(db):
         return 0
-    return db.conn.execute(f"SELECT count(*) FROM {_table(db)}").fetchone()[0]
+    return db.conn.execute(f"SELECT count(*) FROM {table_name(db)}").fetchone()[0]
 
 
 def drop_vectors(db: Database) -> None:
     """Forget every vector and the index's width (used when the embedding model changes)."""
-    if _exists(db):
-        db.conn.execute(f"DROP TABLE {_table(db)}")
+    if vector_table_exists(db):
+        db.conn.execute(f"DROP TABLE {table_name(db)}")
     db.conn.execute("DELETE FROM meta WHERE key = 'vector_dims'")
+    _bump_version(db)
 
 
 def knn(db: Database, query: np.ndarray, k: int) -> list[tuple[int, float]]:
     """The ``k`` nearest chunk rowids to ``query`` as (rowid, cosine distance), nearest first."""
     dims = vector_dims(db)
-    if dims is None or k <= 0 or not _exists(db):
+    if dims is None or k <= 0 or not vector_table_exists(db):
         return []
     query = np.asarray(query, dtype=np.float32)
     if query.shape != (dims,):
@@ -131,9 +152,43 @@ def _nearest(rows: Sequence[tuple[int, bytes]], query: np.ndarray, k: int
         return []
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
-    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
-    sims = np.divide(matrix @ query, norms, out=np.zeros(len(rows), np.float32), where=norms > 0)
-    top = np.argsort(-sims, kind="stable")[:k]
+    return nearest_unit(ids, unit_rows(matrix), query, k)
+
+
+def unit_rows(matrix: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``matrix`` with every row scaled to length 1 (all-zero rows stay zero), as float32;
+    ``out=matrix`` scales it in place."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    if out is None:
+        out = np.zeros(matrix.shape, np.float32)
+    return np.divide(matrix, norms, out=out, where=norms > 0)
+
+
+def cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of ``unit`` (unit-length rows) to ``query``."""
+    query = np.asarray(query, dtype=np.float32)
+    return unit @ (query / (float(np.linalg.norm(query)) or 1.0))
+
+
+def nearest_unit(ids: np.ndarray, unit: np.ndarray, query: np.ndarray, k: int
+                 ) -> list[tuple[int, float]]:
+    """The ``k`` rows of ``unit`` (unit-length rows, ``ids`` parallel) nearest ``query`` by
+    cosine, as (id, cosine distance), nearest first, ties by row order.
+
+    One matrix-vector product and a partial sort: the cost of a brute-force scan of the
+    vectors in memory, nothing more.
+    """
+    if not len(ids) or k <= 0:
+        return []
+    sims = cosines(unit, query)
+    if k < len(sims):
+        # Everything tied with the k-th best is kept, so the stable sort below (not the
+        # partition's arbitrary order) decides which of equal scores make the cut.
+        kth = np.partition(sims, len(sims) - k)[len(sims) - k]
+        picked = np.flatnonzero(sims >= kth)
+    else:
+        picked = np.arange(len(sims))
+    top = picked[np.argsort(-sims[picked], kind="stable")][:k]
     return [(int(ids[i]), float(1.0 - sims[i])) for i in top]
 
 
@@ -145,7 +200,7 @@ def knn_among(db: Database, query: np.ndarray, k: int, rowids: Sequence[int]
     starves the results when the wanted source is small; scanning the allowed vectors is exact.
     """
     dims = vector_dims(db)
-    if dims is None or k <= 0 or not rowids or not _exists(db):
+    if dims is None or k <= 0 or not rowids or not vector_table_exists(db):
         return []
     query = np.asarray(query, dtype=np.float32)
     if query.shape != (dims,):
@@ -154,7 +209,7 @@ def knn_among(db: Database, query: np.ndarray, k: int, rowids: Sequence[int]
     for start in range(0, len(rowids), _BATCH):
         batch = [int(r) for r in rowids[start : start + _BATCH]]
         rows += db.conn.execute(
-            f"SELECT rowid, embedding FROM {_table(db)} WHERE rowid IN "
+            f"SELECT rowid, embedding FROM {table_name(db)} WHERE rowid IN "
             f"({','.join('?' * len(batch))}) ORDER BY rowid", batch,
         ).fetchall()
     return _nearest(rows, query, min(int(k), MAX_KNN_K))
@@ -166,9 +221,9 @@ def get_vectors(db: Database, rowids: Sequence[int]) -> dict[int, np.ndarray]:
     One point lookup per rowid: vec0 answers ``rowid = ?`` directly but scans the whole table
     for ``rowid IN (…)`` (20-50 ms at 100k vectors against microseconds for 24 lookups).
     """
-    if not rowids or vector_dims(db) is None or not _exists(db):
+    if not rowids or vector_dims(db) is None or not vector_table_exists(db):
         return {}
-    sql = f"SELECT embedding FROM {_table(db)} WHERE rowid = ?"
+    sql = f"SELECT embedding FROM {table_name(db)} WHERE rowid = ?"
     found: dict[int, np.ndarray] = {}
     for rowid in dict.fromkeys(int(r) for r in rowids):
         row = db.conn.execute(sql, (rowid,)).fetchone()
