@@ -45,7 +45,9 @@ BATCH_PROVIDERS = ("openai", "gemini", "voyage")
 #: (the job expired, was cancelled or failed before reaching it).
 NOT_RUN = "not run"
 
-_CLIENTS: dict[str, tuple[str, str]] = {}
+_CLIENTS: dict[str, tuple[str, str]] = {
+    "openai": ("pipeline.batch.openai", "OpenAIBatchApi"),
+}
 
 
 class BatchUnsupported(EmbeddingError):
