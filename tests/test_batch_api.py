@@ -19,16 +19,18 @@ from pipeline.batch.api import (
     batch_api_for,
 )
 from pipeline.batch.openai import OpenAIBatchApi
+from pipeline.batch.voyage import VoyageBatchApi
 from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.openai import OpenAIProvider
 from pipeline.embeddings.registry import ProviderSpec, choose_provider
+from pipeline.embeddings.voyage import VoyageProvider
 from tests.fakes.batch_doubles import BatchPlan
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 
 KEY = "sk-SENTINEL-batch-7d3e9a"
-STYLES = ["openai"]
-PROVIDERS = {"openai": OpenAIProvider}
-CLIENTS = {"openai": OpenAIBatchApi}
+STYLES = ["openai", "voyage"]
+PROVIDERS = {"openai": OpenAIProvider, "voyage": VoyageProvider}
+CLIENTS = {"openai": OpenAIBatchApi, "voyage": VoyageBatchApi}
 #: Each API's word for a job that is queued / running (the first step after submission).
 RUNNING = {"openai": "in_progress", "voyage": "in_progress", "gemini": "BATCH_STATE_RUNNING"}
 STEPS_TO_DONE = {"openai": 3, "voyage": 3, "gemini": 2}
@@ -278,3 +280,18 @@ def test_every_call_carries_the_key_and_keyless_calls_are_refused(style: str) ->
         keyless = httpx.get(double.root + double.requests[-1].path)
         assert keyless.status_code in (400, 401)  # Gemini says 400 API_KEY_INVALID
         assert double.requests[-1].status == keyless.status_code
+
+
+def test_voyage_sends_model_and_input_type_once_per_job() -> None:
+    with ProviderDouble("voyage", api_key=KEY) as double:
+        provider = VoyageProvider(base_url=double.url, api_key=KEY,
+                                  document_input_type="query")
+        api = VoyageBatchApi(provider)
+        batch = api.submit(requests_for(2), display_name="v")
+        create = next(r for r in double.requests if r.path == "/v1/batches")
+        assert create.body["request_params"] == {"model": "voyage-4-large",
+                                                 "input_type": "query"}
+        assert create.body["completion_window"] == "12h"
+        lines = double.batches.files[batch.input_file].data.splitlines()
+        assert json.loads(lines[0]) == {"custom_id": "chunk-000",
+                                        "body": {"input": ["text number 0"]}}

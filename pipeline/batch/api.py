@@ -47,6 +47,7 @@ NOT_RUN = "not run"
 
 _CLIENTS: dict[str, tuple[str, str]] = {
     "openai": ("pipeline.batch.openai", "OpenAIBatchApi"),
+    "voyage": ("pipeline.batch.voyage", "VoyageBatchApi"),
 }
 
 
