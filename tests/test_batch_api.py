@@ -18,9 +18,11 @@ from pipeline.batch.api import (
     RemoteBatch,
     batch_api_for,
 )
+from pipeline.batch.gemini import GeminiBatchApi
 from pipeline.batch.openai import OpenAIBatchApi
 from pipeline.batch.voyage import VoyageBatchApi
 from pipeline.embeddings.base import EmbeddingError
+from pipeline.embeddings.gemini import GeminiProvider
 from pipeline.embeddings.openai import OpenAIProvider
 from pipeline.embeddings.registry import ProviderSpec, choose_provider
 from pipeline.embeddings.voyage import VoyageProvider
@@ -28,9 +30,9 @@ from tests.fakes.batch_doubles import BatchPlan
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 
 KEY = "sk-SENTINEL-batch-7d3e9a"
-STYLES = ["openai", "voyage"]
-PROVIDERS = {"openai": OpenAIProvider, "voyage": VoyageProvider}
-CLIENTS = {"openai": OpenAIBatchApi, "voyage": VoyageBatchApi}
+STYLES = ["openai", "voyage", "gemini"]
+PROVIDERS = {"openai": OpenAIProvider, "voyage": VoyageProvider, "gemini": GeminiProvider}
+CLIENTS = {"openai": OpenAIBatchApi, "voyage": VoyageBatchApi, "gemini": GeminiBatchApi}
 #: Each API's word for a job that is queued / running (the first step after submission).
 RUNNING = {"openai": "in_progress", "voyage": "in_progress", "gemini": "BATCH_STATE_RUNNING"}
 STEPS_TO_DONE = {"openai": 3, "voyage": 3, "gemini": 2}
@@ -295,3 +297,32 @@ def test_voyage_sends_model_and_input_type_once_per_job() -> None:
         lines = double.batches.files[batch.input_file].data.splitlines()
         assert json.loads(lines[0]) == {"custom_id": "chunk-000",
                                         "body": {"input": ["text number 0"]}}
+
+
+def test_gemini_lines_ask_for_documents_at_the_configured_width() -> None:
+    with ProviderDouble("gemini", api_key=KEY) as double:
+        provider = GeminiProvider("gemini-embedding-2-preview", output_dimensionality=768,
+                                  base_url=double.url, api_key=KEY)
+        api = GeminiBatchApi(provider)
+        reqs = requests_for(3)
+        batch = api.submit(reqs, display_name="g")
+        upload = next(r for r in double.requests if r.path.startswith("/upload/"))
+        assert upload.headers["x-goog-upload-protocol"] == "multipart"
+        line = json.loads(double.batches.files[_bare(batch.input_file)].data.splitlines()[0])
+        assert line == {"key": "chunk-000", "request": {
+            "content": {"parts": [{"text": "text number 0"}]},
+            "taskType": "RETRIEVAL_DOCUMENT", "outputDimensionality": 768}}
+        create = next(r for r in double.requests if r.path.endswith(":asyncBatchEmbedContent"))
+        assert create.path == "/v1beta/models/gemini-embedding-2-preview:asyncBatchEmbedContent"
+        assert batch.remote_id.startswith("batches/")
+        out = api.results(run_to_end(double, api, batch, "gemini"), [r.custom_id for r in reqs])
+        assert {v.shape for v in out.vectors.values()} == {(768,)}
+
+
+def test_a_stored_name_that_is_not_a_batch_is_refused() -> None:
+    with ProviderDouble("gemini", api_key=KEY) as double:
+        api = client_for("gemini", double)
+        forged = RemoteBatch("gemini", "batches/../../models/x", BatchState.RUNNING, "RUNNING")
+        with pytest.raises(EmbeddingError, match="not a batch or file name"):
+            api.poll(forged)
+        assert double.requests == []

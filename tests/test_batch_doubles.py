@@ -105,3 +105,71 @@ def test_voyage_batches_through_the_openai_sdk() -> None:
         with pytest.raises(openai.BadRequestError):  # Voyage's window is 12 h, not 24 h
             client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings",
                                   completion_window="24h")
+
+
+def gemini_client(double: ProviderDouble, key: str = KEY):
+    from google import genai
+    from google.genai import types
+
+    return genai.Client(api_key=key, http_options=types.HttpOptions(
+        base_url=double.root, api_version="v1beta",
+        retry_options=types.HttpRetryOptions(attempts=1)))
+
+
+def test_gemini_sdk_uploads_creates_polls_and_downloads() -> None:
+    pytest.importorskip("google.genai")
+    import io
+
+    from google.genai import types
+
+    lines = b"".join(json.dumps({"key": f"g-{i}", "request": {
+        "content": {"parts": [{"text": t}]}, "taskType": "RETRIEVAL_DOCUMENT"}}).encode()
+        + b"\n" for i, t in enumerate(["alpha", "beta", "gamma"]))
+    with ProviderDouble("gemini", api_key=KEY) as double:
+        client = gemini_client(double)
+        uploaded = client.files.upload(file=io.BytesIO(lines), config=types.UploadFileConfig(
+            mime_type="application/jsonl", display_name="in"))
+        assert uploaded.name.startswith("files/") and uploaded.size_bytes == len(lines)
+        with pytest.warns(Warning):  # create_embeddings is marked experimental
+            job = client.batches.create_embeddings(
+                model="gemini-embedding-001",
+                src=types.EmbeddingsBatchJobSource(file_name=uploaded.name),
+                config=types.CreateEmbeddingsBatchJobConfig(display_name="sdk"))
+        assert job.name.startswith("batches/") and job.state == "JOB_STATE_PENDING"
+        assert job.display_name == "sdk"
+        create = next(r for r in double.requests if r.path.endswith("asyncBatchEmbedContent"))
+        assert create.body["batch"]["inputConfig"] == {"file_name": uploaded.name}
+        double.batches.advance()
+        assert client.batches.get(name=job.name).state == "JOB_STATE_RUNNING"
+        double.batches.advance()
+        done = client.batches.get(name=job.name)
+        assert done.state == "JOB_STATE_SUCCEEDED" and done.dest.file_name
+        output = {json.loads(line)["key"]: json.loads(line) for line in
+                  client.files.download(file=done.dest.file_name).splitlines()}
+        assert set(output) == {"g-0", "g-1", "g-2"}
+        np.testing.assert_allclose(output["g-2"]["response"]["embedding"]["values"],
+                                   double.vector("gamma"), rtol=1e-6)
+        keyed = [r for r in double.requests if "upload_id=" not in r.path]
+        assert all(r.headers.get("x-goog-api-key") == KEY for r in keyed)
+
+
+def test_gemini_sdk_cancel_and_not_available() -> None:
+    pytest.importorskip("google.genai")
+    from google.genai import errors, types
+
+    with ProviderDouble("gemini", api_key=KEY) as double:
+        client = gemini_client(double)
+        name = double.batches.add_file(b'{"key": "k", "request": {}}\n', "in").name
+        src = types.EmbeddingsBatchJobSource(file_name=f"files/{name}")
+        with pytest.warns(Warning):
+            job = client.batches.create_embeddings(model="gemini-embedding-001", src=src)
+        client.batches.cancel(name=job.name)
+        assert client.batches.get(name=job.name).state == "JOB_STATE_CANCELLED"
+        double.batches.plan = BatchPlan(not_available=True)
+        with pytest.raises(errors.ClientError) as info, pytest.warns(Warning):
+            client.batches.create_embeddings(model="gemini-embedding-001", src=src)
+        assert info.value.code == 404 and "asyncBatchEmbedContent" in info.value.message
+        stranger = gemini_client(double, key="wrong-key")
+        with pytest.raises(errors.ClientError) as info:
+            stranger.batches.get(name=job.name)
+        assert info.value.status == "INVALID_ARGUMENT"

@@ -48,6 +48,7 @@ NOT_RUN = "not run"
 _CLIENTS: dict[str, tuple[str, str]] = {
     "openai": ("pipeline.batch.openai", "OpenAIBatchApi"),
     "voyage": ("pipeline.batch.voyage", "VoyageBatchApi"),
+    "gemini": ("pipeline.batch.gemini", "GeminiBatchApi"),
 }
 
 

@@ -134,6 +134,12 @@ class BatchService:
     def job(self, remote_id: str) -> Job:
         return self.jobs[remote_id.removeprefix("batches/")]
 
+    def is_upload_session(self, path: str) -> bool:
+        """A resumable upload's session URL, which (as at Google) is itself the credential:
+        google-genai sends the bytes there without the API key."""
+        token = (parse_qs(urlsplit(path).query).get("upload_id") or [""])[0]
+        return token in self._uploads
+
     def is_route(self, path: str) -> bool:
         return any(self._route(m, path) is not None for m in ("GET", "POST", "DELETE"))
 
@@ -165,7 +171,7 @@ class BatchService:
             return self._error(400, "Invalid file upload: purpose must be 'batch' and a file "
                                     "is required")
         data = upload.get_payload(decode=True) or b""
-        file = self._new_file(data, upload.get_filename() or "input.jsonl")
+        file = self.add_file(data, upload.get_filename() or "input.jsonl")
         return _json(200, self._file_object(file))
 
     def _file_content(self, file_id: str, *_: Any) -> Answer:
@@ -260,6 +266,17 @@ class BatchService:
 
     def _gemini_upload(self, _: str, headers: dict[str, str], raw: bytes, path: str) -> Answer:
         """``multipart`` (one request) or ``resumable`` (start, then upload+finalize)."""
+        token = (parse_qs(urlsplit(path).query).get("upload_id") or [""])[0]
+        if token:
+            if "finalize" not in headers.get("x-goog-upload-command", ""):
+                return self._error(400, "expected X-Goog-Upload-Command: upload, finalize")
+            meta = self._uploads.pop(token, None)
+            if meta is None:
+                return self._error(404, "unknown upload session")
+            file = self.add_file(raw, str(meta.get("displayName") or ""),
+                                  str(meta.get("mimeType") or "application/jsonl"))
+            status, hdrs, payload, _ = _json(200, {"file": self._gemini_file(file)})
+            return status, {**hdrs, "X-Goog-Upload-Status": "final"}, payload, 0.0
         protocol = headers.get("x-goog-upload-protocol", "")
         if protocol == "resumable":
             if headers.get("x-goog-upload-command") != "start":
@@ -269,23 +286,12 @@ class BatchService:
             url = f"{self.double.root}/upload/v1beta/files?upload_id={token}"
             return 200, {"X-Goog-Upload-URL": url, "X-Goog-Upload-Status": "active",
                          "Content-Type": "application/json"}, b"", 0.0
-        token = (parse_qs(urlsplit(path).query).get("upload_id") or [""])[0]
-        if token:
-            if "finalize" not in headers.get("x-goog-upload-command", ""):
-                return self._error(400, "expected X-Goog-Upload-Command: upload, finalize")
-            meta = self._uploads.pop(token, None)
-            if meta is None:
-                return self._error(404, "unknown upload session")
-            file = self._new_file(raw, str(meta.get("displayName") or ""),
-                                  str(meta.get("mimeType") or "application/jsonl"))
-            status, hdrs, payload, _ = _json(200, {"file": self._gemini_file(file)})
-            return status, {**hdrs, "X-Goog-Upload-Status": "final"}, payload, 0.0
         parts = _multipart(headers.get("content-type", ""), raw)
         if len(parts) != 2 or not headers.get("content-type", "").startswith(
                 "multipart/related"):
             return self._error(400, "expected a multipart/related upload: metadata, then file")
         meta = json.loads(parts[0].get_content()).get("file") or {}
-        file = self._new_file(parts[1].get_payload(decode=True) or b"",
+        file = self.add_file(parts[1].get_payload(decode=True) or b"",
                               str(meta.get("displayName") or ""),
                               str(meta.get("mimeType") or parts[1].get_content_type()))
         return _json(200, {"file": self._gemini_file(file)})
@@ -363,7 +369,8 @@ class BatchService:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _new_file(self, data: bytes, label: str, mime: str = "application/jsonl") -> _File:
+    def add_file(self, data: bytes, label: str, mime: str = "application/jsonl") -> _File:
+        """Store a file as if uploaded (tests may seed input files directly)."""
         n = next(self._ids)
         name = f"file-{n:04d}{self._rng.randrange(16**8):08x}" if self.style != "gemini" \
             else f"f{n:04d}{self._rng.randrange(16**6):06x}"
@@ -432,9 +439,9 @@ class BatchService:
         self._rng.shuffle(good)
         self._rng.shuffle(bad)
         if good:
-            job.output_file = self._named(self._new_file(_jsonl(good), f"{job.id}-output"))
+            job.output_file = self._named(self.add_file(_jsonl(good), f"{job.id}-output"))
         if bad:
-            job.error_file = self._named(self._new_file(_jsonl(bad), f"{job.id}-errors"))
+            job.error_file = self._named(self.add_file(_jsonl(bad), f"{job.id}-errors"))
 
     def _named(self, file: _File) -> str:
         return f"files/{file.name}" if self.style == "gemini" else file.name

@@ -203,7 +203,7 @@ class ProviderDouble:
                       ) -> tuple[int, dict[str, str], bytes, float]:
         """A Files/Batches call: the same auth and scripted HTTP faults as embeddings."""
         assert self.batches is not None
-        if not self._authorised(headers):
+        if not self._authorised(headers) and not self.batches.is_upload_session(path):
             return self._refused(headers)
         fault = self._next_fault()
         if fault is not None and fault.kind in ("429", "quota", "500", "503", "401"):
