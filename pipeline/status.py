@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.batch.policy import all_policies
 from pipeline.config import Settings
 from pipeline.query import open_store
 from pipeline.reindex import progress_of, rebuild_info
-from pipeline.batch.policy import all_policies
 from pipeline.store import batches, joblog, schema
 from pipeline.store.vectors import count_vectors, vector_dims
 

@@ -93,27 +93,22 @@ def test_concurrency_limits_jobs_and_the_rest_waits(store, monkeypatch) -> None:
     assert unqueued == total - 20
 
 
-def _finish(db, msg, embedded, outcome="completed", error=None):
+def _finish(db, settings, msg, embedded, outcome="completed", error=None):
     vectors = {cid: np.ones(4, dtype=np.float32) for cid in embedded}
     base = {k: msg[k] for k in ("job", "spec", "store", "options")}
     updates = [{**base, "event": "vectors",
                 "vectors": [[cid, encode_vector(v)] for cid, v in vectors.items()]}]
     updates.append({**base, "event": "finished", "outcome": outcome, "remote": None,
                     "embedded": list(embedded), "error": error})
-    return [workflow.apply_update(db, u, _Settings()) for u in updates]
-
-
-class _Settings:
-    class cache:  # noqa: N801 - stands in for Settings.cache
-        enabled = True
+    return [workflow.apply_update(db, u, settings) for u in updates]
 
 
 def test_finished_job_sends_the_rest_to_sync_once(store) -> None:
-    _, db = store
+    settings, db = store
     sent: list = []
     _queue(db, sent)
     ids = [cid for cid, _ in sent[0]["chunks"]]
-    _, applied = _finish(db, sent[0], ids[:-3], error="3 line(s) failed")
+    _, applied = _finish(db, settings, sent[0], ids[:-3], error="3 line(s) failed")
     assert sorted(c[0] for job in applied.embed_jobs for c in job["chunks"]) == sorted(ids[-3:])
     assert applied.top_up
     ready = db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'ready'").fetchone()[0]
@@ -121,7 +116,7 @@ def test_finished_job_sends_the_rest_to_sync_once(store) -> None:
     job = batches.get_job(db, sent[0]["job"])
     assert (job["state"], job["embedded"], job["to_sync"]) == ("completed", len(ids) - 3, 3)
     # A redelivered finishing message changes nothing and sends nothing twice.
-    _, again = _finish(db, sent[0], ids[:-3])
+    _, again = _finish(db, settings, sent[0], ids[:-3])
     assert again.embed_jobs == [] and not again.top_up
 
 

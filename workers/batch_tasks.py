@@ -25,9 +25,16 @@ from pipeline.batch.api import batch_api_for
 from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.registry import ProviderSpec
 from pipeline.producer import queue_pending
-from pipeline.store import schema
+from pipeline.store import batches, schema
 from pipeline.store.engine import Database, StoreBusy, as_store_error
-from workers.app import STORE_QUEUE, VISIBILITY_TIMEOUT_S, app, batch_queue
+from workers.app import (
+    CONTROL_QUEUE,
+    STORE_QUEUE,
+    VISIBILITY_TIMEOUT_S,
+    app,
+    batch_queue,
+    embed_queue,
+)
 from workers.monitor import redis_client
 from workers.tasks import WRITE_RETRIES, settings, submit_embed_job
 
@@ -96,7 +103,21 @@ def submit_batch_job(msg: workflow.Message, *, broker_url: str | None = None,
 
 def resume_batches(db: Database, broker_url: str | None = None,
                    connection: Connection | None = None) -> int:
-    """Restart the message chain of every live batch job that lost it (reconcile)."""
+    """Restart the message chain of every live batch job that lost it (reconcile).
+
+    Chains die with a killed worker or a flushed Redis. A flush also forgets kombu's queue
+    bindings, without which a process that declared a queue before publishes into the void,
+    so while batch jobs are live the fleet's queues are declared again first (a few SADDs).
+    """
+    providers = {job["provider"] for job in batches.live_jobs(db)}
+    if not providers:
+        return 0
+    names = [STORE_QUEUE, CONTROL_QUEUE, *(queue(p) for p in sorted(providers)
+                                           for queue in (embed_queue, batch_queue))]
+    with app.connection_for_write(broker_url) as fresh:
+        channel = fresh.default_channel
+        for name in names:
+            app.amqp.queues[name].bind(channel).declare()
     return workflow.reconcile(
         db, os.path.realpath(db.path), leases_for(broker_url),
         submit=partial(_send_submit, connection=connection),

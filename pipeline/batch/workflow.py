@@ -9,8 +9,9 @@ Three places take part, and only the first and last touch SQLite:
   chunks wait (pending) for a finished job to make room (:func:`apply_update` tops up);
 - a **batch worker** (:func:`submit_step`, :func:`poll_step`) does the HTTP: uploads and
   creates the job, polls it once per message (the next poll is a new message with a
-  countdown, never a sleep), and once it stopped downloads the output; it sends state changes
-  and vectors to the writer as messages;
+  countdown, never a sleep; it carries the job's chunk ids, 65 bytes each, to account for
+  every line of the output), and once it stopped downloads the output; it sends state
+  changes and vectors to the writer as messages;
 - the **writer** (:func:`apply_update`) records states, attaches vectors, and on the finishing
   message sends every chunk without a vector (failed lines, lines never run) to the sync
   ``embed.<provider>`` path and counts the outcome (:mod:`pipeline.batch.policy`).
@@ -188,7 +189,8 @@ def submit_step(api: BatchApi, msg: Message) -> Step:
             raise
         return submit_failed(msg, exc)
     poll = {**_base(msg), "token": msg["token"], "remote": remote.to_dict(),
-            "deadline": time.time() + msg["options"]["timeout_s"]}
+            "deadline": time.time() + msg["options"]["timeout_s"],
+            "ids": [cid for cid, _ in msg["chunks"]]}
     return Step([{**_base(msg), "event": "state", "remote": remote.to_dict()}], poll)
 
 
@@ -224,7 +226,7 @@ def _collect(api: BatchApi, msg: Message, remote: RemoteBatch, outcome: str, *,
              error: str | None = None, retry: bool = True) -> Step:
     """Download a stopped job's output: vectors to the writer, then the finishing message."""
     try:
-        output = api.results(remote, [])
+        output = api.results(remote, msg["ids"])
     except EmbeddingError as exc:
         if exc.retryable and retry:
             return Step([], {**msg, "remote": remote.to_dict()})
@@ -334,7 +336,8 @@ def reconcile(db: Database, store: str, leases: Leases, *, submit: Callable[[Mes
             if not leases.claim(job["id"], token, poll_ttl(options, poll_grace_s)):
                 continue
             poll({"job": job["id"], "spec": job["spec"], "store": store, "options": options,
-                  "token": token, "remote": job["remote"], "deadline": job["deadline"]})
+                  "token": token, "remote": job["remote"], "deadline": job["deadline"],
+                  "ids": batches.job_chunk_ids(db, job["id"])})
         resumed += 1
     return resumed
 

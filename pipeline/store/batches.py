@@ -87,6 +87,12 @@ def job_chunks(db: Database, job_id: str) -> list[PendingChunk]:
     return [PendingChunk(*row) for row in rows]
 
 
+def job_chunk_ids(db: Database, job_id: str) -> list[str]:
+    """Every chunk id the job was submitted with (the custom ids of its requests)."""
+    return [cid for (cid,) in db.conn.execute(
+        "SELECT chunk_id FROM batch_chunks WHERE job_id = ? ORDER BY chunk_id", (job_id,))]
+
+
 def record_state(db: Database, job_id: str, state: str, raw_state: str | None,
                  remote: dict[str, Any] | None) -> bool:
     """Move a live job to another live state; False (nothing written) if it has finished."""
