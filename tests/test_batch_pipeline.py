@@ -129,7 +129,10 @@ def test_killed_batch_worker_and_flushed_redis_lose_nothing(
     fleet.start(["batch.openai"], "batch-again")
     assert fleet_status(settings)["batch"]["resumed"] == 1  # `memq status` notices
     deadline = time.time() + 60
-    while index_status(settings)["pending"] and time.time() < deadline:
+    while time.time() < deadline:  # vectors first, then the job's finishing message
+        now = index_status(settings)
+        if now["pending"] == now["batch"]["live"] == 0:
+            break
         time.sleep(0.2)
     status = assert_all_embedded_once(settings, double)
     assert len(double.batches.jobs) == 1 and double.embed_requests() == []

@@ -90,7 +90,8 @@ def _consumers(broker_url: str, queue: str) -> int:
 def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
                      check_workers: Callable[[], None] | None = None,
                      warn: Callable[[str], None] | None = None) -> None:
-    """Block until no chunk is pending; ``check_workers`` runs between polls."""
+    """Block until no chunk is pending and no provider batch job is still finishing;
+    ``check_workers`` runs between polls."""
     total = pending_count(db)
     last_change, last_left = time.monotonic(), total
     hinted = False
@@ -98,7 +99,7 @@ def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | 
         left = pending_count(db)
         if on_progress:
             on_progress(total - left, total)
-        if left == 0:
+        if left == 0 and not live_jobs(db):
             return
         if left != last_left:
             last_change, last_left = time.monotonic(), left
