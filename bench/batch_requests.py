@@ -31,7 +31,7 @@ from pipeline.store.engine import connect
 from tests.fakes.provider_doubles import ProviderDouble
 
 KEY = "sk-bench-batch-requests"
-LINES_PER_CHUNK = 20  # ~1.5 KB of text: one chunk of the default 400 tokens
+LINES_PER_CHUNK = 16  # ~1.3 KB of text: one chunk step of the default 400 tokens, 80 overlap
 
 
 def make_workspace(root: Path, chunks: int) -> Path:
