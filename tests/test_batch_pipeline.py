@@ -212,3 +212,28 @@ def test_not_available_disables_at_once(workspace: Path, make_settings, broker_u
     policy = status["batch"]["providers"]["openai"]
     assert policy["disabled"] and "not available" in policy["reason"]
     assert status["batch"]["jobs"][0]["state"] == "disabled"
+
+
+@pytest.mark.parametrize("style", ["gemini", "voyage"])
+def test_gemini_and_voyage_batch_through_the_fleet(style: str, workspace: Path, make_settings,
+                                                  broker_url, fleet, monkeypatch) -> None:
+    """The same workflow on the other two batch APIs; Gemini's key is on every batch call
+    (upload and download included: OpenClaw's batch path loses it)."""
+    monkeypatch.setenv(f"{style.upper()}_API_KEY", SENTINEL)
+    with ProviderDouble(style, api_key=SENTINEL) as double:
+        double.batches.polls_per_step = 1
+        settings = make_settings(workspace, provider=style, brokerUrl=broker_url,
+                                 remote={"baseUrl": double.url,
+                                         "batch": {"enabled": True, "pollIntervalMs": 200}})
+        fleet.start(["store"], "writer")
+        fleet.start([f"embed.{style}", f"batch.{style}"], "batch")
+        run = run_index(settings, wait=True)
+        status = index_status(settings)
+        assert run.report.batch_jobs == 1 and double.embed_requests() == []
+        assert status["vectors"] == status["chunks"] > 0 and status["pending"] == 0
+        [row] = status["batch"]["jobs"]
+        assert (row["state"], row["embedded"]) == ("completed", status["chunks"])
+        calls = batch_calls(double)
+        assert calls and len(calls) <= 10 and all(r.status == 200 for r in calls)
+        if style == "gemini":
+            assert all(r.headers.get("x-goog-api-key") == SENTINEL for r in calls)
