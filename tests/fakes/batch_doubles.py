@@ -77,7 +77,6 @@ class Job:
     """One remote job as the double keeps it."""
 
     id: str
-    style: str
     model: str
     input_file: str
     display_name: str
@@ -358,7 +357,7 @@ class BatchService:
             out["error"] = {"code": 3, "message": "Invalid request at line 1: content is "
                                                   "required."}
         elif job.done:
-            out["response"] = {**meta, "@type": meta["@type"]}
+            out["response"] = dict(meta)
         return out
 
     def _gemini_file(self, file: _File) -> dict[str, Any]:
@@ -382,7 +381,7 @@ class BatchService:
         n = next(self._ids)
         job_id = f"batch_{n:04d}{self._rng.randrange(16**8):08x}" if self.style != "gemini" \
             else f"batches/b{n:04d}{self._rng.randrange(16**6):06x}"
-        job = Job(job_id, self.style, model.removeprefix("models/"), input_file, display_name,
+        job = Job(job_id, model.removeprefix("models/"), input_file, display_name,
                   requests, params, plan=self.plan, created=1_760_000_000 + n)
         job.state = TIMELINES[self.style][job.plan.outcome][0]
         self.jobs[job_id.removeprefix("batches/")] = job
