@@ -349,3 +349,12 @@ def test_line_size_is_what_the_input_file_holds(style: str) -> None:
         data = double.batches.files[_bare(batch.input_file)].data
         assert sum(api.line_size(r) for r in reqs) == len(data)
         assert api.line_size(reqs[1]) > len(reqs[1].text.encode())
+
+
+def test_gemini_saying_async_batch_is_not_available_disables_batch_mode() -> None:
+    with ProviderDouble("gemini", api_key=KEY) as double:
+        double.batches.plan = BatchPlan(not_available=True, not_available_status=400)
+        api = client_for("gemini", double)
+        with pytest.raises(EmbeddingError, match="asyncBatchEmbedContent not available") as info:
+            api.submit(requests_for(2), display_name="x")
+        assert info.value.disables_batch and double.batches.files == {}
