@@ -326,3 +326,35 @@ def test_a_stored_name_that_is_not_a_batch_is_refused() -> None:
         with pytest.raises(EmbeddingError, match="not a batch or file name"):
             api.poll(forged)
         assert double.requests == []
+
+
+def test_a_seeded_error_rate_fails_the_lines_the_double_chose() -> None:
+    with ProviderDouble("openai", api_key=KEY, seed=11) as double:
+        double.batches.plan = BatchPlan(error_rate=0.3)
+        api = client_for("openai", double)
+        reqs = requests_for(50)
+        batch = run_to_end(double, api, api.submit(reqs, display_name="x"), "openai")
+        out = api.results(batch, [r.custom_id for r in reqs])
+        chosen = double.batches.job(batch.remote_id).line_errors
+        assert 5 < len(chosen) < 30 and set(out.errors) == chosen
+        assert len(out.vectors) == 50 - len(chosen)
+        assert batch.message == f"{50 - len(chosen)}/50 done, {len(chosen)} failed"
+
+
+def test_line_size_is_what_the_input_file_holds(style: str) -> None:
+    with ProviderDouble(style, api_key=KEY) as double:
+        api = client_for(style, double)
+        reqs = [BatchRequest("a", "plain"), BatchRequest("b", "ünïcödé ✓ " * 40)]
+        batch = api.submit(reqs, display_name="x")
+        data = double.batches.files[_bare(batch.input_file)].data
+        assert sum(api.line_size(r) for r in reqs) == len(data)
+        assert api.line_size(reqs[1]) > len(reqs[1].text.encode())
+
+
+def test_gemini_saying_async_batch_is_not_available_disables_batch_mode() -> None:
+    with ProviderDouble("gemini", api_key=KEY) as double:
+        double.batches.plan = BatchPlan(not_available=True, not_available_status=400)
+        api = client_for("gemini", double)
+        with pytest.raises(EmbeddingError, match="asyncBatchEmbedContent not available") as info:
+            api.submit(requests_for(2), display_name="x")
+        assert info.value.disables_batch and double.batches.files == {}

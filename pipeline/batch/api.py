@@ -133,6 +133,11 @@ class BatchApi(Protocol):
     #: Largest input file, in bytes of JSONL.
     max_bytes: int
 
+    def line_size(self, request: BatchRequest) -> int:
+        """The bytes ``request`` takes in the input file: group requests so their sum stays
+        within ``max_bytes`` (50,000 chunks of 8 KB would be twice OpenAI's 200 MB)."""
+        ...
+
     def submit(self, requests: Sequence[BatchRequest], *, display_name: str) -> RemoteBatch:
         """Build the JSONL, upload it, create the job. If the create call fails, the uploaded
         file is deleted (best effort) and the error raised."""

@@ -22,7 +22,7 @@ from collections.abc import Collection, Sequence
 from typing import Any, ClassVar
 
 from pipeline.batch.api import BatchOutput, BatchRequest, BatchState, RemoteBatch
-from pipeline.batch.jsonl import OutputCollector, build_jsonl, read_jsonl
+from pipeline.batch.jsonl import OutputCollector, build_jsonl, encode_line, read_jsonl
 from pipeline.batch.openai import expected_width
 from pipeline.batch.transport import BatchHttp, multipart_related
 from pipeline.embeddings.base import EmbeddingError
@@ -68,6 +68,9 @@ class GeminiBatchApi:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, {self.http!r})"
+
+    def line_size(self, request: BatchRequest) -> int:
+        return len(encode_line(self._line(request)))
 
     def submit(self, requests: Sequence[BatchRequest], *, display_name: str) -> RemoteBatch:
         data = build_jsonl(self.provider, requests, self._line, max_requests=self.max_requests,

@@ -18,7 +18,12 @@ from pipeline.batch.api import NOT_RUN, BatchOutput, BatchRequest
 from pipeline.embeddings.base import EmbeddingError, l2_normalise
 from pipeline.embeddings.remote import decode_embedding
 
-__all__ = ["OutputCollector", "build_jsonl", "read_jsonl"]
+__all__ = ["OutputCollector", "build_jsonl", "encode_line", "read_jsonl"]
+
+
+def encode_line(item: Any) -> bytes:
+    """One JSONL line, newline included (UTF-8 kept as is: the size limits count bytes)."""
+    return json.dumps(item, ensure_ascii=False).encode() + b"\n"
 
 
 def build_jsonl(label: str, requests: Sequence[BatchRequest], line: Callable[[BatchRequest],
@@ -33,8 +38,7 @@ def build_jsonl(label: str, requests: Sequence[BatchRequest], line: Callable[[Ba
     if len(requests) > max_requests:
         raise EmbeddingError(f"{label}: {len(requests)} requests exceed the batch limit of "
                              f"{max_requests}", retryable=False)
-    data = b"".join(json.dumps(line(r), ensure_ascii=False).encode() + b"\n"
-                    for r in requests)
+    data = b"".join(encode_line(line(r)) for r in requests)
     if len(data) > max_bytes:
         raise EmbeddingError(f"{label}: the batch file is {len(data)} bytes, over the limit of "
                              f"{max_bytes}", retryable=False)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from pipeline.batch.api import BatchOutput, BatchRequest, BatchState, RemoteBatch
-from pipeline.batch.jsonl import OutputCollector, build_jsonl, read_jsonl
+from pipeline.batch.jsonl import OutputCollector, build_jsonl, encode_line, read_jsonl
 from pipeline.batch.transport import BatchHttp, multipart_form
 from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.remote import RemoteProvider
@@ -74,6 +74,9 @@ class OpenAIBatchApi:
                 "metadata": {"source": "memq", "name": display_name[:512]}}
 
     # -- the BatchApi interface -------------------------------------------------------------
+
+    def line_size(self, request: BatchRequest) -> int:
+        return len(encode_line(self._line(request)))
 
     def submit(self, requests: Sequence[BatchRequest], *, display_name: str) -> RemoteBatch:
         data = build_jsonl(self.provider, requests, self._line, max_requests=self.max_requests,

@@ -62,7 +62,8 @@ class BatchPlan:
     ``outcome``: "complete", "fail" (validation), "expire" (``partial`` of the lines done, the
     rest in the error file), "stuck" (an unknown state forever). ``line_error`` (a predicate on
     the text) and ``error_rate`` (seeded) fail single lines of a job that runs.
-    ``not_available`` makes create answer 404 as a service without the batch API does.
+    ``not_available`` makes create answer ``not_available_status`` (404) as a service
+    without the batch API does.
     """
 
     outcome: str = "complete"
@@ -70,6 +71,7 @@ class BatchPlan:
     error_rate: float = 0.0
     partial: float = 0.5
     not_available: bool = False
+    not_available_status: int = 404
 
 
 @dataclass
@@ -77,7 +79,6 @@ class Job:
     """One remote job as the double keeps it."""
 
     id: str
-    style: str
     model: str
     input_file: str
     display_name: str
@@ -190,7 +191,7 @@ class BatchService:
 
     def _create(self, _: str, __: dict[str, str], raw: bytes, ___: str) -> Answer:
         if self.plan.not_available:
-            return self._error(404, "Invalid URL (POST /v1/batches)")
+            return self._error(self.plan.not_available_status, "Invalid URL (POST /v1/batches)")
         body = _loads(raw)
         file = self.files.get(str(body.get("input_file_id")))
         if body.get("endpoint") != "/v1/embeddings" or file is None:
@@ -307,8 +308,9 @@ class BatchService:
 
     def _gemini_create(self, model: str, _: dict[str, str], raw: bytes, __: str) -> Answer:
         if self.plan.not_available:
-            return self._error(404, f"models/{model} is not found for API version v1beta, or "
-                                    "asyncBatchEmbedContent not available for it.")
+            return self._error(self.plan.not_available_status, f"models/{model} is not found "
+                               "for API version v1beta, or asyncBatchEmbedContent not available "
+                               "for it.")
         batch = _loads(raw).get("batch") or {}
         config = batch.get("inputConfig") or batch.get("input_config") or {}
         name = str(config.get("fileName") or config.get("file_name") or "")
@@ -358,7 +360,7 @@ class BatchService:
             out["error"] = {"code": 3, "message": "Invalid request at line 1: content is "
                                                   "required."}
         elif job.done:
-            out["response"] = {**meta, "@type": meta["@type"]}
+            out["response"] = dict(meta)
         return out
 
     def _gemini_file(self, file: _File) -> dict[str, Any]:
@@ -382,7 +384,7 @@ class BatchService:
         n = next(self._ids)
         job_id = f"batch_{n:04d}{self._rng.randrange(16**8):08x}" if self.style != "gemini" \
             else f"batches/b{n:04d}{self._rng.randrange(16**6):06x}"
-        job = Job(job_id, self.style, model.removeprefix("models/"), input_file, display_name,
+        job = Job(job_id, model.removeprefix("models/"), input_file, display_name,
                   requests, params, plan=self.plan, created=1_760_000_000 + n)
         job.state = TIMELINES[self.style][job.plan.outcome][0]
         self.jobs[job_id.removeprefix("batches/")] = job
