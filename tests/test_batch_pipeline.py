@@ -237,3 +237,14 @@ def test_gemini_and_voyage_batch_through_the_fleet(style: str, workspace: Path, 
         assert calls and len(calls) <= 10 and all(r.status == 200 for r in calls)
         if style == "gemini":
             assert all(r.headers.get("x-goog-api-key") == SENTINEL for r in calls)
+
+
+def test_batch_mode_with_the_embedded_broker(workspace: Path, make_settings, double) -> None:
+    """`memq index` with no broker configured: its private worker consumes batch.openai too."""
+    settings = make_settings(workspace, provider="openai",
+                             remote={"baseUrl": double.url,
+                                     "batch": {"enabled": True, "pollIntervalMs": 200}})
+    run = run_index(settings, wait=True)
+    assert run.waited and run.report.batch_jobs == 1
+    status = assert_all_embedded_once(settings, double)
+    assert double.embed_requests() == [] and status["batch"]["jobs"][0]["state"] == "completed"
