@@ -248,3 +248,30 @@ def test_batch_mode_with_the_embedded_broker(workspace: Path, make_settings, dou
     assert run.waited and run.report.batch_jobs == 1
     status = assert_all_embedded_once(settings, double)
     assert double.embed_requests() == [] and status["batch"]["jobs"][0]["state"] == "completed"
+
+
+def test_a_restarted_writer_resumes_jobs_after_a_redeploy(
+        workspace: Path, make_settings, broker_url, fleet, double) -> None:
+    """The whole fleet goes away and Redis is emptied while a job runs; the writer that comes
+    back resumes its polling with no index pass or status call."""
+    double.batches.polls_per_step = None
+    settings = batch_settings(make_settings, workspace, broker_url, double, wait=False)
+    start_fleet(fleet)
+    run = run_index(settings, wait=True)
+    assert not run.waited and run.report.batch_jobs == 1
+    fleet.stop()
+    client = redis_client(broker_url)
+    client.flushdb()
+    client.close()
+    double.batches.advance(10)
+    fleet.env["MEMQ_CONFIG"] = str(settings.config_file)  # the writer finds its store
+    fleet.procs.clear()
+    start_fleet(fleet)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        now = index_status(settings)
+        if now["pending"] == now["batch"]["live"] == 0:
+            break
+        time.sleep(0.2)
+    assert_all_embedded_once(settings, double)
+    assert "resumed polling of 1 batch job(s)" in fleet.logs(None)

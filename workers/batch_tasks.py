@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 from celery import Task
+from celery.signals import worker_ready
 from kombu import Connection
 
 from pipeline import jobs
@@ -123,6 +124,29 @@ def resume_batches(db: Database, broker_url: str | None = None,
         submit=partial(_send_submit, connection=connection),
         poll=partial(_send_poll, connection=connection),
         submit_ttl=SUBMIT_LEASE_S, poll_grace_s=POLL_GRACE_S)
+
+
+@worker_ready.connect
+def resume_on_writer_start(sender: Any = None, **_: Any) -> None:
+    """The writer, when it starts, resumes the batch jobs whose polling died with the fleet
+    (a redeploy, a Redis restart without persistence)."""
+    if sender is None or STORE_QUEUE not in sender.app.amqp.queues.consume_from:
+        return
+    from pipeline.query import open_store
+
+    try:
+        db = open_store(settings())
+        if db is None:
+            return
+        try:
+            resumed = resume_batches(db)
+        finally:
+            db.close()
+    except Exception as exc:  # never keep the writer from starting; the next pass retries
+        log.warning("could not resume batch jobs at start (%s: %s)", type(exc).__name__, exc)
+        return
+    if resumed:
+        log.info("resumed polling of %d batch job(s)", resumed)
 
 
 def _send(step: workflow.Step) -> None:

@@ -19,7 +19,8 @@ Three places take part, and only the first and last touch SQLite:
 A job outliving ``timeoutMinutes`` (stuck, or in a state nobody knows: OpenClaw #7319) is
 cancelled remotely, its partial output kept and the rest embedded by the sync path.
 :func:`reconcile` finds live jobs whose message chain died (a Redis flush, a killed worker)
-and starts a new one; a lease per job (:class:`Leases`) makes sure only one chain polls it.
+and starts a new one (at writer start, on each index pass and in ``memq status``); a lease
+per job (:class:`Leases`) makes sure only one chain polls it.
 """
 
 from __future__ import annotations
