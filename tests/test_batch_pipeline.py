@@ -80,7 +80,7 @@ def assert_all_embedded_once(settings, double) -> dict:
 
 def test_backfill_across_files_takes_a_handful_of_requests(
         workspace: Path, make_settings, broker_url, fleet, double) -> None:
-    add_notes(workspace, files=150)
+    add_notes(workspace, files=80)
     settings = batch_settings(make_settings, workspace, broker_url, double)
     start_fleet(fleet)
     run = run_index(settings, wait=True)
@@ -102,7 +102,7 @@ def test_backfill_across_files_takes_a_handful_of_requests(
 
 def test_killed_batch_worker_and_flushed_redis_lose_nothing(
         workspace: Path, make_settings, broker_url, fleet, double) -> None:
-    add_notes(workspace, files=40)
+    add_notes(workspace, files=20)
     double.batches.polls_per_step = None  # the job waits in "validating" until we advance it
     settings = batch_settings(make_settings, workspace, broker_url, double, wait=False)
     start_fleet(fleet)
