@@ -55,8 +55,10 @@ Message = dict[str, Any]
 #: The longest wait between two polls of a job, whatever ``pollIntervalMs`` says: far below
 #: the broker's visibility timeout, so a waiting poll message is never handed out twice.
 POLL_CAP_S = 60.0
-#: Text in one submit message (the chunks travel in it): keeps Redis messages reasonable;
-#: the APIs' own file limits are far higher (OpenAI 200 MB, Voyage 1 GB, Gemini 2 GB).
+#: Text in one submit message (the chunks travel in it): keeps Redis messages reasonable.
+#: With each JSONL line's overhead (~250 bytes) a full job's file stays under 50 MB, well
+#: inside the APIs' own limits (OpenAI 200 MB, Voyage 1 GB, Gemini 2 GB), so the producer,
+#: which has no API client (nor key), needs no ``line_size()``.
 MESSAGE_MAX_BYTES = 32 * 1000 * 1000
 #: Vectors per message to the writer (a 3072-wide float32 vector is 16 KB as base64).
 VECTORS_PER_MESSAGE = 256
