@@ -15,7 +15,7 @@ from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.embeddings.base import EmbeddingError
 from pipeline.store.engine import StoreError
 
-ROLES = ("writer", "embed")
+ROLES = ("writer", "embed", "batch")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -68,16 +68,19 @@ def cmd_index(args: argparse.Namespace) -> int:
             "fileErrors": r.errors, "chunksFromCache": r.chunks_cached,
             "chunksQueued": r.chunks_queued, "jobs": r.jobs, "waited": run.waited,
             "failedChunks": run.failed_chunks, "seconds": round(run.seconds, 3),
-            "job": run.job_id}
+            "job": run.job_id, "batchJobs": r.batch_jobs, "batchResumed": run.batch_resumed}
     lines = [f"indexed {r.files} files ({r.changed} changed, {r.deleted} deleted) in "
              f"{run.seconds:.1f}s",
              f"mode: {run.mode}" + (f" ({run.provider}/{run.model})" if run.provider else "")
              + (f": {run.reason}" if run.mode == "keyword-only" else ""),
              f"chunks: {r.chunks_queued} embedded through the queue, {r.chunks_cached} from cache"]
+    if r.batch_jobs:
+        lines.append(f"batch: {r.batch_jobs} provider batch job(s) submitted "
+                     "(`memq batch list`)")
     lines += [f"skipped {e}" for e in r.errors]
     if run.failed_chunks:
         lines.append(f"{run.failed_chunks} chunks have no vector (see `memq status`)")
-    if not run.waited and r.jobs:
+    if not run.waited and (r.jobs or r.batch_jobs):
         lines.append(f"job {run.job_id}: embedding continues in the fleet (`memq status`)")
     _emit(args, data, "\n".join(lines))
     return 0
@@ -166,6 +169,58 @@ def _job_line(job: dict[str, Any]) -> str:
     return f"{job['id']}  {job['kind']:<6} {job['state']:<7} {when}{took}{what}{error}"
 
 
+def _batch_job_line(job: dict[str, Any]) -> str:
+    when = datetime.fromtimestamp(job["created_at"]).isoformat(timespec="seconds")
+    state = job["state"] + (f" ({job['raw_state']})" if job["raw_state"] else "")
+    done = (f", {job['embedded']} embedded, {job['to_sync']} to sync"
+            if job["finished_at"] else "")
+    error = f": {job['last_error']}" if job["last_error"] else ""
+    return (f"{job['id']}  {job['provider']:<7} {state:<24} {when} {job['chunks']} chunks"
+            f"{done} {job['remote_id'] or ''}{error}")
+
+
+def _batch_lines(batch: dict[str, Any]) -> list[str]:
+    lines = []
+    for provider, p in sorted(batch["providers"].items()):
+        if p["disabled"]:
+            lines.append(f"batch:     {provider} DISABLED ({p['reason']}); re-enable with "
+                         f"`memq batch enable {provider}`")
+        elif p["failures"]:
+            lines.append(f"batch:     {provider} on, {p['failures']} failure point(s) of 2")
+    if batch["live"] or batch["jobs"]:
+        resumed = batch.get("resumed")
+        lines.append(f"batch:     {batch['live']} job(s) running"
+                     + (f", polling of {resumed} resumed" if resumed else ""))
+        lines += [f"  {_batch_job_line(job)}" for job in batch["jobs"]]
+    return lines
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from pipeline.batch import admin
+
+    if args.action != "list" and not args.target:
+        what = "JOB_ID" if args.action == "cancel" else "PROVIDER"
+        print(f"memq: memq batch {args.action} needs {what}", file=sys.stderr)
+        return 2
+    settings = _settings(args)
+    try:
+        if args.action == "list":
+            jobs = admin.list_jobs(settings, args.limit)
+            _emit(args, {"jobs": jobs}, "\n".join(_batch_job_line(j) for j in jobs)
+                  or "no batch jobs in this store")
+        elif args.action == "cancel":
+            remote = admin.cancel_job(settings, args.target)
+            _emit(args, remote.to_dict(), f"cancel requested: {remote.remote_id} is "
+                  f"{remote.raw_state}; finished lines are kept, the rest goes the sync path")
+        else:
+            policy = admin.enable_provider(settings, args.target)
+            _emit(args, policy, f"batch mode for {args.target} is on again")
+    except admin.BatchCommandError as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from workers.monitor import fleet_status
 
@@ -196,6 +251,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
     lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
     lines += _fleet_lines(s["fleet"])
+    lines += _batch_lines(s["batch"])
     for provider, p in s["pending_by_provider"].items():
         lines.append(f"pending:   {provider}: {p['chunks']} chunks, "
                      f"{'unknown' if p['queued_jobs'] is None else p['queued_jobs']} jobs queued")
@@ -283,7 +339,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 def worker_command(role: str, provider: str | None, concurrency: int | None,
                    loglevel: str, name: str | None = None) -> list[str]:
     """The plain ``celery worker`` command a role stands for (what ``memq worker`` runs)."""
-    from workers.app import CONTROL_QUEUE, STORE_QUEUE, embed_queue
+    from workers.app import CONTROL_QUEUE, STORE_QUEUE, batch_queue, embed_queue
     from workers.embedded import worker_argv
 
     if role == "writer":
@@ -291,7 +347,16 @@ def worker_command(role: str, provider: str | None, concurrency: int | None,
         return worker_argv([STORE_QUEUE, CONTROL_QUEUE], name or "writer@%h", concurrency=1,
                            loglevel=loglevel)
     if not provider:
-        raise SystemExit("memq worker --role embed needs --provider NAME (e.g. local)")
+        raise SystemExit(f"memq worker --role {role} needs --provider NAME (e.g. local)")
+    if role == "batch":
+        from pipeline.batch.api import BATCH_PROVIDERS
+
+        if provider not in BATCH_PROVIDERS:
+            raise SystemExit(f"memq: {provider} has no batch API (only "
+                             f"{', '.join(BATCH_PROVIDERS)})")
+        # Batch tasks are short HTTP calls (a poll never sleeps): a few at once is plenty.
+        return worker_argv([batch_queue(provider)], name or f"batch-{provider}@%h",
+                           concurrency=concurrency or 2, loglevel=loglevel)
     return worker_argv([embed_queue(provider)], name or f"embed-{provider}@%h",
                        concurrency=concurrency or 1, loglevel=loglevel)
 
@@ -419,14 +484,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for the broker")
     p.set_defaults(func=cmd_jobs)
 
+    p = sub.add_parser("batch", parents=[common], help="provider batch jobs (remote.batch)")
+    p.add_argument("action", choices=["list", "cancel", "enable"],
+                   help="list jobs; cancel JOB_ID; enable PROVIDER (after the policy disabled it)")
+    p.add_argument("target", nargs="?", help="job id (cancel) or provider (enable)")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=cmd_batch)
+
     p = sub.add_parser("worker", parents=[common], help="run a Celery worker of the fleet")
     p.add_argument("--role", choices=ROLES, required=True)
     p.add_argument("--provider", help="embedding provider of an embed worker (local, openai, "
-                   "gemini, voyage, mistral, ollama)")
+                   "gemini, voyage, mistral, ollama) or a batch worker (openai, gemini, voyage)")
     p.add_argument("--concurrency", type=int)
     p.add_argument("--loglevel", default="INFO")
-    p.add_argument("--name", help="Celery node name (default writer@%%h / embed-PROVIDER@%%h); "
-                                  "give each worker on one host its own")
+    p.add_argument("--name", help="Celery node name (default writer@%%h / embed-PROVIDER@%%h / "
+                                  "batch-PROVIDER@%%h); give each worker on one host its own")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("flower", parents=[common], help="Flower monitoring for the fleet")

@@ -248,15 +248,20 @@ def _apply(db: Database, result: Result, settings: Settings) -> writer.WriteOutc
 
 
 def index_job(job_id: str, settings: Settings, submit: Callable[[Job], None], *,
-              retry_failed: bool = False, host: str | None = None
+              retry_failed: bool = False, host: str | None = None,
+              batch_submit: Callable[[Job], None] | None = None,
+              resume_batches: Callable[[Database], int] | None = None
               ) -> tuple[dict[str, int], bool]:
     """An index job enqueued from anywhere, run on the store's host: one producer pass.
 
     The provider is chosen from this host's settings (the store's owner decides what the
     index holds); the pass is idempotent, so a redelivered job only repeats cheap checks. When
     the configuration no longer matches the store, a rebuild is started beside it; returns
-    (counts, whether a rebuild was started) so the caller can drive it.
+    (counts, whether a rebuild was started) so the caller can drive it. ``batch_submit``
+    sends provider batch jobs (``remote.batch.enabled``); ``resume_batches`` restarts the
+    polling of live batch jobs that lost their messages.
     """
+    from pipeline.batch.workflow import routing_for
     from pipeline.reindex import start_rebuild
 
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
@@ -265,7 +270,10 @@ def index_job(job_id: str, settings: Settings, submit: Callable[[Job], None], *,
         with joblog.opened(settings.store.path) as log, \
                 joblog.logged(log, job_id, "remote", host) as counts:
             choice = choose_provider(settings)
-            report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
+            report = index_once(db, settings, choice, submit, retry_failed=retry_failed,
+                                batch=routing_for(settings.remote.batch, batch_submit))
+            if resume_batches is not None:
+                resume_batches(db)
             if report.rebuild_needed:
                 start_rebuild(settings, choice, "configuration changed")
             counts.update(report.counts())

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.chunking import chunk_markdown, enforce_input_limit
 from pipeline.config import Settings
@@ -29,9 +29,12 @@ from pipeline.sessions import (
     transcript_chunks,
 )
 from pipeline.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
-from pipeline.store import cache, schema, writer
+from pipeline.store import batches, cache, schema, writer
 from pipeline.store.engine import Database
 from pipeline.store.vectors import drop_vectors
+
+if TYPE_CHECKING:
+    from pipeline.batch.workflow import BatchRouting
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 JOB_MAX_CHUNKS = 32
@@ -54,6 +57,7 @@ class IndexReport:
     chunks_queued: int = 0
     chunks_requeued: int = 0  # of those, chunks queued before whose message was presumed lost
     jobs: int = 0
+    batch_jobs: int = 0  # provider batch jobs submitted (their chunks are in chunks_queued)
     errors: list[str] = field(default_factory=list)
     rebuild_needed: bool = False
 
@@ -261,26 +265,40 @@ def group_jobs(pending: Sequence[writer.PendingChunk], max_chunks: int = JOB_MAX
     return groups
 
 
+def embed_job_for(spec: ProviderSpec, store: str, group: Sequence[writer.PendingChunk],
+                  part: dict[str, str] | None = None) -> EmbedJob:
+    """The message of one sync embedding job (``embed.<provider>``); ``part`` is a media
+    file's inline bytes, for a job of that one chunk."""
+    extra = [] if part is None else [part]
+    return {"spec": spec.to_dict(), "store": store,
+            "chunks": [[p.id, p.hash, p.text, *extra] for p in group], "attempt": 0}
+
+
 def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob], None], *,
                   retry_failed: bool = False, report: IndexReport | None = None,
-                  requeue_after_s: float = REQUEUE_AFTER_S,
-                  media: MediaSource | None = None) -> IndexReport:
+                  requeue_after_s: float = REQUEUE_AFTER_S, media: MediaSource | None = None,
+                  batch: BatchRouting | None = None) -> IndexReport:
     """Serve pending chunks from the cache and submit the rest as embedding jobs.
 
     Chunks queued less than ``requeue_after_s`` ago are left alone (their job is in flight);
     older ones are presumed lost with their message and queued again, which is safe because
-    every write is idempotent. Jobs name the store by its real path, so a job queued before a
-    rebuild swapped the live index cannot write into the new one by accident. A media chunk
-    (``media``) travels alone in its job with the file's bytes inline, read now; one whose
-    file changed since it was written waits for the pass that re-syncs it.
+    every write is idempotent. Chunks held by a live provider batch job are never queued again
+    while it runs (it may take hours; :mod:`pipeline.batch.workflow` resumes lost ones). Jobs
+    name the store by its real path, so a job queued before a rebuild swapped the live index
+    cannot write into the new one by accident. With ``batch`` routing on (and the provider's
+    batch mode not disabled), text chunks go to provider batch jobs instead. A media chunk
+    (``media``) never does: it travels alone in a sync job with the file's bytes inline, read
+    now; one whose file changed since it was written waits for the pass that re-syncs it.
     """
+    from pipeline.batch import workflow
+
     report = report or IndexReport()
     states = ("pending", "failed") if retry_failed else ("pending",)
     cutoff = time.time() - requeue_after_s
     rows = db.conn.execute(
         f"SELECT rowid, id, hash, text, queued_at, path FROM chunks WHERE state IN "
         f"({','.join('?' * len(states))}) AND (queued_at IS NULL OR queued_at < ?) "
-        "ORDER BY path, start_line",
+        f"AND id NOT IN ({batches.LIVE_CHUNK_IDS}) ORDER BY path, start_line",
         (*states, cutoff),
     ).fetchall()
     pending = [writer.PendingChunk(*row[:4]) for row in rows]
@@ -291,22 +309,23 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
     hits = cache.get_cached(db, spec.name, spec.model, spec.provider_key, (p.hash for p in pending))
     remaining = writer.attach_cached(db, pending, hits)
     report.chunks_cached += len(pending) - len(remaining)
-    max_bytes = JOB_MAX_BYTES if spec.name == "local" else REMOTE_JOB_MAX_BYTES
+    store = os.path.realpath(db.path)
+    media_chunks = [p for p in remaining if media is not None and media.covers(paths[p.rowid])]
     texts = [p for p in remaining if media is None or not media.covers(paths[p.rowid])]
-    jobs = [(group, [[p.id, p.hash, p.text] for p in group])
-            for group in group_jobs(texts, max_bytes=max_bytes)]
-    if media is not None:
-        for p in remaining:
-            part = media.inline(paths[p.rowid], p.hash) if media.covers(paths[p.rowid]) else None
-            if part is not None:
-                jobs.append(([p], [[p.id, p.hash, p.text, part]]))
-    for group, entries in jobs:
-        job: EmbedJob = {
-            "spec": spec.to_dict(),
-            "store": os.path.realpath(db.path),
-            "chunks": entries,
-            "attempt": 0,
-        }
+    if texts and batch is not None and workflow.uses_batch(db, spec, batch):
+        jobs, chunks = workflow.queue_batches(db, spec, store, texts, batch.options,
+                                              batch.submit)
+        report.batch_jobs += jobs
+        report.chunks_queued += chunks
+        texts = []
+    max_bytes = JOB_MAX_BYTES if spec.name == "local" else REMOTE_JOB_MAX_BYTES
+    sync_jobs = [(group, embed_job_for(spec, store, group))
+                 for group in group_jobs(texts, max_bytes=max_bytes)]
+    for p in media_chunks:
+        part = media.inline(paths[p.rowid], p.hash) if media is not None else None
+        if part is not None:
+            sync_jobs.append(([p], embed_job_for(spec, store, [p], part)))
+    for group, job in sync_jobs:
         submit(job)
         writer.mark_queued(db, [p.rowid for p in group])
         report.jobs += 1
@@ -316,12 +335,13 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
 
 def index_once(db: Database, settings: Settings, choice: ProviderChoice,
                submit: Callable[[EmbedJob], None] | None, *, retry_failed: bool = False,
-               paths: Iterable[Path] | None = None, requeue_after_s: float = REQUEUE_AFTER_S
-               ) -> IndexReport:
+               paths: Iterable[Path] | None = None, requeue_after_s: float = REQUEUE_AFTER_S,
+               batch: BatchRouting | None = None) -> IndexReport:
     """One producer pass: sync chunk rows, then (with a provider) queue what needs vectors.
 
     ``paths`` limits the pass to what changed (a watcher's batch); ``requeue_after_s`` is how
-    old a pending chunk's queue message must be before it is presumed lost.
+    old a pending chunk's queue message must be before it is presumed lost; ``batch`` routes
+    the chunks to provider batch jobs when ``remote.batch.enabled`` (see :func:`queue_pending`).
     """
     report = sync_files(db, settings, choice, paths)
     if report.rebuild_needed:
@@ -330,7 +350,7 @@ def index_once(db: Database, settings: Settings, choice: ProviderChoice,
         media = (MediaSource(settings.workspace, settings.multimodal)
                  if settings.multimodal.active else None)
         queue_pending(db, choice.spec, submit, retry_failed=retry_failed, report=report,
-                      requeue_after_s=requeue_after_s, media=media)
+                      requeue_after_s=requeue_after_s, media=media, batch=batch)
     with schema.transaction(db):
         cache.prune_cache(db, settings.cache.max_entries)
         schema.set_meta(db, "last_index_at", time.time())

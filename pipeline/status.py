@@ -4,14 +4,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.batch.policy import all_policies
 from pipeline.config import Settings
 from pipeline.query import open_store
 from pipeline.reindex import progress_of, rebuild_info
-from pipeline.store import joblog, schema
+from pipeline.store import batches, joblog, schema
 from pipeline.store.vectors import count_vectors, vector_dims
 
 MAX_LISTED_ERRORS = 20
 RECENT_JOBS = 5
+RECENT_BATCH_JOBS = 5
+
+
+def batch_status(db: Any) -> dict[str, Any]:
+    """Provider batch mode: live and recent jobs, and each provider's failure count and
+    whether the policy turned its batch mode off (:mod:`pipeline.batch.policy`)."""
+    if db is None:
+        return {"live": 0, "jobs": [], "providers": {}}
+    return {"live": len(batches.live_jobs(db)),
+            "jobs": [batch_job_summary(j) for j in batches.recent_jobs(db, RECENT_BATCH_JOBS)],
+            "providers": all_policies(db)}
+
+
+def batch_job_summary(job: dict[str, Any]) -> dict[str, Any]:
+    """A batch job row for people and programs (the spec and remote blobs left out)."""
+    return {key: job[key] for key in (
+        "id", "provider", "state", "raw_state", "remote_id", "chunks", "attempts", "created_at",
+        "deadline", "finished_at", "embedded", "to_sync", "last_error")}
 
 
 def index_status(settings: Settings) -> dict[str, Any]:
@@ -26,7 +45,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
                       mode=None, reason="never indexed: run `memq index`", reindex=None,
-                      jobs=[], last_job_error=None)
+                      jobs=[], last_job_error=None, batch=batch_status(None))
         return status
     try:
         conn = db.conn
@@ -63,6 +82,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
         with joblog.opened(settings.store.path) as log:
             status.update(jobs=joblog.recent_jobs(log, RECENT_JOBS),
                           last_job_error=joblog.last_error(log))
+        status["batch"] = batch_status(db)
         info = rebuild_info(db)
         status["reindex"] = progress_of(info, settings).as_dict() if info else None
         return status

@@ -64,6 +64,7 @@ COMPOSE_TEST_ENV = {
 # --------------------------------------------------------------------------------------------
 
 EMBED_PROVIDERS = ("local",)
+BATCH_PROVIDERS = ("openai", "gemini", "voyage")
 
 
 class _Reject(Exception):
@@ -83,8 +84,8 @@ def memq_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", exit_on_error=False)
-    worker.add_argument("--role", required=True, choices=("writer", "embed"))
-    worker.add_argument("--provider", choices=EMBED_PROVIDERS)
+    worker.add_argument("--role", required=True, choices=("writer", "embed", "batch"))
+    worker.add_argument("--provider", choices=sorted({*EMBED_PROVIDERS, *BATCH_PROVIDERS}))
     worker.add_argument("--concurrency", type=_positive_int)
 
     index = sub.add_parser("index", exit_on_error=False)
@@ -123,8 +124,10 @@ def _check_contract_rules(ns: argparse.Namespace) -> None:
     """Rules argparse alone does not express."""
     if ns.command != "worker":
         return
-    if ns.role == "embed" and ns.provider is None:
-        raise _Reject("`worker --role embed` needs --provider")
+    if ns.role in ("embed", "batch") and ns.provider is None:
+        raise _Reject(f"`worker --role {ns.role}` needs --provider")
+    if ns.role == "batch" and ns.provider not in BATCH_PROVIDERS:
+        raise _Reject(f"`worker --role batch`: {ns.provider} has no batch API")
     if ns.role == "writer" and (ns.provider is not None or ns.concurrency is not None):
         raise _Reject("the writer takes no --provider/--concurrency (single consumer, -c 1)")
 
@@ -150,7 +153,7 @@ def role_of(ns: argparse.Namespace) -> tuple[str, ...]:
 def node_prefix(ns: argparse.Namespace) -> str:
     """Celery node-name prefix a worker role uses (`-n writer@%h`, `-n embed-local@%h`)."""
     assert ns.command == "worker"
-    return "writer@" if ns.role == "writer" else f"embed-{ns.provider}@"
+    return "writer@" if ns.role == "writer" else f"{ns.role}-{ns.provider}@"
 
 
 def test_contract_parser_accepts_and_rejects() -> None:
@@ -158,6 +161,7 @@ def test_contract_parser_accepts_and_rejects() -> None:
         ["worker", "--role", "writer"],
         ["worker", "--role", "embed", "--provider", "local"],
         ["worker", "--role", "embed", "--provider", "local", "--concurrency", "3"],
+        ["worker", "--role", "batch", "--provider", "openai"],
         ["index"],
         ["index", "--no-wait"],
         ["search", "what did we decide", "--json"],
@@ -174,6 +178,8 @@ def test_contract_parser_accepts_and_rejects() -> None:
         ["worker"],
         ["worker", "--role", "reader"],
         ["worker", "--role", "embed"],
+        ["worker", "--role", "batch"],
+        ["worker", "--role", "batch", "--provider", "local"],
         ["worker", "--role", "embed", "--provider", "local", "--concurrency", "0"],
         ["worker", "--role", "writer", "--concurrency", "2"],
         ["index", "--watch"],
@@ -489,6 +495,22 @@ def _container_ports(service: Mapping[str, Any]) -> list[str]:
         else:
             out.append(str(port).split("/")[0].split(":")[-1])
     return out
+
+
+def test_batch_worker_never_opens_the_store(compose: dict[str, Any]) -> None:
+    """The batch worker role is there (opt-in profile), on its own queue, HTTP only."""
+    from pipeline.cli import worker_command
+
+    batch = {name: s for name, s in memq_services(compose).items()
+             if role_of(assert_valid_memq_command(service_argv(s)))[:2] == ("worker", "batch")}
+    assert list(batch) == ["batch-openai"]
+    service = batch["batch-openai"]
+    assert service.get("profiles") == ["batch"]
+    assert "MEMQ_STORE_PATH" not in env_dict(service) and not service.get("volumes")
+    assert "OPENAI_API_KEY" in env_dict(service)
+    ns = assert_valid_memq_command(service_argv(service))
+    argv = worker_command(ns.role, ns.provider, ns.concurrency, "INFO")
+    assert argv[argv.index("-Q") + 1] == "batch.openai"
 
 
 def test_embed_workers_are_scalable(compose: dict[str, Any]) -> None:

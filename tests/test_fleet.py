@@ -130,7 +130,8 @@ def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     fleet.spawn([sys.executable, "-m", "honcho", "-f", str(REPO / "Procfile"), "start"],
                 "honcho", env)
-    expected = {"writer": ["control", "store"], "embed-local": ["embed.local"]}
+    expected = {"writer": ["control", "store"], "embed-local": ["embed.local"],
+                "batch-openai": ["batch.openai"]}
     wait_for(lambda: {n.split("@")[0]: q for n, q in queue_consumers(broker_url).items()}
              == expected, "the Procfile's workers", fleet)
 

@@ -1,6 +1,7 @@
 """The Celery application: queues, routes and the reliability settings every task relies on.
 
-Queues: ``embed.<provider>`` (one per provider, any host), ``store`` (exactly one consumer, on the
+Queues: ``embed.<provider>`` (one per provider, any host), ``batch.<provider>`` (provider batch
+jobs: upload, poll, download; any host), ``store`` (exactly one consumer, on the
 host that owns the SQLite file) and ``control`` (index jobs). Tasks are acknowledged after they
 run and handed back when their worker dies, so every task is idempotent.
 """
@@ -29,11 +30,15 @@ def embed_queue(provider: str) -> str:
     return f"embed.{provider}"
 
 
+def batch_queue(provider: str) -> str:
+    return f"batch.{provider}"
+
+
 def broker_url_from_env() -> str:
     return os.environ.get("MEMQ_BROKER_URL") or os.environ.get("REDIS_URL") or DEFAULT_BROKER
 
 
-app = Celery("memq", include=["workers.tasks", "workers.single_writer"])
+app = Celery("memq", include=["workers.tasks", "workers.batch_tasks", "workers.single_writer"])
 app.conf.update(
     broker_url=broker_url_from_env(),
     broker_connection_retry_on_startup=True,
@@ -50,6 +55,7 @@ app.conf.update(
     task_queues=[Queue(STORE_QUEUE), Queue(CONTROL_QUEUE)],
     task_create_missing_queues=True,
     task_routes={"memq.write_vectors": {"queue": STORE_QUEUE},
+                 "memq.batch_update": {"queue": STORE_QUEUE},
                  "memq.index_workspace": {"queue": CONTROL_QUEUE}},
     worker_prefetch_multiplier=1,
     worker_soft_shutdown_timeout=30.0,

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workers.app import STORE_QUEUE, embed_queue
+from workers.app import STORE_QUEUE, batch_queue, embed_queue
 from workers.orphans import BROKER_DIR_ENV, BROKER_PID_ENV, PARENT_ENV
 from workers.single_writer import CHECK_ENV
 
@@ -101,7 +101,8 @@ class WorkerProcess:
 
 
 class EmbeddedFleet:
-    """A broker plus one worker on ``embed.<provider>`` and ``store``, for the length of a run."""
+    """A broker plus one worker on ``embed.<provider>``, ``batch.<provider>`` and ``store``, for
+    the length of a run."""
 
     def __init__(self, provider: str, env_overrides: dict[str, str]) -> None:
         self.broker = EmbeddedBroker()
@@ -110,7 +111,7 @@ class EmbeddedFleet:
         env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url,
                PARENT_ENV: str(os.getpid()), BROKER_PID_ENV: str(self.broker.pid),
                BROKER_DIR_ENV: self.broker.directory, CHECK_ENV: "off"}
-        queues = [embed_queue(provider), STORE_QUEUE]
+        queues = [embed_queue(provider), batch_queue(provider), STORE_QUEUE]
         self.worker = WorkerProcess(
             worker_argv(queues, f"memq-embedded-{os.getpid()}@%h", quiet_cluster=True),
             env, self.log_path)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kombu import Connection
 
+from pipeline.batch.workflow import routing_for
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.producer import EmbedJob, IndexReport, index_once
@@ -29,6 +30,7 @@ from pipeline.reindex import (
     start_rebuild,
 )
 from pipeline.store import joblog, schema
+from pipeline.store.batches import live_jobs
 from pipeline.store.engine import Database, as_store_error, connect
 from workers.app import app, embed_queue
 from workers.monitor import queue_consumers
@@ -58,6 +60,7 @@ class IndexRun:
     warnings: list[str] = field(default_factory=list)
     rebuild: RebuildProgress | None = None
     job_id: str | None = None
+    batch_resumed: int = 0  # live batch jobs whose polling this run started again
 
 
 def pending_count(db: Database) -> int:
@@ -87,7 +90,8 @@ def _consumers(broker_url: str, queue: str) -> int:
 def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
                      check_workers: Callable[[], None] | None = None,
                      warn: Callable[[str], None] | None = None) -> None:
-    """Block until no chunk is pending; ``check_workers`` runs between polls."""
+    """Block until no chunk is pending and no provider batch job is still finishing;
+    ``check_workers`` runs between polls."""
     total = pending_count(db)
     last_change, last_left = time.monotonic(), total
     hinted = False
@@ -95,7 +99,7 @@ def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | 
         left = pending_count(db)
         if on_progress:
             on_progress(total - left, total)
-        if left == 0:
+        if left == 0 and not live_jobs(db):
             return
         if left != last_left:
             last_change, last_left = time.monotonic(), left
@@ -103,6 +107,16 @@ def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | 
             warn("no progress for 30 s: is a worker consuming the embed and store queues? "
                  "(memq worker --role embed / --role writer)")
             hinted = True
+        if check_workers:
+            check_workers()
+        time.sleep(POLL_S)
+
+
+def wait_for_submission(db: Database, *, check_workers: Callable[[], None] | None = None
+                        ) -> None:
+    """Block until every live batch job was created at its provider (``remote.batch.wait``
+    false: the run returns then, and the vectors land later, or in the next run)."""
+    while any(job["remote"] is None for job in live_jobs(db)):
         if check_workers:
             check_workers()
         time.sleep(POLL_S)
@@ -213,11 +227,16 @@ def _produce(run: IndexRun, db: Database, settings: Settings, choice: ProviderCh
             # Jobs queued by an earlier embedded run died with its private broker.
             _forget_queued(settings)
             stack.callback(_forget_queued, settings)
+        from workers.batch_tasks import resume_batches, submit_batch_job
         from workers.tasks import submit_embed_job
 
         connection = stack.enter_context(app.connection_for_write(broker_url))
         submit = partial(submit_embed_job, connection=connection)
-        run.report = index_once(db, settings, choice, submit, retry_failed=retry_failed)
+        batch = routing_for(settings.remote.batch,
+                            partial(submit_batch_job, broker_url=broker_url, connection=connection))
+        run.report = index_once(db, settings, choice, submit, retry_failed=retry_failed,
+                                batch=batch)
+        run.batch_resumed = resume_batches(db, broker_url, connection)
         resume = wait and rebuild_info(db) is not None  # finish one left unfinished
         if run.report.rebuild_needed or rebuild or resume:
             run.rebuild = _rebuild(settings, choice, submit, wait=wait,
@@ -225,6 +244,8 @@ def _produce(run: IndexRun, db: Database, settings: Settings, choice: ProviderCh
                                    connection=connection, on_progress=on_progress,
                                    check_workers=_embedded_check(fleet) if fleet else None)
             run.waited = wait
+        elif wait and batch is not None and not settings.remote.batch.wait and live_jobs(db):
+            wait_for_submission(db, check_workers=_embedded_check(fleet) if fleet else None)
         elif wait:
             wait_for_vectors(db, on_progress=on_progress, warn=warn,
                              check_workers=_embedded_check(fleet) if fleet else None)

@@ -119,6 +119,24 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[s
     return out
 
 
+def _resume_batches(settings: Settings) -> int | None:
+    """Restart polling of live batch jobs whose message chain died (a Redis flush, a killed
+    worker): ``memq status`` is one of the places that notices."""
+    from pipeline.query import open_store
+    from workers.batch_tasks import resume_batches
+
+    db = open_store(settings)
+    if db is None:
+        return None
+    try:
+        with app.connection_for_write(settings.broker_url) as connection:
+            return resume_batches(db, settings.broker_url, connection)
+    except (redis.RedisError, OSError, OperationalError):
+        return None
+    finally:
+        db.close()
+
+
 def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
     """``memq status --json``: the index (from the store) plus the fleet (from the broker).
 
@@ -127,6 +145,8 @@ def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict
     status = index_status(settings)
     if settings.broker_url:
         status["fleet"] = broker_status(settings.broker_url, timeout)
+        if status["fleet"]["reachable"] and status["batch"]["live"]:
+            status["batch"]["resumed"] = _resume_batches(settings)
     else:
         status["fleet"] = {"url": None, "reachable": False, "queues": None, "unacked": None,
                            "workers": None, "nodes": None, "waiting_jobs": None,

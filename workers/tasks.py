@@ -131,10 +131,14 @@ def index_workspace(self: Task, options: dict[str, object] | None = None) -> dic
 
     The task id is the job id; ``pipeline.store.joblog`` records its progress in the store.
     """
+    from workers.batch_tasks import resume_batches, submit_batch_job
+
     options = options or {}
     counts, rebuilding = jobs.index_job(self.request.id, settings(), submit_embed_job,
                                         retry_failed=bool(options.get("retry_failed")),
-                                        host=self.request.hostname)
+                                        host=self.request.hostname,
+                                        batch_submit=submit_batch_job,
+                                        resume_batches=resume_batches)
     if rebuilding:
         submit_reindex_step()
     return counts

@@ -38,17 +38,21 @@ class EmbeddingError(RuntimeError):
     ``RetryInfo.retryDelay``), if any. ``context_length`` marks an input the model found too
     long: a request of several texts may succeed when split. ``needs_config`` marks a refusal
     only a configuration fix can cure (a rejected key): the chunks wait, pending, for the next
-    pass after the fix. The message never holds a secret.
+    pass after the fix. ``disables_batch`` marks a provider whose batch API is not there (HTTP
+    404 on create, Gemini's "asyncBatchEmbedContent not available"): the batch workflow turns
+    that provider's batch mode off at once instead of counting failures. The message never
+    holds a secret.
     """
 
     def __init__(self, message: str, *, retryable: bool = False,
                  retry_after: float | None = None, context_length: bool = False,
-                 needs_config: bool = False) -> None:
+                 needs_config: bool = False, disables_batch: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.context_length = context_length
         self.needs_config = needs_config
+        self.disables_batch = disables_batch
 
 
 class ProviderUnavailable(EmbeddingError):

@@ -11,7 +11,8 @@ the Porter stemmer over ``unicode61``. The function is registered on every conne
 (:func:`pipeline.store.engine.connect`); the triggers call it, so every write path stays in step.
 Version 2 changed the FTS table; opening an older store rebuilds it from ``chunks``. Version 3
 added ``idx_chunks_source`` (a search asks which sources are present with a few index seeks
-instead of reading every chunk); opening a version 2 store only creates the index.
+instead of reading every chunk) and the provider batch jobs (``batch_jobs``, ``batch_chunks``):
+a version 2 store gains them in place, nothing else changes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import Any
 from pipeline.store.engine import Database
 
 SCHEMA_VERSION = 3
-FTS_CHANGED_IN = 2  # a store older than this has its full-text table rebuilt
+#: The last version whose full-text table differs from today's (older stores rebuild it).
+FTS_VERSION = 2
 FTS_TOKENIZER = "porter unicode61"
 
 DDL = """
@@ -70,6 +72,32 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
     PRIMARY KEY (provider, model, provider_key, hash)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache(updated_at);
+CREATE TABLE IF NOT EXISTS batch_jobs (
+    id          TEXT PRIMARY KEY,
+    provider    TEXT NOT NULL,
+    spec        TEXT NOT NULL,
+    options     TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    raw_state   TEXT,
+    remote_id   TEXT,
+    remote      TEXT,
+    chunks      INTEGER NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL,
+    deadline    REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    finished_at REAL,
+    embedded    INTEGER,
+    to_sync     INTEGER,
+    last_error  TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_batch_jobs_state ON batch_jobs(state);
+CREATE TABLE IF NOT EXISTS batch_chunks (
+    job_id   TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    PRIMARY KEY (job_id, chunk_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_batch_chunks_chunk ON batch_chunks(chunk_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='rowid', tokenize='{tokenizer}'
 );
@@ -101,12 +129,12 @@ _REFILL_FTS = (
 
 def ensure_schema(db: Database) -> None:
     """Create every table that does not exist yet, and rebuild the full-text index of a store
-    written by an older schema (idempotent, cheap when already current)."""
+    written before :data:`FTS_VERSION` (idempotent, cheap when already current)."""
     version = get_meta(db, "schema_version", None)
     if version == SCHEMA_VERSION:
         return
-    rebuild_fts = version is not None and int(version) < FTS_CHANGED_IN
-    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if rebuild_fts else DDL
+    old_fts = version is not None and int(version) < FTS_VERSION
+    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
     db.conn.executescript(
         f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
         f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"

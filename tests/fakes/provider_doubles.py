@@ -36,9 +36,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tests.fakes.batch_doubles import BatchService
 
 __all__ = ["Fault", "ProviderDouble", "double_vector", "media_content", "media_vector"]
 
@@ -128,6 +131,12 @@ class ProviderDouble:
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        #: The Files and Batches APIs (openai, voyage, gemini): ``double.batches.advance()``.
+        self.batches: BatchService | None = None
+        if self.style in ("openai", "voyage", "gemini"):
+            from tests.fakes.batch_doubles import BatchService
+
+            self.batches = BatchService(self, seed=self.seed)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -168,7 +177,18 @@ class ProviderDouble:
     # -- what tests read --------------------------------------------------------------------
 
     def embed_requests(self) -> list[Seen]:
-        return [r for r in self.requests if r.method == "POST"]
+        """The embedding calls (batch and file calls are in ``requests`` too)."""
+        return [r for r in self.requests if r.method == "POST" and not self._is_batch(r.path)]
+
+    def _is_batch(self, path: str) -> bool:
+        return self.batches is not None and self.batches.is_route(path)
+
+    def model_dims(self, model: str, body: Any) -> int:
+        """The vector width the real service answers for ``model`` and the request's options."""
+        dims = self.dims or 0
+        if not self._fixed_dims:
+            dims = MODEL_DIMS.get(model.removeprefix("models/"), dims)
+        return _requested_dims(body, dims)
 
     def vector(self, text: str) -> np.ndarray:
         return double_vector(text, self.dims or 0)
@@ -201,9 +221,31 @@ class ProviderDouble:
         seen = Seen(method, path, headers, body)
         with self._lock:
             self.requests.append(seen)
-        status, out_headers, payload, delay = self._answer(path, headers, body)
+        if self._is_batch(path):
+            status, out_headers, payload, delay = self._batch_answer(method, path, headers, raw)
+        else:
+            status, out_headers, payload, delay = self._answer(path, headers, body)
         seen.status = status
         return status, out_headers, payload, delay
+
+    def _refused(self, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes, float]:
+        # Like OpenAI's "Incorrect API key provided: sk-...", echo what was presented, so
+        # tests prove the client scrubs keys out of error text.
+        presented = headers.get("authorization") or headers.get("x-goog-api-key") or "none"
+        return _error(self.style, 401, f"Incorrect API key provided: {presented}.")
+
+    def _batch_answer(self, method: str, path: str, headers: dict[str, str], raw: bytes
+                      ) -> tuple[int, dict[str, str], bytes, float]:
+        """A Files/Batches call: the same auth and scripted HTTP faults as embeddings."""
+        assert self.batches is not None
+        if not self._authorised(headers) and not self.batches.is_upload_session(path):
+            return self._refused(headers)
+        fault = self._next_fault()
+        if fault is not None and fault.kind in ("429", "quota", "500", "503", "401"):
+            return _error(self.style, fault.kind, fault.kind, retry_after=fault.retry_after)
+        answer = self.batches.handle(method, path, headers, raw)
+        assert answer is not None
+        return answer
 
     def _answer(self, path: str, headers: dict[str, str], body: Any
                 ) -> tuple[int, dict[str, str], bytes, float]:
@@ -211,10 +253,7 @@ class ProviderDouble:
         if route is None:
             return 404, {"Content-Type": "text/plain"}, b"404 page not found", 0.0
         if not self._authorised(headers):
-            # Like OpenAI's "Incorrect API key provided: sk-...", echo what was presented, so
-            # tests prove the client scrubs keys out of error text.
-            presented = headers.get("authorization") or headers.get("x-goog-api-key") or "none"
-            return _error(self.style, 401, f"Incorrect API key provided: {presented}.")
+            return self._refused(headers)
         texts = _texts(self.style, path, body)
         if texts is None:
             return _error(self.style, 400, "bad_request")
@@ -237,10 +276,7 @@ class ProviderDouble:
         ):
             return _error(self.style, "context", "context")
         model = str(body.get("model") or path.rsplit("/", 1)[-1].split(":")[0])
-        dims = self.dims or 0
-        if not self._fixed_dims:
-            dims = MODEL_DIMS.get(model.removeprefix("models/"), dims)
-        dims = _requested_dims(body, dims)
+        dims = self.model_dims(model, body)
         if fault is not None and fault.kind == "wrong_dims":
             dims += 1
         vectors = [media_vector(t, b, dims) if b else double_vector(t, dims)
@@ -300,6 +336,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._serve("GET")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -1,0 +1,1 @@
+"""Provider batch-file embedding APIs: the client side (see ``api.py``)."""
