@@ -184,9 +184,14 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     max_input = choice.provider.max_input_bytes if choice.provider else None
     known = _known_files(db)
     if paths is None:
-        on_disk = memory_files(settings.workspace, settings.extra_paths)
+        unreadable: list[tuple[str, str]] = []
+        on_disk = memory_files(settings.workspace, settings.extra_paths, unreadable)
         on_disk += session_files(settings)
-        gone = known.keys() - {f.path for f in on_disk}
+        # A folder that cannot be listed hides its files; they are not deleted from the index.
+        hidden = {folder for folder, _ in unreadable}
+        gone = {p for p in known.keys() - {f.path for f in on_disk} if not _in_scope(p, hidden)}
+        report.errors += [f"{folder}/: unreadable folder ({why}); files indexed from it before "
+                          "are kept" for folder, why in unreadable]
     else:
         paths = list(paths)
         on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths)

@@ -32,8 +32,11 @@ class SourceFile:
 _Listed = tuple[str, str, str]
 
 
-def _markdown_under(root: Path, rel_root: str) -> Iterator[_Listed]:
+def _markdown_under(root: Path, rel_root: str, unreadable: list[tuple[str, str]] | None = None
+                    ) -> Iterator[_Listed]:
     """Every regular ``.md`` file below ``root``, never entering symlinks or ignored folders.
+
+    A folder that cannot be listed is appended to ``unreadable`` as (relative path, reason).
 
     Symlinks are never followed, so a folder's real path is its parent's plus its name, and its
     path relative to the workspace is its parent's plus its name: both come from string joins
@@ -45,8 +48,10 @@ def _markdown_under(root: Path, rel_root: str) -> Iterator[_Listed]:
         folder, real, rel = stack.pop()
         try:
             entries = list(os.scandir(folder))
-        except OSError:
-            continue  # unreadable folder: its files simply are not memory we can see
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable.append((rel, exc.strerror or str(exc)))
+            continue
         for entry in entries:
             if entry.is_symlink():
                 continue
@@ -66,8 +71,13 @@ def _single(workspace: Path, path: Path) -> _Listed:
     return str(path), os.path.realpath(path), relative_path(workspace, path)
 
 
-def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = ()) -> list[SourceFile]:
-    """List the memory files of a workspace, deduplicated by real path, in a stable order."""
+def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
+                 unreadable: list[tuple[str, str]] | None = None) -> list[SourceFile]:
+    """List the memory files of a workspace, deduplicated by real path, in a stable order.
+
+    Folders that cannot be listed (permissions) are appended to ``unreadable`` as (relative
+    path, reason): their files are unknown, not gone.
+    """
     workspace = Path(workspace)
     candidates: list[_Listed] = []
     upper, lower = workspace / "MEMORY.md", workspace / "memory.md"
@@ -77,13 +87,14 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = ()) -> list[So
             break  # lower-case memory.md only when MEMORY.md is absent
     memory_dir = workspace / "memory"
     if memory_dir.is_dir() and not memory_dir.is_symlink():
-        candidates.extend(_markdown_under(memory_dir, relative_path(workspace, memory_dir)))
+        candidates.extend(_markdown_under(memory_dir, relative_path(workspace, memory_dir),
+                                          unreadable))
     for extra in extra_paths:
         extra = extra if extra.is_absolute() else workspace / extra
         if extra.is_symlink():
             continue
         if extra.is_dir():
-            candidates.extend(_markdown_under(extra, relative_path(workspace, extra)))
+            candidates.extend(_markdown_under(extra, relative_path(workspace, extra), unreadable))
         elif extra.is_file() and extra.name.lower().endswith(".md"):
             candidates.append(_single(workspace, extra))
     seen: set[str] = set()
