@@ -221,14 +221,17 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     known = {path: (mtime, size) for path, mtime, size in db.conn.execute(
         "SELECT path, mtime_ns, size FROM files WHERE source = ?", (MEMORY_SOURCE,))}
     stale: list[Path] = []
-    for file in memory_files(settings.workspace, settings.extra_paths):
+    unreadable: list[tuple[str, str]] = []
+    for file in memory_files(settings.workspace, settings.extra_paths, unreadable):
         try:
             stat = file.abs_path.stat()
         except OSError:
             continue
         if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):
             stale.append(file.abs_path)
-    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known]
+    hidden = {folder for folder, _ in unreadable}  # their files are unknown, not gone
+    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known
+              if not _in_scope(path, hidden)]
     return stale
 
 

@@ -119,7 +119,10 @@ def _clean_below(root: Path, path: Path) -> bool:
         if part in IGNORED_DIRS:
             return False
         current = current / part
-        if current.is_symlink():
+        try:
+            if current.is_symlink():
+                return False
+        except OSError:  # a folder on the way cannot be entered: nothing below is visible
             return False
     return True
 

@@ -165,7 +165,7 @@ def test_producer_killed_mid_scan_then_rerun_converges(
     fourth run finishes and the index equals the disk."""
     from pipeline.config import load_settings
 
-    write_corpus(workspace, files=1500, lines=4)
+    write_corpus(workspace, files=800, lines=3)
     with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.05) as double:
         cfg = write_config(tmp_path / "memq.json", provider="openai", model=MODEL,
                            brokerUrl=broker_url, remote={"baseUrl": double.url},
@@ -176,7 +176,7 @@ def test_producer_killed_mid_scan_then_rerun_converges(
                 "--config", str(cfg)]
         fleet.start(["store"], "writer")
         fleet.start(["embed.openai"], "embed", concurrency=2)
-        moments = {"mid-scan": lambda _: 0 < _count(settings, "files") < 1500,
+        moments = {"mid-scan": lambda _: 0 < _count(settings, "files") < 800,
                    "while queueing": lambda _: _count(settings, "queued") > 0,
                    "while waiting": lambda age: age > 2.0 and _count(settings, "ready") > 0}
         started = time.monotonic()
@@ -273,7 +273,7 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
     from workers.watching import WatchService
 
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
-    write_corpus(workspace, files=200, lines=20)
+    write_corpus(workspace, files=100, lines=20)
     broker = PrivateRedis(tmp_path)
     broker.start()
     logs = tmp_path / "worker-logs"

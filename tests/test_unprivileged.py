@@ -20,40 +20,57 @@ from tests.conftest import EXAMPLE_WORKSPACE, REPO, write_config
 NOBODY = 65534
 
 
-def _can_run_as_nobody() -> str | None:
-    """Why memq cannot run as uid 65534 here (None when it can)."""
-    if os.geteuid() != 0:
-        return "needs root to switch to an unprivileged uid"
-    try:
-        probe = subprocess.run([sys.executable, "-c", "import pipeline.cli"], cwd=REPO,
-                               user=NOBODY, group=NOBODY, extra_groups=[],
-                               capture_output=True, text=True)
-    except OSError as exc:
-        return f"uid {NOBODY} cannot run {sys.executable}: {exc}"
-    if probe.returncode != 0:
-        return f"uid {NOBODY} cannot import memq from {REPO}: {probe.stderr.strip()[-300:]}"
+def _untraversable_ancestor(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that others may not enter (e.g. /root, 700)."""
+    for folder in [*reversed(path.parents), path]:
+        if not folder.stat().st_mode & 0o001:
+            return folder
     return None
+
+
+def as_nobody(argv: list[str], scratch: Path) -> list[str]:
+    """``argv`` run as uid/gid 65534 without supplementary groups.
+
+    When the interpreter lives under a folder others cannot enter (pyenv under /root), only
+    that process gets a private mount namespace where the folder is an open tmpfs holding the
+    interpreter's tree bind-mounted back: the host is not changed, and the user still reaches
+    nothing else of root's.
+    """
+    drop = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "--"]
+    prefix = Path(sys.base_prefix).resolve()
+    blocked = _untraversable_ancestor(prefix)
+    if blocked is None:
+        return [*drop, *argv]
+    script = ('mount --bind "$1" "$2" && mount -t tmpfs -o mode=755 tmpfs "$1" && '
+              'mkdir -p "$3" && mount --bind "$2/$4" "$3" && shift 4 && exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+            str(blocked), str(scratch), str(prefix), str(prefix.relative_to(blocked)),
+            *drop, *argv]
 
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A folder the unprivileged user can reach (pytest's tmp_path is root-only, mode 700)."""
-    reason = _can_run_as_nobody()
-    if reason:
-        pytest.skip(reason)
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run memq as an unprivileged user")
     root = Path(tempfile.mkdtemp(prefix="memq-perms-"))
     root.chmod(0o755)
+    (root / "mnt").mkdir()
+    probe = subprocess.run(as_nobody([sys.executable, "-c", "import pipeline.cli"], root / "mnt"),
+                           cwd=REPO, capture_output=True, text=True)
     try:
+        if probe.returncode != 0:
+            pytest.skip(f"uid {NOBODY} cannot run memq here: {probe.stderr.strip()[-300:]}")
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 def memq_as_nobody(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO, user=NOBODY,
-                          group=NOBODY, extra_groups=[], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "HOME": str(home),
-                                            "MEMQ_BROKER_URL": "", "REDIS_URL": ""})
+    argv = as_nobody([sys.executable, "-m", "pipeline.cli", *args], home.parent / "mnt")
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": str(home), "MEMQ_BROKER_URL": "",
+                               "REDIS_URL": ""})
 
 
 def give_to_nobody(path: Path) -> None:
