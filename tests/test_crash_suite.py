@@ -27,7 +27,7 @@ from tests.secrets_scan import SENTINEL
 from workers.embedded import worker_argv
 from workers.indexing import run_index
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DIMS = 64
 MODEL = "tiny-embed"  # a custom model: the double's width is not checked against a known one
@@ -148,7 +148,8 @@ def test_writer_killed_mid_transaction_converges(
             writer = fleet.spawn(writer_argv, "writer")
             time.sleep(1.0)
         probe.close()
-        assert len(kills) == 3, f"caught the writer mid-transaction {len(kills)} times\n{fleet.logs()}"
+        assert len(kills) == 3, \
+            f"caught the writer mid-transaction {len(kills)} times\n{fleet.logs()}"
         last_kill = kills[-1]
         wait_until(lambda: index_vs_disk(settings), 90, f"after kills\n{fleet.logs()}")
         converged = time.monotonic()

@@ -54,6 +54,7 @@ def _mcp_search(env: dict[str, str], workspace: Path, cfg: Path) -> str:
     return anyio.run(run)
 
 
+@pytest.mark.slow
 def test_sentinel_key_never_leaks_anywhere(workspace: Path, tmp_path: Path, broker_url: str,
                                            fleet) -> None:
     keys = dict.fromkeys(PROVIDER_KEY_VARS, SENTINEL)
