@@ -62,12 +62,17 @@ def record_redis(client: Any, where: str) -> None:
     _findings.extend(f"{where}: Redis key {k}" for k in leaks_in_redis(client))
 
 
+def _found(finding: str) -> None:
+    if finding not in _findings:  # a phase's report repeats the sections of earlier phases
+        _findings.append(finding)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for section, text in report.sections:
         if SENTINEL in text:
-            _findings.append(f"{report.nodeid}: {section}")
+            _found(f"{report.nodeid}: {section}")
     if report.failed and SENTINEL in report.longreprtext:
-        _findings.append(f"{report.nodeid}: failure text ({report.when})")
+        _found(f"{report.nodeid}: failure text ({report.when})")
 
 
 @pytest.hookimpl(tryfirst=True)
