@@ -27,7 +27,7 @@ from tests.secrets_scan import SENTINEL
 from workers.embedded import worker_argv
 from workers.indexing import run_index
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 DIMS = 64
 MODEL = "tiny-embed"  # a custom model: the double's width is not checked against a known one
@@ -60,6 +60,7 @@ def openai_env(fleet, monkeypatch) -> None:
     fleet.env["MEMQ_VISIBILITY_TIMEOUT"] = str(VISIBILITY_S)
 
 
+@pytest.mark.slow  # about 100 s: see docs/reliability.md
 def test_repeated_embed_worker_kills_during_a_2000_chunk_index(
         workspace: Path, make_settings, broker_url, fleet, openai_env) -> None:
     """Four SIGKILLs while ~2,000 chunks are embedded: twice the pool processes mid-request
@@ -119,6 +120,7 @@ class LockProbe:
         self.db.close()
 
 
+@pytest.mark.slow  # about 100 s: see docs/reliability.md
 def test_writer_killed_mid_transaction_converges(
         workspace: Path, make_settings, broker_url, fleet, openai_env) -> None:
     """Results pile up on the store queue, then the writer starts and is SIGKILLed (main and

@@ -18,7 +18,6 @@ import pytest
 from tests.conftest import EXAMPLE_WORKSPACE, REPO, write_config
 
 NOBODY = 65534
-pytestmark = pytest.mark.slow  # each test starts several memq processes
 
 
 def _untraversable_ancestor(path: Path) -> Path | None:
