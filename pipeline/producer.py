@@ -203,9 +203,15 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     max_input = choice.provider.max_input_bytes if choice.provider else None
     known = _known_files(db)
     if paths is None:
-        on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal)
+        unreadable: list[tuple[str, str]] = []
+        on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
+                               unreadable=unreadable)
         on_disk += session_files(settings)
-        gone = known.keys() - {f.path for f in on_disk}
+        # A folder that cannot be listed hides its files; they are not deleted from the index.
+        hidden = {folder for folder, _ in unreadable}
+        gone = {p for p in known.keys() - {f.path for f in on_disk} if not _in_scope(p, hidden)}
+        report.errors += [f"{folder}/: unreadable folder ({why}); files indexed from it before "
+                          "are kept" for folder, why in unreadable]
     else:
         paths = list(paths)
         on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths,
@@ -236,14 +242,18 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     known = {path: (mtime, size) for path, mtime, size in db.conn.execute(
         "SELECT path, mtime_ns, size FROM files WHERE source = ?", (MEMORY_SOURCE,))}
     stale: list[Path] = []
-    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal):
+    unreadable: list[tuple[str, str]] = []
+    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
+                             unreadable=unreadable):
         try:
             stat = os.stat(file.file)  # a str, not a Path: Path objects cost more than the stat
         except OSError:
             continue
         if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):
             stale.append(file.abs_path)
-    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known]
+    hidden = {folder for folder, _ in unreadable}  # their files are unknown, not gone
+    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known
+              if not _in_scope(path, hidden)]
     return stale
 
 

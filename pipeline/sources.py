@@ -49,10 +49,12 @@ def _extra_filter(multimodal: MultimodalSettings | None) -> Callable[[str], bool
     return lambda name: _is_markdown(name) or classify(name, multimodal) is not None
 
 
-def _markdown_under(root: Path, rel_root: str,
-                    wanted: Callable[[str], bool] = _is_markdown) -> Iterator[_Listed]:
+def _markdown_under(root: Path, rel_root: str, wanted: Callable[[str], bool] = _is_markdown,
+                    unreadable: list[tuple[str, str]] | None = None) -> Iterator[_Listed]:
     """Every regular ``.md`` file (or ``wanted`` name) below ``root``, never entering symlinks
     or ignored folders.
+
+    A folder that cannot be listed is appended to ``unreadable`` as (relative path, reason).
 
     Symlinks are never followed, so a folder's real path is its parent's plus its name, and its
     path relative to the workspace is its parent's plus its name: both come from string joins
@@ -64,8 +66,10 @@ def _markdown_under(root: Path, rel_root: str,
         folder, real, rel = stack.pop()
         try:
             entries = list(os.scandir(folder))
-        except OSError:
-            continue  # unreadable folder: its files simply are not memory we can see
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable.append((rel, exc.strerror or str(exc)))
+            continue
         for entry in entries:
             if entry.is_symlink():
                 continue
@@ -86,8 +90,13 @@ def _single(workspace: Path, path: Path) -> _Listed:
 
 
 def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
-                 multimodal: MultimodalSettings | None = None) -> list[SourceFile]:
-    """List the memory files of a workspace, deduplicated by real path, in a stable order."""
+                 multimodal: MultimodalSettings | None = None, *,
+                 unreadable: list[tuple[str, str]] | None = None) -> list[SourceFile]:
+    """List the memory files of a workspace, deduplicated by real path, in a stable order.
+
+    Folders that cannot be listed (permissions) are appended to ``unreadable`` as (relative
+    path, reason): their files are unknown, not gone.
+    """
     workspace = Path(workspace)
     wanted = _extra_filter(multimodal)
     candidates: list[_Listed] = []
@@ -98,13 +107,15 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
             break  # lower-case memory.md only when MEMORY.md is absent
     memory_dir = workspace / "memory"
     if memory_dir.is_dir() and not memory_dir.is_symlink():
-        candidates.extend(_markdown_under(memory_dir, relative_path(workspace, memory_dir)))
+        candidates.extend(_markdown_under(memory_dir, relative_path(workspace, memory_dir),
+                                          unreadable=unreadable))
     for extra in extra_paths:
         extra = extra if extra.is_absolute() else workspace / extra
         if extra.is_symlink():
             continue
         if extra.is_dir():
-            candidates.extend(_markdown_under(extra, relative_path(workspace, extra), wanted))
+            candidates.extend(_markdown_under(extra, relative_path(workspace, extra), wanted,
+                                              unreadable))
         elif extra.is_file() and wanted(extra.name):
             candidates.append(_single(workspace, extra))
     seen: set[str] = set()
@@ -129,7 +140,10 @@ def _clean_below(root: Path, path: Path) -> bool:
         if part in IGNORED_DIRS:
             return False
         current = current / part
-        if current.is_symlink():
+        try:
+            if current.is_symlink():
+                return False
+        except OSError:  # a folder on the way cannot be entered: nothing below is visible
             return False
     return True
 

@@ -16,6 +16,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings, load_settings
+from tests.secrets_scan import (  # the whole-suite secrets check: hooks for every test
+    pytest_runtest_logreport,  # noqa: F401
+    pytest_sessionfinish,  # noqa: F401
+    record_redis,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
@@ -91,8 +96,8 @@ def redis_client(url: str):
 
 
 @pytest.fixture
-def broker_url(redis_server: str) -> Iterator[str]:
-    """A private, empty Redis database for one test."""
+def broker_url(redis_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A private, empty Redis database for one test (scanned for the sentinel key after it)."""
     if redis_server.startswith("redis://"):
         url = f"{redis_server}/{1 + (os.getpid() + int(time.time() * 1000)) % 14}"
     else:  # the embedded server is private to this session: database 0 is ours
@@ -100,6 +105,7 @@ def broker_url(redis_server: str) -> Iterator[str]:
     client = redis_client(url)
     client.flushdb()
     yield url
+    record_redis(client, request.node.nodeid)
     client.flushdb()
     client.close()
 

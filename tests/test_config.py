@@ -31,8 +31,9 @@ from pipeline.config import (
     redact_url,
     settings_to_dict,
 )
+from tests.secrets_scan import SENTINEL
 
-SECRET = "sk-test-SECRET-0123456789"
+SECRET = SENTINEL
 
 
 @pytest.fixture
@@ -181,8 +182,8 @@ intervalMinutes = 15
 
 [remote]
 baseUrl = "https://proxy.example/v1"
-apiKey = "sk-test-SECRET-0123456789"
-headers = { "X-Team" = "search", Authorization = "Bearer sk-test-SECRET-0123456789" }
+apiKey = "sk-memq-SENTINEL-7f3a9c2e5b1d"
+headers = { "X-Team" = "search", Authorization = "Bearer sk-memq-SENTINEL-7f3a9c2e5b1d" }
 
 [remote.batch]
 enabled = true

@@ -17,11 +17,12 @@ import pytest
 from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.local import LocalProvider
 from pipeline.embeddings.openai import OpenAIProvider
+from tests.secrets_scan import SENTINEL
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
 
-SERVER_KEY = "sk-llama-SENTINEL-5150"
+SERVER_KEY = SENTINEL
 
 
 @pytest.fixture(scope="module")

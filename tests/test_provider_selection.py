@@ -10,8 +10,9 @@ import pytest
 
 from pipeline.embeddings.base import EmbeddingError, MissingApiKey
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
+from tests.secrets_scan import SENTINEL
 
-KEY = "sk-SENTINEL-selection-77"
+KEY = SENTINEL
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_worker_rebuilds_with_its_own_key(make_settings, workspace, monkeypatch)
     producer, _ = choose(make_settings, workspace, {}, provider="openai",
                                 remote={"baseUrl": "http://127.0.0.1:9/v1", "apiKey": KEY})
     spec = ProviderSpec.from_dict(json.loads(json.dumps(producer.spec.to_dict())))
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-worker-own")
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     worker_settings = make_settings(workspace)  # no config: key from env, endpoint from spec
     provider = build_from_spec(spec, worker_settings)
     assert provider.base_url == "http://127.0.0.1:9/v1" and provider.model == spec.model

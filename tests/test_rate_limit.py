@@ -16,6 +16,7 @@ from pipeline.embeddings.ratelimit import FleetRateLimiter
 from pipeline.embeddings.registry import ProviderSpec
 from tests.conftest import redis_client as client_for
 from tests.fakes.provider_doubles import ProviderDouble
+from tests.secrets_scan import SENTINEL
 
 
 def hammer(url: str, seconds: float, out) -> None:
@@ -73,8 +74,8 @@ def test_acquire_waits_for_the_next_window(broker_url: str) -> None:
 
 def test_embed_jobs_count_their_requests_in_redis(broker_url: str, tmp_path) -> None:
     client = client_for(broker_url)
-    with ProviderDouble("openai", api_key="sk-rl") as double:
-        provider = OpenAIProvider(base_url=double.url, api_key="sk-rl")
+    with ProviderDouble("openai", api_key=SENTINEL) as double:
+        provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
         spec = ProviderSpec("openai", provider.model, provider.provider_key,
                             {"role": "primary", "rate_limit": {"requests": 100, "tokens": None}})
         jobs._providers[repr(sorted(spec.to_dict().items()))] = provider
@@ -94,11 +95,11 @@ def test_settings_put_the_limit_in_the_spec(make_settings, workspace) -> None:
     from pipeline.embeddings.registry import choose_provider
 
     settings = make_settings(workspace, provider="openai", remote={
-        "apiKey": "sk-x", "rateLimit": {"requestsPerMinute": 500, "tokensPerMinute": 100000}})
+        "apiKey": SENTINEL, "rateLimit": {"requestsPerMinute": 500, "tokensPerMinute": 100000}})
     spec = choose_provider(settings, env={}).spec
     assert spec.options["rate_limit"] == {"requests": 500, "tokens": 100000}
     plain = choose_provider(make_settings(workspace, provider="openai",
-                                          remote={"apiKey": "sk-x"}), env={}).spec
+                                          remote={"apiKey": SENTINEL}), env={}).spec
     assert "rate_limit" not in plain.options
     with pytest.raises(Exception, match="requestsPerMinute"):
         make_settings(workspace, remote={"rateLimit": {"requestsPerMinute": 0}})

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import run_memq, write_config
 from tests.fakes.provider_doubles import Fault, ProviderDouble
+from tests.secrets_scan import SENTINEL
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,7 @@ DIMS = {"openai": 1536, "gemini": 3072, "voyage": 1024, "mistral": 1024, "ollama
 @pytest.mark.parametrize("style", list(ENV_KEY))
 def test_memq_index_and_search_through_each_double(style: str, workspace: Path,
                                                    tmp_path: Path) -> None:
-    key = f"key-{style}-SENTINEL-31337"
+    key = SENTINEL
     with ProviderDouble(style, api_key=key) as double:
         cfg = write_config(tmp_path / "memq.json", provider=style,
                            remote={"baseUrl": double.url})

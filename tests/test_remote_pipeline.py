@@ -17,11 +17,11 @@ from pipeline.status import index_status
 from pipeline.store.engine import connect
 from tests.conftest import redis_client
 from tests.fakes.provider_doubles import Fault, ProviderDouble
+from tests.secrets_scan import SENTINEL
 from workers.indexing import run_index
 
 pytestmark = pytest.mark.integration
 
-SENTINEL = "sk-SENTINEL-d41d8cd98f00b204"
 WORDS = ["garden", "tomato", "invoice", "Berlin", "flight", "coordinator", "battery", "kettle",
          "violin", "harbour", "ledger", "meeting", "recipe", "tortoise", "antenna", "migration",
          "backup", "router", "sketch", "lantern"]

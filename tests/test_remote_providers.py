@@ -17,8 +17,9 @@ from pipeline.embeddings.openai import OpenAIProvider
 from pipeline.embeddings.remote import pack_requests, remote_provider_key, resolve_api_key
 from pipeline.embeddings.voyage import VoyageProvider
 from tests.fakes.provider_doubles import Fault, ProviderDouble
+from tests.secrets_scan import SENTINEL
 
-KEY = "sk-SENTINEL-4f9a1c7e2b"
+KEY = SENTINEL
 CLASSES = {"openai": OpenAIProvider, "gemini": GeminiProvider, "voyage": VoyageProvider,
            "mistral": MistralProvider, "ollama": OllamaProvider}
 DIMS = {"openai": 1536, "gemini": 3072, "voyage": 1024, "mistral": 1024, "ollama": 768}

@@ -9,6 +9,7 @@ in-process, and :class:`Database` says why in ``vector_error``.
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,11 +112,14 @@ def choose_driver() -> tuple[str, ModuleType, str | None]:
 def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
     """Open (creating if needed) the store at ``path`` in WAL mode with a busy timeout."""
     path = Path(path)
-    if str(path) != ":memory:":
-        path.parent.mkdir(parents=True, exist_ok=True)
     name, module, vec_reason = choose_driver()
-    conn = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                          check_same_thread=False)
+    try:
+        if str(path) != ":memory:":
+            path.parent.mkdir(parents=True, exist_ok=True)
+        conn = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                              check_same_thread=False)
+    except (OSError, module.OperationalError) as exc:
+        raise StoreError(f"cannot open the store {path}: {_open_failure(path, exc)}") from exc
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     try:
         conn.execute("PRAGMA schema_version").fetchone()
@@ -136,6 +140,15 @@ def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     return Database(conn, path, name, vector_ok, vec_reason, module)
+
+
+def _open_failure(path: Path, exc: Exception) -> str:
+    """Why a store file could not be opened or created, in the user's terms."""
+    folder = next((p for p in path.parents if p.exists()), path.parent)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return (f"permission denied: {folder} is not writable by this user (set store.path to "
+                "a folder it may write)")
+    return str(exc)
 
 
 def _fts_text(text: Any) -> Any:

@@ -32,6 +32,7 @@ import base64
 import hashlib
 import json
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -121,6 +122,9 @@ class ProviderDouble:
     seed: int = 0
     max_input_bytes: int | None = None
     legacy_ollama: bool = False
+    #: Seconds each embedding answer takes (a real service's round trip, so a test can catch
+    #: a worker mid-request).
+    latency: float = 0.0
     requests: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -157,7 +161,7 @@ class ProviderDouble:
         class Handler(_Handler):
             owner = double
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
         return self
@@ -261,10 +265,10 @@ class ProviderDouble:
         if isinstance(blobs, str):
             return _error(self.style, 400, blobs)
         fault = self._next_fault()
-        delay = 0.0
+        delay = self.latency
         if fault is not None:
             if fault.kind == "stall":
-                delay = fault.seconds
+                delay += fault.seconds
             elif fault.kind == "malformed":
                 return 200, {"Content-Type": "application/json"}, b'{"data": [ {"embed', 0.0
             elif fault.kind != "wrong_dims":
@@ -308,6 +312,13 @@ class ProviderDouble:
         if self.style == "gemini":
             return headers.get("x-goog-api-key") == self.api_key
         return headers.get("authorization") == f"Bearer {self.api_key}"
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client killed mid-request (a crash test) resets its connection: not news."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

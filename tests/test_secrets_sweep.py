@@ -1,0 +1,109 @@
+"""The sentinel key through a representative mix of everything that can print, log, store or
+send an error: a rejected key, retries and a provider failure through real workers, ``memq
+status`` and ``memq jobs``, and MCP searches. Every output, worker log, the store's bytes and
+Redis are scanned for it. The scanner itself (tests/secrets_scan.py, which also checks the
+whole suite at session end) is first shown to find a planted key."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.conftest import REPO, redis_client, run_memq, write_config
+from tests.fakes.provider_doubles import Fault, ProviderDouble
+from tests.secrets_scan import PROVIDER_KEY_VARS, SENTINEL, leaks_in_files, leaks_in_redis
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_scanner_finds_a_planted_key(tmp_path: Path, broker_url: str) -> None:
+    planted = [tmp_path / "worker.log", tmp_path / "memq.sqlite-wal"]
+    planted[0].write_text(f"oops {SENTINEL}\n")
+    planted[1].write_bytes(b"\0" * 64 + SENTINEL.encode())
+    (tmp_path / "clean.log").write_text("nothing here\n")
+    try:
+        assert sorted(Path(p).name for p in leaks_in_files(tmp_path)) == ["memq.sqlite-wal",
+                                                                          "worker.log"]
+    finally:
+        for path in planted:  # not a leak of memq's: the session-end scan must not see them
+            path.unlink()
+    client = redis_client(broker_url)
+    try:
+        client.lpush("embed.openai", json.dumps({"args": [SENTINEL]}))
+        client.hset("unacked", "t1", f"Bearer {SENTINEL}")
+        client.set("clean", "x")
+        assert sorted(leaks_in_redis(client)) == ["embed.openai", "unacked"]
+    finally:
+        client.delete("embed.openai", "unacked")  # not a leak of memq's: don't fail the session
+        client.close()
+
+
+def _mcp_search(env: dict[str, str], workspace: Path, cfg: Path) -> str:
+    params = StdioServerParameters(
+        command=sys.executable, cwd=str(REPO), env=env,
+        args=["-m", "pipeline.cli", "mcp", "--workspace", str(workspace), "--config", str(cfg)])
+
+    async def run() -> str:
+        with anyio.fail_after(60):
+            async with Client(params, read_timeout_seconds=60) as client:
+                found = await client.call_tool("memory_search", {"query": "Zigbee antenna"})
+                got = await client.call_tool("memory_get", {"path": "../../etc/passwd"})
+                return "\n".join(c.text for r in (found, got) for c in r.content)
+
+    return anyio.run(run)
+
+
+def test_sentinel_key_never_leaks_anywhere(workspace: Path, tmp_path: Path, broker_url: str,
+                                           fleet) -> None:
+    keys = dict.fromkeys(PROVIDER_KEY_VARS, SENTINEL)
+    fleet.env.update(keys)
+    fleet.start(["store"], "writer")
+    fleet.start(["embed.openai"], "embed")
+    outputs: list[str] = []
+    env = {**os.environ, **keys, "MEMQ_BROKER_URL": broker_url}
+
+    def memq(*args: str, cfg: Path) -> str:
+        done = run_memq(*args, "--workspace", str(workspace), "--config", str(cfg), env=env,
+                        timeout=120)
+        outputs.append(done.stdout + done.stderr)
+        return done.stdout + done.stderr
+
+    # 1. The key is rejected: the double echoes it in its 401 body, as OpenAI does.
+    with ProviderDouble("openai", api_key="sk-the-right-key") as rejecting:
+        rejected_cfg = write_config(tmp_path / "rejected.json", provider="openai",
+                                    remote={"baseUrl": rejecting.url},
+                                    store={"path": str(tmp_path / "rejected.sqlite")})
+        memq("index", cfg=rejected_cfg)
+        status = memq("status", "--json", cfg=rejected_cfg)
+        assert "HTTP 401" in status  # the refusal is reported (scrubbed)
+        outputs.append(_mcp_search(env, workspace, rejected_cfg))
+        assert {r.status for r in rejecting.embed_requests()} == {401}
+    # 2. Retries, then a provider failure that marks chunks failed with its reason.
+    script = [Fault("429", retry_after=0.2), Fault("500"), Fault("503"), Fault("quota")]
+    with ProviderDouble("openai", api_key=SENTINEL, script=script) as flaky:
+        cfg = write_config(tmp_path / "flaky.json", provider="openai",
+                           remote={"baseUrl": flaky.url},
+                           store={"path": str(tmp_path / "flaky.sqlite")})
+        memq("index", cfg=cfg)
+        status = memq("status", "--json", cfg=cfg)
+        assert "quota exhausted" in status, status
+        memq("jobs", cfg=cfg)
+        outputs.append(_mcp_search(env, workspace, cfg))
+        assert {r.status for r in flaky.embed_requests()} >= {429, 500, 503, 200}
+    fleet.stop()
+    places = {"command output": "\n".join(outputs), "worker logs": fleet.logs(None)}
+    leaks = [where for where, text in places.items() if SENTINEL in text]
+    leaks += leaks_in_files(tmp_path)
+    client = redis_client(broker_url)
+    try:
+        leaks += leaks_in_redis(client)
+    finally:
+        client.close()
+    assert "memq.embed_chunks" in places["worker logs"]  # the logs were really read
+    assert leaks == []
