@@ -9,6 +9,7 @@ refused, and the file always ends with a newline. Indexing the new text is the c
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 from datetime import date
@@ -62,6 +63,9 @@ def memory_append(text: str, target: str = "daily", *, settings: Settings,
     except OSError as exc:
         raise AppendError(f"cannot open {rel} for appending: {exc.strerror or exc}") from exc
     try:
+        # Appenders take turns: without the lock, a second one could read the file while the
+        # first one's write is half done, and misjudge its last line and its line numbers.
+        fcntl.flock(fd, fcntl.LOCK_EX)
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise AppendError(f"{rel} is not a regular file")

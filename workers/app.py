@@ -24,6 +24,13 @@ TASK_TIME_LIMIT_S = 300
 # retry countdown, or a live task would run twice (harmless, as writes are idempotent, but
 # wasted work).
 VISIBILITY_TIMEOUT_S = int(os.environ.get("MEMQ_VISIBILITY_TIMEOUT", str(2 * TASK_TIME_LIMIT_S)))
+# kombu looks for such messages only every unacked_restore_interval x unacked_restore_throttle
+# seconds (10 x 10 by default): up to 100 s more. Looking every tenth of the timeout (1 to 10 s)
+# bounds the wait near the timeout itself; a look is one Redis range query.
+RESTORE_SWEEP_S = max(1, min(10, VISIBILITY_TIMEOUT_S // 10))
+# A pool process whose resident memory grew past this (MiB, after a task) is replaced: a cap
+# for local-model workers whose native library leaks or fragments. Unset: no cap.
+MAX_MEMORY_PER_CHILD_MB = int(os.environ.get("MEMQ_WORKER_MAX_MEMORY_MB") or 0) or None
 
 
 def embed_queue(provider: str) -> str:
@@ -42,7 +49,11 @@ app = Celery("memq", include=["workers.tasks", "workers.batch_tasks", "workers.s
 app.conf.update(
     broker_url=broker_url_from_env(),
     broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+    broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S,
+                              "unacked_restore_interval": RESTORE_SWEEP_S,
+                              "unacked_restore_throttle": 1},
+    worker_max_memory_per_child=(MAX_MEMORY_PER_CHILD_MB * 1024
+                                 if MAX_MEMORY_PER_CHILD_MB else None),
     task_serializer="json",
     accept_content=["json"],
     result_serializer="json",

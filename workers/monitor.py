@@ -84,7 +84,13 @@ def queue_consumers(broker_url: str | None = None, *, timeout: float = DEFAULT_T
     probe = Celery("memq", broker=broker_url or app.conf.broker_url, set_as_current=False)
     probe.conf.broker_transport_options = app.conf.broker_transport_options
     try:
-        replies = probe.control.inspect(timeout=timeout).active_queues() or {}
+        # The replies are read on a connection of our own, closed here: one lent by the shared
+        # pool would go back to it mid-read, and kombu's after-fork cleanup would then block
+        # every pool process this worker forks later (a writer could never replace its pool
+        # process; found when a memory cap recycled it).
+        with probe.connection_for_write() as connection:
+            replies = probe.control.inspect(timeout=timeout,
+                                            connection=connection).active_queues() or {}
     finally:
         probe.close()
     return {node: sorted(q["name"] for q in queues) for node, queues in replies.items()}
