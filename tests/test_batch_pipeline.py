@@ -275,3 +275,33 @@ def test_a_restarted_writer_resumes_jobs_after_a_redeploy(
         time.sleep(0.2)
     assert_all_embedded_once(settings, double)
     assert "resumed polling of 1 batch job(s)" in fleet.logs(None)
+
+
+def test_fleet_of_writer_two_embed_workers_and_a_batch_worker_indexes_together(
+        workspace: Path, make_settings, broker_url, fleet, double) -> None:
+    """The fleet issue's shape on one machine: one writer, two embed workers and a batch worker,
+    each its own process. Batch lines that fail go to the embed workers; every chunk ends
+    embedded once, the writer stays single, and ``memq status`` sees every node and no work
+    left on any queue."""
+    add_notes(workspace, files=40)
+    double.batches.plan = BatchPlan(line_error=lambda text: "# Note 2" in text)
+    settings = batch_settings(make_settings, workspace, broker_url, double)
+    fleet.env["MEMQ_BATCH_POLL_GRACE"] = "2"
+    fleet.start(["store"], "writer")
+    for name in ("embed-a", "embed-b"):
+        fleet.start(["embed.openai"], name)
+    fleet.start(["batch.openai"], "batch")
+    run = run_index(settings, wait=True)
+    assert run.report.batch_jobs == 1
+    status = assert_all_embedded_once(settings, double)
+    [row] = status["batch"]["jobs"]
+    assert row["state"] == "completed" and row["to_sync"] > 0 and double.embed_requests()
+    fleet_s = fleet_status(settings)["fleet"]
+    roles = sorted(node.split("-")[0] for node in fleet_s["nodes"])  # "embed-a-1f2e3d@host"
+    assert roles == ["batch", "embed", "embed", "writer"], fleet_s["nodes"]
+    assert [n for n, qs in fleet_s["nodes"].items() if "store" in qs] == \
+        [n for n in fleet_s["nodes"] if n.startswith("writer")]
+    assert all(fleet_s["queues"].get(q, 0) == 0
+               for q in ("store", "control", "embed.openai", "batch.openai")), fleet_s["queues"]
+    logs = {name: (fleet.log_dir / f"{name}.log").read_text() for name in ("batch", "writer")}
+    assert "memq.batch_poll" in logs["batch"] and "memq.batch_update" in logs["writer"]
