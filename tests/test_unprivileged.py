@@ -78,15 +78,21 @@ def give_to_nobody(path: Path) -> None:
         os.chown(p, NOBODY, NOBODY)
 
 
-def test_unreadable_files_and_folders_are_reported_the_rest_indexed(shared_dir: Path) -> None:
-    """A root-only file is listed with its reason; a folder that becomes unreadable is named
-    in the run's output and the notes indexed from it before are kept, not deleted."""
+def workspace_for_nobody(shared_dir: Path) -> tuple[Path, Path]:
+    """A copy of the sample workspace and a home folder, both owned by the unprivileged user."""
     ws = shared_dir / "ws"
     shutil.copytree(EXAMPLE_WORKSPACE, ws)
     home = shared_dir / "home"
     home.mkdir()
     give_to_nobody(home)
     give_to_nobody(ws)
+    return ws, home
+
+
+def test_unreadable_files_and_folders_are_reported_the_rest_indexed(shared_dir: Path) -> None:
+    """A root-only file is listed with its reason; a folder that becomes unreadable is named
+    in the run's output and the notes indexed from it before are kept, not deleted."""
+    ws, home = workspace_for_nobody(shared_dir)
     private = ws / "memory" / "private.md"
     private.write_text("# Private\n\nroot only marker\n")
     private.chmod(0o600)  # root's
@@ -115,12 +121,7 @@ def test_unreadable_files_and_folders_are_reported_the_rest_indexed(shared_dir: 
 
 
 def test_store_in_a_folder_the_user_cannot_write_is_a_clear_error(shared_dir: Path) -> None:
-    ws = shared_dir / "ws"
-    shutil.copytree(EXAMPLE_WORKSPACE, ws)
-    home = shared_dir / "home"
-    home.mkdir()
-    give_to_nobody(home)
-    give_to_nobody(ws)
+    ws, home = workspace_for_nobody(shared_dir)
     read_only = shared_dir / "read-only"
     read_only.mkdir(mode=0o755)  # root's, and not writable by the user
     cfg = write_config(home / "memq.json", provider="none",

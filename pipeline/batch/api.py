@@ -98,6 +98,13 @@ class RemoteBatch:
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def require_stopped(self) -> None:
+        """Results exist only once a job stopped: a retryable error until then."""
+        if not self.terminal:
+            raise EmbeddingError(f"{self.provider}: batch {self.remote_id} is still "
+                                 f"{self.raw_state}; results come once it stops",
+                                 retryable=True)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["state"] = self.state.value

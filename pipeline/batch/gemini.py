@@ -105,10 +105,7 @@ class GeminiBatchApi:
         return self.poll(batch)
 
     def results(self, batch: RemoteBatch, expected_ids: Collection[str]) -> BatchOutput:
-        if not batch.terminal:
-            raise EmbeddingError(f"{self.provider}: batch {batch.remote_id} is still "
-                                 f"{batch.raw_state}; results come once it stops",
-                                 retryable=True)
+        batch.require_stopped()
         collector = OutputCollector(expected_ids, self._width)
         if batch.output_file:
             name = self._checked(batch.output_file)

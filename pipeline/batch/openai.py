@@ -105,10 +105,7 @@ class OpenAIBatchApi:
                                            f"/batches/{path_id(batch.remote_id)}/cancel"))
 
     def results(self, batch: RemoteBatch, expected_ids: Collection[str]) -> BatchOutput:
-        if not batch.terminal:
-            raise EmbeddingError(f"{self.provider}: batch {batch.remote_id} is still "
-                                 f"{batch.raw_state}; results come once it stops",
-                                 retryable=True)
+        batch.require_stopped()
         collector = OutputCollector(expected_ids, self._width)
         for file_id in (batch.output_file, batch.error_file):
             if file_id:
