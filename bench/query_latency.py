@@ -5,11 +5,13 @@ keyword-searchable through FTS5) and random unit vectors (float32, sqlite-vec ``
 one run times, over the same queries:
 
   memq vector-only   ``search_store`` with hybrid off (vectors held in memory, result rows)
-  memq keyword-only  ``search_store`` with no provider (FTS5 BM25, result rows)
-  memq hybrid        ``search_store`` with hybrid on (in-memory scan beside BM25, fusion,
-                     result rows): what the MCP server and library callers run
-  memq hybrid, vec0  the same with ``vector_cache=False``: vec0 KNN instead of the in-memory
-                     scan, what a one-shot ``memq search`` runs
+  memq keyword-only  ``search_store`` with no provider (BM25 from the statistics held in
+                     memory, result rows)
+  memq keyword-only, FTS5  the same with ``in_memory=False``: FTS5 ranks every match
+  memq hybrid        ``search_store`` with hybrid on (in-memory scan beside in-memory BM25,
+                     fusion, result rows): what the MCP server and library callers run
+  memq hybrid, vec0  the same with ``in_memory=False``: vec0 KNN and FTS5 instead of the
+                     in-memory copies, what a one-shot ``memq search`` runs
   vec0 KNN alone     ``pipeline.store.vectors.knn`` (the k-nearest query vec0 answers)
   numpy brute force  ``matrix @ q`` + ``argpartition`` over the same vectors already in RAM,
                      one BLAS thread (SQLite uses one core too): the memory-bandwidth floor
@@ -18,8 +20,11 @@ one run times, over the same queries:
                      chunk rows, as OpenClaw queries (no KNN ``MATCH``)
 
 The query embedding is excluded: the provider is a stub whose ``embed_query`` returns a
-prepared random unit vector. The one-off load of the in-memory vectors is timed apart (it
-happens once per process, and again after the vectors change). The methods take turns query
+prepared random unit vector. The one-off loads are timed apart: the in-memory vectors and
+BM25 row lengths (once per process, and again after the store changes) and each query word's
+postings (on the word's first search; every query also carries a word of its own, ``q<i>``,
+so each one loads a posting). Before timing, the in-memory and SQLite paths are checked to
+give identical results. The methods take turns query
 by query (load drift on a shared machine hits all alike). Defaults are OpenClaw's (maxResults
 6, candidateMultiplier 4: 24 candidates per side). Reported: p50 and p95 in milliseconds,
 and ratios to numpy.
@@ -51,9 +56,11 @@ from notes import bullet
 
 from pipeline.config import Settings, load_settings
 from pipeline.query import search_store
+from pipeline.search.retrievers import keyword_hits
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
 from pipeline.store.matrix import MATRICES
+from pipeline.store.postings import TEXT_STATS
 from pipeline.store.vectors import knn, put_vectors, to_blob
 
 DIMS = 384
@@ -167,12 +174,30 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
     MATRICES.get(db)
     print(f"  loaded the vectors into memory in {time.perf_counter() - t0:.2f} s (once per "
           "process and vectors version)", flush=True)
-    checked = search_store(db, hybrid, texts[0], provider=stub, min_score=-1.0)["results"]
-    if len(checked) != hybrid.query.max_results:
-        raise SystemExit(f"hybrid search returned {len(checked)} results")
-    if checked != search_store(db, hybrid, texts[0], provider=stub, min_score=-1.0,
-                               vector_cache=False)["results"]:
-        raise SystemExit("hybrid search differs between the in-memory vectors and vec0")
+    t0 = time.perf_counter()
+    TEXT_STATS.current(db)
+    TEXT_STATS.wait()
+    stats = TEXT_STATS.current(db)
+    print(f"  loaded the BM25 row lengths in {time.perf_counter() - t0:.2f} s (once per "
+          "process and text version)", flush=True)
+    first, fts = [], []
+    for word in QUERY_WORDS:  # a word's first search loads its postings
+        t0 = time.perf_counter()
+        keyword_hits(db, word, k, None, stats)
+        first.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        keyword_hits(db, word, k, None)
+        fts.append(time.perf_counter() - t0)
+    print(f"  a query word's first search (loads its postings): p50 "
+          f"{np.median(first) * 1000:.1f} ms; FTS5 for the same word: "
+          f"{np.median(fts) * 1000:.1f} ms", flush=True)
+    for i in range(10):
+        checked = search_store(db, hybrid, texts[i], provider=stub, min_score=-1.0)["results"]
+        if len(checked) != hybrid.query.max_results:
+            raise SystemExit(f"hybrid search returned {len(checked)} results")
+        if checked != search_store(db, hybrid, texts[i], provider=stub, min_score=-1.0,
+                                   in_memory=False)["results"]:
+            raise SystemExit("hybrid search differs between the in-memory copies and SQLite")
     exact = set(numpy_topk(matrix, qvecs[0], k) + 1)
     if {r for r, _ in knn(db, qvecs[0], k)} != exact:
         raise SystemExit("vec0 KNN and numpy disagree on the nearest chunks")
@@ -180,9 +205,11 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
     rows = interleaved([
         ("memq vector-only", lambda i: search_store(db, vector_only, texts[i], provider=stub), q),
         ("memq keyword-only", lambda i: search_store(db, hybrid, texts[i], provider=None), q),
+        ("memq keyword-only, FTS5",
+         lambda i: search_store(db, hybrid, texts[i], provider=None, in_memory=False), q),
         ("memq hybrid", lambda i: search_store(db, hybrid, texts[i], provider=stub), q),
         ("memq hybrid, vec0 (one-shot CLI path)",
-         lambda i: search_store(db, hybrid, texts[i], provider=stub, vector_cache=False), q),
+         lambda i: search_store(db, hybrid, texts[i], provider=stub, in_memory=False), q),
         ("vec0 KNN alone (knn)", lambda i: knn(db, qvecs[i], k), q),
         ("numpy brute force (in RAM)", lambda i: numpy_topk(matrix, qvecs[i], k), q),
         ("OpenClaw ORDER BY vec_distance_cosine", lambda i: openclaw_scan(db, qvecs[i], k),

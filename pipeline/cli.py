@@ -118,7 +118,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     out = memory_search(args.query, settings=_settings(args), max_results=args.max_results,
                         min_score=args.min_score, citations=args.citations,
-                        vector_cache=False)  # one query per process: vec0 beats a load
+                        in_memory=False)  # one query per process: vec0 beats a load
     lines = []
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())

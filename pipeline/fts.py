@@ -28,8 +28,8 @@ def _quote(term: str) -> str:
     return quoted + "*" if len(term) == 1 and is_cjk(term) else quoted
 
 
-def build_match_query(text: str) -> str | None:
-    """A MATCH expression for ``text``, or None when it has no searchable word at all."""
+def match_terms(text: str) -> list[str]:
+    """The quoted phrases of the MATCH expression for ``text`` (OR-ed), each once, in order."""
     text = query_text(text)
     terms: list[str] = []
     for phrase in _PHRASE.findall(text):
@@ -38,7 +38,12 @@ def build_match_query(text: str) -> str | None:
             terms.append(_quote(" ".join(words)))
     for word in _TOKEN.findall(_PHRASE.sub(" ", text) if terms else text):
         terms.append(_quote(word))
-    terms = list(dict.fromkeys(terms))[:MAX_TERMS]
+    return list(dict.fromkeys(terms))[:MAX_TERMS]
+
+
+def build_match_query(text: str) -> str | None:
+    """A MATCH expression for ``text``, or None when it has no searchable word at all."""
+    terms = match_terms(text)
     return " OR ".join(terms) if terms else None
 
 

@@ -41,6 +41,7 @@ from pipeline.sources import IGNORED_DIRS, memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, StoreError, connect
 from pipeline.store.matrix import MATRICES, VectorMatrix
+from pipeline.store.postings import TEXT_STATS, TextStats
 
 SNIPPET_CHARS = 700
 MAX_CANDIDATES = 200
@@ -85,66 +86,70 @@ def _pending_count(db: Database) -> int:
 
 
 def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: int,
-              sources: list[str] | None, use_text: bool, vector_cache: bool
+              sources: list[str] | None, use_text: bool, in_memory: bool,
+              stats: TextStats | None
               ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
     """Both retrievers' hits (vector, text) and the in-memory vectors if used.
 
-    The in-memory scan needs no connection, so it runs on another thread while FTS5 ranks on
-    this one (NumPy and SQLite both release the GIL): hybrid costs the slower side, not the sum.
+    The in-memory scan needs no connection, so it runs on another thread while the keyword
+    side ranks on this one (NumPy and SQLite both release the GIL): hybrid costs the slower
+    side, not the sum.
     """
-    matrix = MATRICES.current(db) if vector_cache else None
+    matrix = MATRICES.current(db) if in_memory else None
     if matrix is None:
-        text = keyword_hits(db, query, candidates, sources) if use_text else {}
+        text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         return vector_hits(db, query_vector, candidates, sources), text, None
     among = None if sources is None else allowed_rowids(db, sources)
     if not use_text:  # nothing to overlap with: a thread hop would only add a wake-up
         return matrix_hits(matrix, query_vector, candidates, among), {}, matrix
     scan = _SCANS.submit(matrix_hits, matrix, query_vector, candidates, among)
-    text = keyword_hits(db, query, candidates, sources)
+    text = keyword_hits(db, query, candidates, sources, stats)
     return scan.result(), text, matrix
 
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
-          provider: EmbeddingProvider | None, vector_cache: bool
+          provider: EmbeddingProvider | None, in_memory: bool
           ) -> tuple[list[Candidate], dict[int, float]]:
-    """Fused candidates, best first, and the keyword side's own scores."""
+    """Fused candidates, best first, and the keyword side's hits (FTS5 ranks)."""
     hybrid = settings.query.hybrid
     sources = source_filter(db, settings.sources)
     use_text = provider is None or hybrid.enabled
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
     # fall under minScore), so keyword scores are relative to the best hit in every mode.
+    stats = TEXT_STATS.current(db) if in_memory and use_text else None
     if query_vector is None or not np.any(query_vector):
-        text = keyword_hits(db, query, candidates, sources) if use_text else {}
-        return fusion.weighted({}, fusion.relative(text), (0.0, 1.0)), text
+        text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
+        return fusion.weighted({}, fusion.relative(fusion.text_scores(text)), (0.0, 1.0)), text
     vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
-                                     vector_cache)
+                                     in_memory, stats)
     if not use_text:
         return fusion.weighted(vector, {}, (1.0, 0.0)), text
     weights = hybrid.normalized_weights()
     if hybrid.fusion == "rrf":
-        return fusion.rrf(vector, text, weights, hybrid.rrf_k), text
+        return fusion.rrf(vector, fusion.text_scores(text), weights, hybrid.rrf_k), text
     missing = cosine_for(db, [r for r in text if r not in vector], query_vector, matrix)
-    return fusion.weighted({**vector, **missing}, fusion.relative(text), weights), text
+    return fusion.weighted({**vector, **missing}, fusion.share_of_best(text), weights), text
 
 
 def search_store(db: Database, settings: Settings, query: str, *,
                  max_results: int | None = None, min_score: float | None = None,
                  provider: EmbeddingProvider | None = None, now: float | None = None,
-                 vector_cache: bool = True) -> dict[str, Any]:
+                 in_memory: bool = True) -> dict[str, Any]:
     """Search an open store. ``provider`` embeds the query; None means keyword-only.
 
-    ``now`` (epoch seconds) is the moment temporal decay measures ages from. ``vector_cache``
-    (default) scans the store's vectors held in this process's memory, loaded in the background
-    on first use and again whenever they changed, vec0 answering meanwhile
-    (:mod:`pipeline.store.matrix`); False always asks vec0 and holds nothing (a process that
-    searches once).
+    ``now`` (epoch seconds) is the moment temporal decay measures ages from. ``in_memory``
+    (default) answers from the store's vectors and BM25 statistics held in this process's
+    memory, loaded in the background on first use and again whenever they changed, vec0 and
+    FTS5 answering meanwhile (:mod:`pipeline.store.matrix`, :mod:`pipeline.store.postings`);
+    the results are the same. False always asks vec0 and FTS5 and holds nothing (a process
+    that searches once).
     """
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
-    ranked, text = _rank(db, settings, query, candidates, provider, vector_cache)
+    ranked, text = _rank(db, settings, query, candidates, provider, in_memory)
     if hybrid.temporal_decay.enabled and ranked:
         factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
                                     else now, hybrid.temporal_decay.half_life_days)
@@ -189,14 +194,14 @@ def memory_search(query: str, *, settings: Settings | None = None,
                   workspace: str | os.PathLike[str] | None = None,
                   max_results: int | None = None, min_score: float | None = None,
                   sync: bool | None = None, citations: str | None = None,
-                  vector_cache: bool = True) -> dict[str, Any]:
+                  in_memory: bool = True) -> dict[str, Any]:
     """Search an agent's memory; returns OpenClaw's result shape plus provider/model/mode.
 
     Never raises for the content of ``query``: any text gives results or an empty list.
     ``sync`` (default: ``sync.onSearch``) first brings changed files' rows up to date; a
     long-running server passes False and refreshes in the background instead. ``citations``
     (auto, on, off; default: the ``citations`` setting) adds ``citation`` and a ``Source:``
-    line to each snippet. ``vector_cache``: see :func:`search_store` (one-shot callers such as
+    line to each snippet. ``in_memory``: see :func:`search_store` (one-shot callers such as
     ``memq search`` pass False).
     """
     settings = settings or load_settings(workspace=workspace)
@@ -225,7 +230,7 @@ def memory_search(query: str, *, settings: Settings | None = None,
         try:
             out = search_store(db, settings, query, max_results=max_results,
                                min_score=min_score, provider=provider,
-                               vector_cache=vector_cache)
+                               in_memory=in_memory)
         except EmbeddingError as exc:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
             out = search_store(db, settings, query, max_results=max_results,

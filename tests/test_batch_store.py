@@ -57,7 +57,7 @@ def test_v2_store_gains_the_batch_tables_in_place(tmp_path: Path) -> None:
     db.close()
     db = connect(tmp_path / "old.sqlite")
     schema.ensure_schema(db)
-    assert schema.get_meta(db, "schema_version") == 3
+    assert schema.get_meta(db, "schema_version") == schema.SCHEMA_VERSION
     assert db.conn.execute("SELECT count(*) FROM batch_jobs").fetchone() == (0,)
     # The full-text index was kept, not rebuilt (only stores before version 2 need that).
     assert db.conn.execute(

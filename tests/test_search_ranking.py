@@ -16,6 +16,7 @@ from pipeline.query import search_store
 from pipeline.search import decay, fusion, retrievers
 from pipeline.search.mmr import jaccard, mmr_order
 from pipeline.store.matrix import MATRICES
+from pipeline.store.postings import TEXT_STATS
 from pipeline.store.vectors import put_vectors
 from tests.searchkit import QueryVector, build, vector_with_cosine
 
@@ -68,6 +69,31 @@ def test_rrf_rank_one_on_both_sides_scores_one_and_order_follows_ranks() -> None
 def test_relative_scores_keep_order_and_handle_empty() -> None:
     assert fusion.relative({1: 0.4, 2: 0.2}) == {1: 1.0, 2: 0.5}
     assert fusion.relative({}) == {}
+
+
+def test_the_fused_keyword_score_is_a_share_of_the_best_bm25() -> None:
+    """BM25 20 vs 10 must count as 1.0 vs 0.5, not 0.95 vs 0.91 as r/(1+r) made it."""
+    assert fusion.share_of_best({1: -20.0, 2: -10.0, 3: -2.0}) == {1: 1.0, 2: 0.5, 3: 0.1}
+    assert fusion.share_of_best({}) == {}
+    saturated = fusion.text_scores({1: -20.0, 2: -10.0})
+    assert saturated == pytest.approx({1: 20 / 21, 2: 10 / 11})
+    assert fusion.share_of_best({1: 0.5}) == {1: 1.0}  # not a BM25 magnitude: OpenClaw's map
+
+
+def test_bm25_order_decides_between_equally_similar_chunks(ws: Path, make_settings) -> None:
+    """Equal cosines: the chunk BM25 ranks far higher comes first, by a real margin."""
+    notes = {"memory/strong.md": "kestrel kestrel nesting kestrel",
+             "memory/weak.md": "a long note that mentions nesting once among many other words "
+                               "about gardens boats cars and weather",
+             **{f"memory/filler{i}.md": f"filler note {i}" for i in range(20)}}
+    scores = {"memory/strong.md": 0.5, "memory/weak.md": 0.5}
+    db, settings = build(ws, make_settings, notes, scores)
+    out = search_store(db, settings, "kestrel nesting", provider=QueryVector(), min_score=0)
+    assert paths(out)[:2] == ["memory/strong.md", "memory/weak.md"]
+    strong, weak = (r["score"] for r in out["results"][:2])
+    assert strong == pytest.approx(0.7 * 0.5 + 0.3, abs=1e-5)
+    assert weak < 0.7 * 0.5 + 0.3 * 0.5  # its BM25 is under half the best's
+    db.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +319,16 @@ def add_session_chunks(db, count: int) -> None:
         put_vectors(db, [cur.lastrowid], vector_with_cosine(0.99, 5 + (i % 20))[None, :])
 
 
-@pytest.mark.parametrize("cached", [True, False], ids=["vector-cache", "vec0"])
+def hold_in_memory(db) -> None:
+    """Load the store's vectors and BM25 statistics into this process, as a long-running
+    reader has them."""
+    assert MATRICES.get(db) is MATRICES.current(db)
+    TEXT_STATS.current(db)
+    TEXT_STATS.wait()
+    assert TEXT_STATS.current(db) is not None
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["in-memory", "sqlite"])
 def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings,
                                                          cached: bool) -> None:
     notes = {f"memory/n{i}.md": f"memory note number {i}" for i in range(4)}
@@ -301,9 +336,9 @@ def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings
     db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
     add_session_chunks(db, 30)
     if cached:
-        assert MATRICES.get(db) is MATRICES.current(db)
+        hold_in_memory(db)
     out = search_store(db, settings, "q", provider=QueryVector(), max_results=4,
-                       min_score=0, vector_cache=cached)
+                       min_score=0, in_memory=cached)
     assert sorted(paths(out)) == sorted(notes)
     assert all(r["source"] == "memory" for r in out["results"])
     assert paths(search_store(db, settings, "session talk", min_score=0)) == []
@@ -316,7 +351,7 @@ def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings
     {"hybrid": {"fusion": "weighted", "mmr": {"enabled": True}}},
     {"hybrid": {"fusion": "rrf", "temporalDecay": {"enabled": True}}},
 ])
-def test_results_identical_with_and_without_sqlite_vec_and_the_vector_cache(
+def test_results_identical_with_and_without_sqlite_vec_and_the_in_memory(
         tmp_path: Path, make_settings, options: dict) -> None:
     outs = []
     for want in (True, False):
@@ -326,10 +361,10 @@ def test_results_identical_with_and_without_sqlite_vec_and_the_vector_cache(
                              query=options, store={"path": str(tmp_path / f"{want}.sqlite")})
         assert db.vector_ok is want or not want
         for cached in (True, False):
-            if cached:  # load the in-memory copy first: without it the search asks vec0
-                assert MATRICES.get(db) is MATRICES.current(db)
+            if cached:  # load the in-memory copies first: without them vec0 and FTS5 answer
+                hold_in_memory(db)
             outs.append(search_store(db, settings, "home network setup", provider=QueryVector(),
-                                     now=TODAY, min_score=0, vector_cache=cached)["results"])
+                                     now=TODAY, min_score=0, in_memory=cached)["results"])
         db.close()
     assert all(out == outs[0] for out in outs[1:]) and len(outs[0]) == len(NETWORK)
 
@@ -342,6 +377,6 @@ def test_large_wanted_source_over_fetches_then_falls_back_to_a_scan(
     db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
     add_session_chunks(db, 40)  # crowd the over-fetched top k
     out = search_store(db, settings, "q", provider=QueryVector(), max_results=3, min_score=0,
-                       vector_cache=False)  # the over-fetch is vec0's; the cache scans exactly
+                       in_memory=False)  # the over-fetch is vec0's; the cache scans exactly
     assert paths(out) == ["memory/n3.md", "memory/n2.md", "memory/n1.md"]
     db.close()

@@ -1,4 +1,8 @@
-"""The two retrievers: FTS5 BM25 over the segmented text, and cosine k-NN over the vectors.
+"""The two retrievers: BM25 over the segmented text, and cosine k-NN over the vectors.
+
+Each has a path for long-running readers that hold the store in memory (the vector matrix,
+:mod:`pipeline.store.matrix`; the BM25 statistics, :mod:`pipeline.store.postings`) and gives
+the same results as the SQLite path (vec0, FTS5) it stands in for.
 
 Both honour the configured ``sources`` (``memory``, ``sessions``). When every chunk in the
 store belongs to a wanted source no filter is applied and vec0 answers the k-NN itself (or the
@@ -14,9 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.fts import bm25_to_score, build_match_query
+from pipeline.fts import build_match_query, match_terms
 from pipeline.store.engine import Database
 from pipeline.store.matrix import VectorMatrix
+from pipeline.store.postings import TextStats
 from pipeline.store.vectors import cosines, get_vectors, knn, knn_among, unit_rows
 
 EXACT_SCAN_MAX = 20_000  # wanted chunks scanned exactly; above this, vec0 over-fetches first
@@ -47,18 +52,26 @@ def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int]:
         f"SELECT rowid FROM chunks WHERE source IN ({marks}) ORDER BY rowid", list(sources))]
 
 
-def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | None
-                 ) -> dict[int, float]:
-    """BM25 hits as rowid -> score in (0, 1), best first (see :func:`bm25_to_score`).
+def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | None,
+                 stats: TextStats | None = None) -> dict[int, float]:
+    """BM25 hits as rowid -> FTS5's rank (``bm25()``: negative, lower is better), best first.
 
-    ``sources`` None: no filter (see :func:`source_filter`). Sorting by ``bm25()`` with a
-    ``LIMIT`` lets SQLite keep only the best ``limit`` rows while ranking; ``ORDER BY rank``
-    made FTS5 sort every match first (twice the time when a query matches half the chunks).
-    Equal ranks go by rowid, so the cut is the same on every run.
+    ``sources`` None: no filter (see :func:`source_filter`). ``stats``: the store's full-text
+    statistics held in memory (:mod:`pipeline.store.postings`), which give FTS5's own scores
+    without FTS5 ranking every match; FTS5 answers what they cannot. In FTS5, sorting by
+    ``bm25()`` with a ``LIMIT`` lets SQLite keep only the best ``limit`` rows while ranking
+    (``ORDER BY rank`` made it sort every match first). Equal ranks go by rowid either way, so
+    the cut is the same on every run and on both paths.
     """
-    match = build_match_query(query)
-    if match is None or limit <= 0:
+    terms = match_terms(query)
+    if not terms or limit <= 0:
         return {}
+    if stats is not None:
+        among = None if sources is None else allowed_rowids(db, sources)
+        found = stats.top(db, terms, limit, among)
+        if found is not None:
+            return {rowid: -score for rowid, score in found}
+    match = build_match_query(query)
     if sources is None:
         rows = db.conn.execute(
             "SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ? "
@@ -69,7 +82,7 @@ def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | 
             "SELECT f.rowid, bm25(chunks_fts) AS r FROM chunks_fts f JOIN chunks c "
             f"ON c.rowid = f.rowid WHERE chunks_fts MATCH ? AND c.source IN ({marks}) "
             "ORDER BY r, f.rowid LIMIT ?", (match, *sources, limit)).fetchall()
-    return {int(r): bm25_to_score(rank) for r, rank in rows}
+    return {int(r): float(rank) for r, rank in rows}
 
 
 def _similarities(found: list[tuple[int, float]], limit: int) -> dict[int, float]:

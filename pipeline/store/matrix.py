@@ -17,16 +17,13 @@ copy is one consistent snapshot of the store.
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from pipeline.store.engine import Database, connect
+from pipeline.store.engine import Database
+from pipeline.store.snapshots import MAX_STORES, SnapshotCache
 from pipeline.store.vectors import (
     MAX_KNN_K,
     DimensionMismatch,
@@ -39,9 +36,7 @@ from pipeline.store.vectors import (
     vectors_version,
 )
 
-log = logging.getLogger(__name__)
 _FETCH = 4096  # rows per fetch while loading
-MAX_STORES = 4  # stores whose matrix one process keeps; the least recently used goes first
 
 
 @dataclass(frozen=True)
@@ -119,88 +114,12 @@ def load(db: Database) -> VectorMatrix:
     return VectorMatrix(version, ids, unit_rows(unit, out=unit))
 
 
-class MatrixCache:
-    """The current :class:`VectorMatrix` of each store a process searches (thread-safe)."""
+class MatrixCache(SnapshotCache[VectorMatrix]):
+    """The current :class:`VectorMatrix` of each store a process searches (thread-safe; see
+    :mod:`pipeline.store.snapshots`)."""
 
     def __init__(self, max_stores: int = MAX_STORES) -> None:
-        self.max_stores = max_stores
-        self._lock = threading.Lock()
-        self._held: OrderedDict[str, VectorMatrix] = OrderedDict()
-        self._loading: dict[str, threading.Thread] = {}
-
-    def _current(self, key: str, version: str | None) -> VectorMatrix | None:
-        with self._lock:
-            held = self._held.get(key)
-            if held is None or held.version != version:
-                return None
-            self._held.move_to_end(key)
-            return held
-
-    def _keep(self, key: str, matrix: VectorMatrix) -> None:
-        with self._lock:
-            self._held[key] = matrix
-            self._held.move_to_end(key)
-            while len(self._held) > self.max_stores:
-                self._held.popitem(last=False)
-
-    def get(self, db: Database) -> VectorMatrix:
-        """The store's vectors as of now: the held copy if its version is current, else a
-        fresh load (waited for)."""
-        key = str(db.path.resolve())
-        held = self._current(key, vectors_version(db))
-        if held is not None:
-            return held
-        fresh = load(db)
-        self._keep(key, fresh)
-        return fresh
-
-    def current(self, db: Database) -> VectorMatrix | None:
-        """The held copy if its version is current; else None at once, and a fresh copy is
-        loaded in the background on its own connection.
-
-        A search uses vec0 while the copy is missing or behind (correct, just slower), so no
-        search waits seconds for a load after the writer stored a vector. A store with no
-        version (no vectors yet, or vectors written by a memq that did not keep one) is never
-        held: nothing would tell when its copy goes stale.
-        """
-        version = vectors_version(db)
-        if version is None:  # no vectors, or written before versions existed: vec0 is sure
-            return None
-        key = str(db.path.resolve())
-        held = self._current(key, version)
-        if held is None:
-            with self._lock:
-                if key not in self._loading:
-                    loader = threading.Thread(target=self._load_apart, daemon=True,
-                                              args=(key, db.path, db.vector_ok),
-                                              name="memq-vector-load")
-                    self._loading[key] = loader
-                    loader.start()
-        return held
-
-    def _load_apart(self, key: str, path: Path, want_vectors: bool) -> None:
-        try:
-            db = connect(path, want_vectors=want_vectors)
-            try:
-                self._keep(key, load(db))
-            finally:
-                db.close()
-        except Exception:  # the search goes on with vec0, and the next one tries again
-            log.exception("loading the vectors of %s into memory failed", path)
-        finally:
-            with self._lock:
-                self._loading.pop(key, None)
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for background loads started so far (tests and benchmarks)."""
-        with self._lock:
-            loaders = list(self._loading.values())
-        for loader in loaders:
-            loader.join(timeout)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._held.clear()
+        super().__init__("vectors", vectors_version, load, max_stores)
 
 
 MATRICES = MatrixCache()

@@ -12,7 +12,8 @@ the Porter stemmer over ``unicode61``. The function is registered on every conne
 Version 2 changed the FTS table; opening an older store rebuilds it from ``chunks``. Version 3
 added ``idx_chunks_source`` (a search asks which sources are present with a few index seeks
 instead of reading every chunk) and the provider batch jobs (``batch_jobs``, ``batch_chunks``):
-a version 2 store gains them in place, nothing else changes.
+a version 2 store gains them in place, nothing else changes. Version 4 added the triggers that
+keep ``meta.text_version`` (below); an older store gains them in place.
 """
 
 from __future__ import annotations
@@ -25,10 +26,17 @@ from typing import Any
 
 from pipeline.store.engine import Database
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: The last version whose full-text table differs from today's (older stores rebuild it).
 FTS_VERSION = 2
 FTS_TOKENIZER = "porter unicode61"
+#: Every change to a chunk's text gives the store a new random ``meta.text_version`` in the same
+#: transaction, so a reader holding BM25 postings in memory (:mod:`pipeline.store.postings`)
+#: can tell with one point query whether they are current. Random, as ``vectors_version``: a
+#: store swapped in by a rebuild never repeats the version of the one it replaced.
+TEXT_VERSION_KEY = "text_version"
+_NEW_TEXT_VERSION = (f"UPDATE meta SET value = json_quote(hex(randomblob(8))) "
+                     f"WHERE key = '{TEXT_VERSION_KEY}';")
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -113,7 +121,19 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE OF text ON chunks BE
     VALUES ('delete', old.rowid, memq_fts_text(old.text));
     INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, memq_fts_text(new.text));
 END;
-""".replace("{tokenizer}", FTS_TOKENIZER)
+INSERT OR IGNORE INTO meta(key, value)
+VALUES ('{text_version_key}', json_quote(hex(randomblob(8))));
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_insert AFTER INSERT ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_delete AFTER DELETE ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON chunks BEGIN
+    {new_text_version}
+END;
+""".replace("{tokenizer}", FTS_TOKENIZER).replace(
+    "{new_text_version}", _NEW_TEXT_VERSION).replace("{text_version_key}", TEXT_VERSION_KEY)
 
 # Drop the full-text table of an older schema; DDL recreates it and _REFILL_FTS indexes chunks.
 _DROP_FTS = """

@@ -1,0 +1,102 @@
+"""Benchmark: how the keyword score is normalised before the weighted merge, side by side.
+
+Not a test. The weighted merge adds wV·cosine + wT·keyword score, so what the keyword score
+means decides how much BM25's order counts. This script asks each retriever once per query
+(200 candidates per side, as ``memq eval`` does) on a collection already indexed by
+``memq eval`` (its cached work folder), then scores several normalisations and weights from
+the same hits, so the comparison costs one retrieval pass:
+
+  saturated/best  r/(1+r) divided by the best hit's (r = −bm25): memq before 2026-12
+  bm25/best       r divided by the best hit's r (the best scores 1.0): memq's weighted merge
+  min-max         (r − worst)/(best − worst) over the candidates
+  rrf             reciprocal rank fusion (k 60)
+
+Tune on SciFact ``train`` and NFCorpus ``dev`` only; the test split is for the report.
+
+    .venv/bin/python bench/fusion_variants.py --dataset scifact --split train
+        [--weights 0.5,0.6,0.7,0.8] [--data /work/shared/eval] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.evaluation import beir
+from pipeline.evaluation.metrics import beir_metrics, mean
+from pipeline.evaluation.report import beir_table
+from pipeline.evaluation.workspace import EvalWorkspace, default_work_dir
+from pipeline.search import fusion
+from pipeline.search.retrievers import cosine_for, keyword_hits, matrix_hits
+from pipeline.store.matrix import MATRICES
+
+CANDIDATES = 200
+Hits = tuple[dict[int, float], dict[int, float], dict[int, float]]  # vector, FTS5 ranks, cosines
+
+
+def saturated_best(ranks: dict[int, float]) -> dict[int, float]:
+    return fusion.relative(fusion.text_scores(ranks))
+
+
+def min_max(ranks: dict[int, float]) -> dict[int, float]:
+    if not ranks:
+        return {}
+    best, worst = min(ranks.values()), max(ranks.values())
+    return {r: (v - worst) / (best - worst) if best < worst else 1.0 for r, v in ranks.items()}
+
+
+NORMALISERS: dict[str, Callable[[dict[int, float]], dict[int, float]]] = {
+    "saturated/best": saturated_best, "bm25/best": fusion.share_of_best, "min-max": min_max}
+
+
+def retrieve(indexed: beir.Indexed, matrix, text: str) -> Hits:
+    qvec = indexed.provider.embed_query(text)
+    vector = matrix_hits(matrix, qvec, CANDIDATES, None)
+    keyword = keyword_hits(indexed.db, text, CANDIDATES, None)
+    missing = cosine_for(indexed.db, [r for r in keyword if r not in vector], qvec, matrix)
+    return vector, keyword, {**vector, **missing}
+
+
+def documents(ranked: list[fusion.Candidate], paths: dict[int, str], ids: dict[str, str]
+              ) -> list[str]:
+    return list(dict.fromkeys(ids[paths[c.rowid]] for c in ranked))[:beir.DEPTH]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="scifact")
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--data", type=Path, default=Path("/work/shared/eval"))
+    ap.add_argument("--weights", default="0.5,0.6,0.7,0.8", help="vector weights to score")
+    ap.add_argument("--limit", type=int, default=0, help="first N judged queries only")
+    args = ap.parse_args()
+    folder = args.data / args.dataset
+    data = beir.load_collection(folder, args.split, args.limit)
+    work = EvalWorkspace(default_work_dir(folder))
+    files, ids = beir.memory_files(data.corpus)
+    work.sync_files(files)
+    indexed = work.index(warn=print)
+    matrix = MATRICES.get(indexed.db)
+    paths = dict(indexed.db.conn.execute("SELECT rowid, path FROM chunks"))
+    hits = {qid: retrieve(indexed, matrix, data.queries[qid]) for qid in data.qrels}
+    rows: dict[str, dict[str, float]] = {}
+
+    def score(label: str, fuse: Callable[[Hits], list[fusion.Candidate]]) -> None:
+        rows[label] = mean([beir_metrics(documents(fuse(hits[qid]), paths, ids), rel)
+                            for qid, rel in data.qrels.items()])
+
+    score("keyword", lambda h: fusion.weighted({}, fusion.share_of_best(h[1]), (0.0, 1.0)))
+    score("vector", lambda h: fusion.weighted(h[0], {}, (1.0, 0.0)))
+    score("rrf k=60 v=0.7", lambda h: fusion.rrf(h[0], fusion.text_scores(h[1]), (0.7, 0.3), 60))
+    for w in (float(x) for x in args.weights.split(",")):
+        for name, normalise in NORMALISERS.items():
+            score(f"{name} v={w}",
+                  lambda h, n=normalise, w=w: fusion.weighted(h[2], n(h[1]), (w, 1.0 - w)))
+    print(f"{data.name} {args.split} ({len(data.qrels)} queries, {indexed.chunks} chunks): "
+          f"keyword normalisations\n\n{beir_table(rows)}")
+    indexed.db.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""The store's BM25 statistics in memory, for processes that search many times.
+
+FTS5 computes ``bm25()`` for every row a query matches before ``LIMIT`` applies, decoding each
+row's position lists: a query whose words appear in half of 100,000 chunks costs it tens of
+milliseconds (bench/query_latency.py). A long-running reader (the MCP server, a library
+caller) keeps instead, per store, every row's token count and the postings (rows and term
+frequencies) of each term it has searched for, read once from FTS5's own index through
+``fts5vocab``, and computes the same ``bm25()`` for every match with a few NumPy operations:
+the same scores, bit for bit (FTS5's formula and operation order, constants k1 1.2, b 0.75,
+negative IDF floored at 1e-6), and the same order (equal scores by rowid).
+
+Never stale, as the vector matrix (:mod:`pipeline.store.matrix`): every change to a chunk's
+text writes a new random ``meta.text_version`` (triggers on ``chunks``,
+:mod:`pipeline.store.schema`), read per search, and a copy of another version is not used. The
+row lengths load in the background on a connection of their own, FTS5 answering meanwhile;
+a term's postings load on its first search, in a read transaction that checks the version, so
+they always come from the snapshot the copy stands for. Queries the copy cannot answer exactly
+(a multi-word phrase, a Chinese/Japanese/Korean prefix, a word the tokenizer splits, as the
+trigram tokenizer does) go to FTS5.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.store.engine import Database
+from pipeline.store.schema import TEXT_VERSION_KEY, get_meta
+from pipeline.store.snapshots import MAX_STORES, SnapshotCache
+
+K1, B = 1.2, 0.75  # FTS5's bm25() constants
+IDF_FLOOR = 1e-6  # FTS5 floors a term's IDF here when it is in half the rows or more
+MAX_POSTINGS = 16_000_000  # postings held per store (8 bytes each); least recently used go first
+MAX_TOKENIZED = 50_000  # query phrases whose tokens are remembered
+_FETCH = 8192
+_QUOTED = re.compile(r'^"((?:[^"]|"")*)"$')
+
+
+def text_version(db: Database) -> str | None:
+    """The version of the store's chunk text: changes in every transaction that changes it."""
+    return get_meta(db, TEXT_VERSION_KEY)
+
+
+def _varints(blob: bytes) -> list[int]:
+    """Decode SQLite's varints (FTS5's record format): 7 bits per byte, the 9th byte whole."""
+    out, value, used = [], 0, 0
+    for byte in blob:
+        used += 1
+        if used == 9:
+            out.append((value << 8) | byte)
+            value, used = 0, 0
+        elif byte & 0x80:
+            value = (value << 7) | (byte & 0x7F)
+        else:
+            out.append((value << 7) | byte)
+            value, used = 0, 0
+    return out
+
+
+def fts_tokenizer(db: Database) -> str:
+    """The ``tokenize=`` argument the store's ``chunks_fts`` table was created with."""
+    row = db.conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chunks_fts'").fetchone()
+    found = re.search(r"tokenize\s*=\s*'((?:[^']|'')*)'", row[0] if row else "")
+    return found.group(1).replace("''", "'") if found else "unicode61"
+
+
+@dataclass(frozen=True)
+class Posting:
+    """One term's rows, as positions into :attr:`TextStats.ids`, and its count in each."""
+
+    at: np.ndarray
+    tf: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.at)
+
+
+@dataclass
+class TextStats:
+    """One snapshot of a store's full-text statistics: ``ids`` ascending, ``norm`` parallel.
+
+    ``norm`` is FTS5's length term ``k1·(1 − b + b·D/avgdl)`` per row, computed once.
+    """
+
+    version: str
+    tokenizer: str
+    rows: int
+    ids: np.ndarray
+    norm: np.ndarray
+    _postings: OrderedDict[str, Posting] = field(default_factory=OrderedDict)
+    _held: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def idf(self, hits: int) -> float:
+        idf = math.log((self.rows - hits + 0.5) / (hits + 0.5))
+        return idf if idf > 0.0 else IDF_FLOOR
+
+    def top(self, db: Database, phrases: Sequence[str], k: int,
+            among: Sequence[int] | None = None) -> list[tuple[int, float]] | None:
+        """The ``k`` best rows for the OR of the quoted ``phrases`` as (rowid, −bm25), best
+        first; None when this copy cannot answer (FTS5 must): a phrase that is not one token,
+        or the store moved past this version while its postings were being read."""
+        tokens = tokenize(db, self.tokenizer, phrases)
+        if tokens is None:
+            return None
+        postings = self._postings_for(db, tokens)
+        if postings is None:
+            return None
+        scores = np.zeros(len(self.ids))
+        matched = np.zeros(len(self.ids), dtype=bool)
+        for posting in postings:  # FTS5's order of phrases, so the sums round the same way
+            if not posting.size:
+                continue
+            tf = posting.tf.astype(np.float64)
+            scores[posting.at] += self.idf(posting.size) * (
+                (tf * (K1 + 1.0)) / (tf + self.norm[posting.at]))
+            matched[posting.at] = True
+        if among is not None:
+            matched &= np.isin(self.ids, np.asarray(among, dtype=np.int64))
+        at = np.flatnonzero(matched)
+        if len(at) > k > 0:
+            kth = np.partition(scores[at], len(at) - k)[len(at) - k]
+            at = at[scores[at] >= kth]  # every row tied with the k-th stays for the rowid order
+        order = np.lexsort((self.ids[at], -scores[at]))[:max(k, 0)]
+        return [(int(self.ids[i]), float(scores[i])) for i in at[order]]
+
+    def _postings_for(self, db: Database, tokens: list[str]) -> list[Posting] | None:
+        with self._lock:
+            found = {t: self._postings[t] for t in tokens if t in self._postings}
+            for t in found:
+                self._postings.move_to_end(t)
+        missing = [t for t in dict.fromkeys(tokens) if t not in found]
+        if missing:
+            loaded = self._load(db, missing)
+            if loaded is None:
+                return None
+            found.update(loaded)
+        return [found[t] for t in tokens]
+
+    def _load(self, db: Database, terms: list[str]) -> dict[str, Posting] | None:
+        """Read ``terms``' postings from FTS5's index, in one read transaction of the version
+        this copy stands for (None if the store is at another one now)."""
+        conn = db.conn
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_fts_instance "
+                     "USING fts5vocab(main, 'chunks_fts', 'instance')")
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN")
+        try:
+            if text_version(db) != self.version:
+                return None
+            loaded = {}
+            for term in terms:
+                rows = conn.execute("SELECT doc, count(*) FROM temp.memq_fts_instance "
+                                    "WHERE term = ? GROUP BY doc", (term,)).fetchall()
+                docs = np.fromiter((d for d, _ in rows), dtype=np.int64, count=len(rows))
+                counts = np.fromiter((c for _, c in rows), dtype=np.int32, count=len(rows))
+                loaded[term] = Posting(np.searchsorted(self.ids, docs).astype(np.int32), counts)
+        finally:
+            if own:
+                conn.execute("COMMIT")
+        with self._lock:
+            for term, posting in loaded.items():
+                if term not in self._postings:
+                    self._postings[term] = posting
+                    self._held += posting.size
+            while self._held > MAX_POSTINGS and len(self._postings) > 1:
+                self._held -= self._postings.popitem(last=False)[1].size
+        return loaded
+
+
+_TOKENIZED: dict[tuple[str, str], tuple[str, ...] | None] = {}
+_TOKENIZED_LOCK = threading.Lock()
+
+
+def tokenize(db: Database, tokenizer: str, phrases: Sequence[str]) -> list[str] | None:
+    """The one token each quoted phrase stands for under ``tokenizer``, as FTS5 cuts it; None
+    when a phrase is not exactly one token (a multi-word phrase, a prefix query ``"x"*``, a
+    word the tokenizer splits or drops). Tokens are remembered per phrase: tokenizers are pure.
+    """
+    with _TOKENIZED_LOCK:
+        known = {p: _TOKENIZED[(tokenizer, p)] for p in phrases if (tokenizer, p) in _TOKENIZED}
+    fresh = [p for p in dict.fromkeys(phrases) if p not in known]
+    if fresh:
+        cut = _cut(db, tokenizer, fresh)
+        with _TOKENIZED_LOCK:
+            if len(_TOKENIZED) + len(cut) > MAX_TOKENIZED:
+                _TOKENIZED.clear()
+            _TOKENIZED.update(((tokenizer, p), t) for p, t in cut.items())
+        known.update(cut)
+    out = []
+    for phrase in phrases:
+        tokens = known[phrase]
+        if tokens is None or len(tokens) != 1:
+            return None
+        out.append(tokens[0])
+    return out
+
+
+def _cut(db: Database, tokenizer: str, phrases: list[str]) -> dict[str, tuple[str, ...] | None]:
+    """Run FTS5's tokenizer over each phrase's words through a scratch table in ``temp``."""
+    conn = db.conn
+    words: dict[str, tuple[str, ...] | None] = {}
+    rows = []
+    for n, phrase in enumerate(phrases):
+        inner = _QUOTED.match(phrase)
+        if inner is None:  # a prefix query, or not a quoted phrase at all
+            words[phrase] = None
+        else:
+            rows.append((n, inner.group(1).replace('""', '"')))
+    if rows:
+        quoted = tokenizer.replace("'", "''")
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_query_text "
+                     f"USING fts5(text, tokenize='{quoted}')")
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_query_tokens "
+                     "USING fts5vocab(temp, 'memq_query_text', 'instance')")
+        conn.executemany("INSERT INTO temp.memq_query_text(rowid, text) VALUES (?, ?)", rows)
+        cut: dict[int, list[str]] = {n: [] for n, _ in rows}
+        for term, doc in conn.execute("SELECT term, doc FROM temp.memq_query_tokens "
+                                      "ORDER BY doc, offset"):
+            cut[doc].append(term)
+        conn.execute("DELETE FROM temp.memq_query_text")
+        words.update((phrases[n], tuple(tokens)) for n, tokens in cut.items())
+    return words
+
+
+def load(db: Database) -> TextStats | None:
+    """Read every row's token count (one read transaction); None for a store without a text
+    version (nothing would tell when the copy goes stale)."""
+    own = not db.conn.in_transaction
+    if own:
+        db.conn.execute("BEGIN")
+    try:
+        version = text_version(db)
+        if version is None:
+            return None
+        averages = db.conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()
+        rows, *totals = _varints(averages[0]) if averages else (0,)
+        cursor = db.conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id")
+        ids, lengths = [], []
+        while batch := cursor.fetchmany(_FETCH):
+            for rowid, size in batch:
+                ids.append(rowid)
+                lengths.append(size[0] if len(size) == 1 else sum(_varints(size)))
+        tokenizer = fts_tokenizer(db)
+    finally:
+        if own:
+            db.conn.execute("COMMIT")
+    avgdl = float(sum(totals)) / float(rows) if rows else 1.0
+    length = np.asarray(lengths, dtype=np.float64)
+    norm = K1 * ((1.0 - B) + (B * length) / avgdl)
+    return TextStats(version, tokenizer, rows, np.asarray(ids, dtype=np.int64), norm)
+
+
+class TextStatsCache(SnapshotCache[TextStats]):
+    """The current :class:`TextStats` of each store a process searches (thread-safe; see
+    :mod:`pipeline.store.snapshots`)."""
+
+    def __init__(self, max_stores: int = MAX_STORES) -> None:
+        super().__init__("BM25 statistics", text_version, load, max_stores)
+
+
+TEXT_STATS = TextStatsCache()
