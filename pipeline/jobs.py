@@ -27,6 +27,7 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import DocumentInput, EmbeddingError, EmbeddingProvider, MediaInput
+from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
 from pipeline.producer import index_once
 from pipeline.store import joblog, schema, writer
@@ -52,6 +53,8 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 #: The longest provider-requested wait honoured (a daily-quota Retry-After is not retried).
 MAX_RETRY_AFTER_S = 300.0
+THROTTLE_BUDGET_S = 60.0  # waiting in place on 429s per attempt; then the task's retry policy
+THROTTLE_DEFAULT_S = 1.0  # a 429 that did not say how long
 
 Job = dict[str, Any]
 Result = dict[str, Any]
@@ -122,8 +125,6 @@ def _attach_rate_limit(provider: EmbeddingProvider, spec: ProviderSpec, redis_cl
     limits = spec.options.get("rate_limit")
     if not limits or redis_client is None or getattr(provider, "before_request", None):
         return
-    from pipeline.embeddings.ratelimit import FleetRateLimiter
-
     limiter = FleetRateLimiter(redis_client, spec.provider_key, requests=limits.get("requests"),
                                tokens=limits.get("tokens"))
     provider.before_request = limiter.acquire  # type: ignore[attr-defined]
@@ -132,7 +133,8 @@ def _attach_rate_limit(provider: EmbeddingProvider, spec: ProviderSpec, redis_cl
 def embed_job(job: Job, settings: Settings, redis_client: Any = None) -> Result:
     """Embed a job's chunks; raises :class:`EmbeddingError` when the provider fails.
 
-    ``redis_client`` (the fleet's broker) carries the shared rate limit, if the spec has one.
+    ``redis_client`` (the fleet's broker) carries the shared rate limit, if the spec has one,
+    and the fleet's pause when the provider throttles (:func:`embed_paced`).
     """
     spec = ProviderSpec.from_dict(job["spec"])
     provider = provider_for(spec, settings)
@@ -142,7 +144,8 @@ def embed_job(job: Job, settings: Settings, redis_client: Any = None) -> Result:
             isinstance(i, MediaInput) for i in inputs):
         raise EmbeddingError(f"{spec.name} model {spec.model!r} cannot embed image or audio "
                              "files (multimodal needs gemini-embedding-2-preview)")
-    outcomes = embed_splitting(provider, inputs)
+    pause = FleetPause(redis_client, spec.provider_key) if spec.name != "local" else None
+    outcomes = embed_paced(provider, inputs, pause)
     result: Result = {"spec": job["spec"], "store": job["store"], "vectors": [], "failed": []}
     for (cid, text_hash, *_), out in zip(job["chunks"], outcomes, strict=True):
         if isinstance(out, EmbeddingError):
@@ -150,6 +153,29 @@ def embed_job(job: Job, settings: Settings, redis_client: Any = None) -> Result:
         else:
             result["vectors"].append([cid, text_hash, encode_vector(out)])
     return result
+
+
+def embed_paced(provider: EmbeddingProvider, inputs: Sequence[DocumentInput],
+                pause: FleetPause | None) -> list[np.ndarray | EmbeddingError]:
+    """:func:`embed_splitting`, waiting out the provider's rate limit in place.
+
+    A throttled request (429, not a spent quota) pauses the whole fleet for the wait the
+    provider asked (:class:`~pipeline.embeddings.ratelimit.FleetPause`; 1 s when it did not
+    say) and is tried again here, without spending one of the job's retries, until
+    ``THROTTLE_BUDGET_S`` of waiting; then the error goes to the task's retry policy (the job
+    is re-queued with a countdown), so a worker never sleeps past its task time limit.
+    Measured in bench/remote_throughput.py against a double limited to 20 requests/s.
+    """
+    waited = 0.0
+    while True:
+        if pause is not None:
+            waited += pause.wait()
+        try:
+            return embed_splitting(provider, inputs)
+        except EmbeddingError as exc:
+            if pause is None or not exc.throttled or waited >= THROTTLE_BUDGET_S:
+                raise
+            pause.hold(min(exc.retry_after or THROTTLE_DEFAULT_S, THROTTLE_BUDGET_S))
 
 
 def job_inputs(job: Job) -> list[DocumentInput]:

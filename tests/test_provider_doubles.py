@@ -1,11 +1,16 @@
 """The provider doubles are faithful: each provider's official Python SDK, pointed at its
-double, sends its usual request and parses the double's answer (vectors, errors, retries)."""
+double, sends its usual request and parses the double's answer (vectors, errors, retries);
+and the doubles' own rate limit behaves as a provider's."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 
+from pipeline.embeddings.base import EmbeddingError
+from pipeline.embeddings.openai import OpenAIProvider
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 
 KEY = "sk-sdk-test-key"
@@ -119,3 +124,22 @@ def test_ollama_sdk_new_and_legacy_endpoints() -> None:
         with pytest.raises(ollama.ResponseError) as info:
             ollama.Client(host=old.root).embed(model="nomic-embed-text", input="x")
         assert info.value.status_code == 404
+
+
+def test_rate_limited_double_refuses_beyond_its_rate_and_says_when_to_return() -> None:
+    """``rate_limit_rps``: what bench/remote_throughput.py measures memq's fleet against."""
+    with ProviderDouble("openai", api_key=KEY, rate_limit_rps=3) as double:
+        provider = OpenAIProvider(base_url=double.url, api_key=KEY)
+        outcomes = []
+        for _ in range(5):
+            try:
+                provider.embed_documents(["x"])
+                outcomes.append(0.0)
+            except EmbeddingError as exc:
+                assert exc.retryable and "429" in str(exc)
+                outcomes.append(exc.retry_after)
+        assert outcomes[:3] == [0.0] * 3 and all(0 < w <= 1.0 for w in outcomes[3:])
+        time.sleep(outcomes[-1] + 0.05)
+        provider.embed_documents(["x"])  # the window has room again
+        served = [r.at for r in double.embed_requests() if r.status == 200]
+        assert len(served) == 4 and served[3] - served[0] >= 1.0

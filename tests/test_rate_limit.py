@@ -5,17 +5,19 @@ when their spec carries ``remote.rateLimit``."""
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from collections import Counter
 
 import pytest
 
 from pipeline import jobs
+from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.openai import OpenAIProvider
-from pipeline.embeddings.ratelimit import FleetRateLimiter
+from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
 from pipeline.embeddings.registry import ProviderSpec
 from tests.conftest import redis_client as client_for
-from tests.fakes.provider_doubles import ProviderDouble
+from tests.fakes.provider_doubles import Fault, ProviderDouble
 from tests.secrets_scan import SENTINEL
 
 
@@ -103,3 +105,58 @@ def test_settings_put_the_limit_in_the_spec(make_settings, workspace) -> None:
     assert "rate_limit" not in plain.options
     with pytest.raises(Exception, match="requestsPerMinute"):
         make_settings(workspace, remote={"rateLimit": {"requestsPerMinute": 0}})
+
+
+# -- a provider's own rate limit: the fleet pauses ---------------------------------------------
+
+
+def test_a_pause_is_seen_by_every_client_and_never_shortened(broker_url: str) -> None:
+    first = FleetPause(client_for(broker_url), "paused")
+    other = FleetPause(client_for(broker_url), "paused")  # another worker process
+    assert other.wait() == 0.0
+    first.hold(0.4)
+    first.hold(0.1)  # a shorter wait heard later does not cut the longer one
+    started = time.monotonic()
+    slept = other.wait()
+    assert time.monotonic() - started >= 0.3 and 0.3 <= slept <= 0.7  # 0.4 s + jitter
+    assert other.wait() == 0.0
+
+
+def test_throttled_requests_wait_in_place_and_all_succeed(broker_url: str) -> None:
+    """Three "workers" against a double serving 4 requests a second: every text is embedded,
+    the 429s cost no job a retry, and the double never served more than its rate."""
+    with ProviderDouble("openai", api_key=SENTINEL, rate_limit_rps=4) as double:
+        provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
+        done: list[int] = []
+
+        def worker(n: int) -> None:
+            pause = FleetPause(client_for(broker_url), provider.provider_key)
+            for i in range(4):
+                vectors = jobs.embed_paced(provider, [f"text {n} {i}"], pause)
+                done.append(len(vectors))
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        seen = double.embed_requests()
+        served = sorted(r.at for r in seen if r.status == 200)
+    assert done == [1] * 12 and len(served) == 12
+    assert len(seen) > 12  # the double did refuse some
+    assert all(served[i + 4] - served[i] >= 0.95 for i in range(len(served) - 4))
+
+
+def test_only_a_rate_limit_waits_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    with ProviderDouble("openai", api_key=SENTINEL, script=[Fault("500")]) as double:
+        provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
+        with pytest.raises(EmbeddingError) as info:  # the task's backoff handles a 500
+            jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
+        assert info.value.retryable and not info.value.throttled
+    monkeypatch.setattr(jobs, "THROTTLE_BUDGET_S", 0.3)
+    with ProviderDouble("openai", api_key=SENTINEL,
+                        script=[Fault("429", retry_after=0.2)] * 10) as double:
+        provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
+        with pytest.raises(EmbeddingError) as info:  # past the budget: back to the task
+            jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
+        assert info.value.throttled and 2 <= len(double.embed_requests()) <= 4

@@ -168,8 +168,9 @@ def test_context_length_error_is_split_through_real_workers(
 
 def test_retries_follow_the_backoff_and_retry_after(workspace: Path, make_settings,
                                                    broker_url, fleet, monkeypatch) -> None:
-    """One job meets 429 (Retry-After 1.5 s), 500 and 503, then succeeds: four requests, and
-    the gaps between them respect Retry-After and the doubling backoff."""
+    """One job meets 429 (Retry-After 1.5 s), 500 and 503, then succeeds: four requests. The
+    429 is waited out in place for its Retry-After without spending a retry (the fleet pause);
+    the 500 and 503 then follow the doubling backoff from its start (0.5 s, then 1 s)."""
     script = [Fault("429", retry_after=1.5), Fault("500"), Fault("503")]
     with ProviderDouble("openai", api_key=SENTINEL, script=script) as double:
         _, run, status, logs, _ = index_through_openai_double(
@@ -178,7 +179,7 @@ def test_retries_follow_the_backoff_and_retry_after(workspace: Path, make_settin
         assert run.report.jobs == 1 and status["vectors"] == status["chunks"] > 0, logs[-2000:]
         assert [r.status for r in seen] == [429, 500, 503, 200]
         gaps = [b.at - a.at for a, b in itertools.pairwise(seen)]
-        assert gaps[0] >= 1.5 and gaps[1] >= 1.0 and gaps[2] >= 2.0, gaps
+        assert gaps[0] >= 1.5 and gaps[1] >= 0.5 and gaps[2] >= 1.0, gaps
 
 
 def test_exhausted_quota_is_not_retried(workspace: Path, make_settings, broker_url, fleet,

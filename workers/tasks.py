@@ -26,10 +26,14 @@ def settings() -> Settings:
     return load_settings()
 
 
-@cache
 def broker_redis() -> redis.Redis | None:
-    """A client for the broker's Redis, where the fleet-wide rate limits are counted."""
-    url = str(app.conf.broker_url or "")
+    """A client for the broker's Redis (one per process and broker), where the fleet-wide rate
+    limits are counted and a provider's pause is shared."""
+    return _redis_at(str(app.conf.broker_url or ""))
+
+
+@cache
+def _redis_at(url: str) -> redis.Redis | None:
     if url.startswith("redis+socket://"):
         return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
     if url.startswith(("redis://", "rediss://")):
@@ -58,8 +62,7 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
                     len(retries), ", gave up on its chunk" if failure else "")
         return {"embedded": 0, "resubmitted": len(retries)}
     try:
-        limited = job["spec"].get("options", {}).get("rate_limit")
-        result = jobs.embed_job(job, settings(), broker_redis() if limited else None)
+        result = jobs.embed_job(job, settings(), broker_redis())
     except EmbeddingError as exc:
         if exc.retryable and self.request.retries < MAX_RETRIES:
             delay = jobs.retry_delay(self.request.retries, exc.retry_after)

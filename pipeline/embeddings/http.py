@@ -163,7 +163,7 @@ def error_for_response(label: str, response: httpx.Response, scrub: Scrubber) ->
         if _is_quota(message, words, details):
             return EmbeddingError(f"{text} (quota exhausted: not retried; check the account's "
                                   "plan and billing)", retryable=False)
-        return EmbeddingError(text, retryable=True,
+        return EmbeddingError(text, retryable=True, throttled=True,
                               retry_after=_retry_after(response, message, details))
     if status >= 500 or status == 408:
         return EmbeddingError(text, retryable=True,

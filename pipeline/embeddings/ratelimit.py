@@ -20,11 +20,12 @@ from typing import Any
 
 from pipeline.embeddings.base import EmbeddingError
 
-__all__ = ["MAX_WAIT_S", "WINDOW_S", "FleetRateLimiter"]
+__all__ = ["MAX_WAIT_S", "WINDOW_S", "FleetPause", "FleetRateLimiter"]
 
 WINDOW_S = 60.0
 MAX_WAIT_S = 300.0
 KEY_PREFIX = "memq:ratelimit:"
+PAUSE_PREFIX = "memq:pause:"
 
 # KEYS[1] prefix; ARGV: requests limit (0 = none), tokens limit (0 = none), tokens, window ms.
 # Returns {granted (1/0), window number, ms to wait when refused}.
@@ -86,3 +87,50 @@ class FleetRateLimiter:
                     f"tokens per {self.window_s:g} s) still full after {MAX_WAIT_S:g} s",
                     retryable=True, retry_after=wait)
             time.sleep(wait + random.random() * min(1.0, self.window_s * 0.05))
+
+
+# KEYS[1] the pause key; ARGV[1] ms. Lengthens the pause, never shortens it.
+_PAUSE_SCRIPT = """
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+end
+return 1
+"""
+
+
+class FleetPause:
+    """A provider's "slow down" heard by one worker, obeyed by every worker of the fleet.
+
+    A rate-limited provider answers 429 with the wait it wants (Retry-After). Backing off job by
+    job (0.5 s doubling to 8 s each) leaves the provider idle once the jobs' backoffs have
+    grown, and N workers that wait out the same Retry-After alone all come back at once and are
+    refused again. Instead the worker that is refused records the wait in Redis (one key per
+    provider key, lengthened, never shortened), every worker waits for it before its next
+    request (with a little jitter, so they do not return in one burst), and the refused
+    request is tried again in place. With no Redis (a RabbitMQ broker) ``client`` is None and
+    the pause is this process's alone.
+    """
+
+    def __init__(self, client: Any, provider_key: str) -> None:
+        self.client = client
+        self.key = PAUSE_PREFIX + provider_key
+        self._script = client.register_script(_PAUSE_SCRIPT) if client is not None else None
+        self._local_until = 0.0
+
+    def hold(self, seconds: float) -> None:
+        """Pause the fleet's requests to this provider for ``seconds`` from now."""
+        ms = max(1, int(seconds * 1000))
+        if self._script is not None:
+            self._script(keys=[self.key], args=[ms])
+        self._local_until = max(self._local_until, time.monotonic() + ms / 1000)
+
+    def wait(self) -> float:
+        """Sleep out the current pause, if any; returns the seconds slept."""
+        remaining = self._local_until - time.monotonic()
+        if self.client is not None:
+            remaining = max(remaining, int(self.client.pttl(self.key)) / 1000)
+        if remaining <= 0:
+            return 0.0
+        slept = remaining + random.random() * min(0.25, remaining)
+        time.sleep(slept)
+        return slept

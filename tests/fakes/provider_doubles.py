@@ -29,6 +29,7 @@ are aimed at real ``celery worker`` processes.
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import json
 import random
@@ -125,6 +126,10 @@ class ProviderDouble:
     #: Seconds each embedding answer takes (a real service's round trip, so a test can catch
     #: a worker mid-request).
     latency: float = 0.0
+    #: Embedding requests served per second (a sliding one-second window; 0: no limit). Beyond
+    #: it the double answers 429 with a Retry-After of when the window frees, as a provider's
+    #: per-second rate limit does.
+    rate_limit_rps: float = 0.0
     requests: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -134,6 +139,7 @@ class ProviderDouble:
         self.dims = self.dims or DEFAULT_DIMS[self.style]
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
+        self._served: collections.deque[float] = collections.deque()
         self._server: ThreadingHTTPServer | None = None
         #: The Files and Batches APIs (openai, voyage, gemini): ``double.batches.advance()``.
         self.batches: BatchService | None = None
@@ -211,6 +217,13 @@ class ProviderDouble:
         with self._lock:
             if self.script:
                 return self.script.pop(0)
+            if self.rate_limit_rps:
+                now = time.monotonic()
+                while self._served and now - self._served[0] >= 1.0:
+                    self._served.popleft()
+                if len(self._served) >= self.rate_limit_rps:
+                    return Fault("429", retry_after=round(1.0 - (now - self._served[0]), 3))
+                self._served.append(now)
             if self.fault_rate and self._rng.random() < self.fault_rate:
                 return self._rng.choice(self.random_faults)
         return None
