@@ -234,7 +234,7 @@ def memory_search(query: str, *, settings: Settings | None = None,
         except EmbeddingError as exc:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
             out = search_store(db, settings, query, max_results=max_results,
-                               min_score=min_score, provider=None)
+                               min_score=min_score, provider=None, in_memory=in_memory)
         out.update(provider=spec.name if spec else None, model=spec.model if spec else None,
                    mode="hybrid" if provider is not None else "keyword-only",
                    citations=citations, results=apply_citations(out["results"], citations))

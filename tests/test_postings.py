@@ -8,12 +8,17 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_settings
+from pipeline.embeddings.registry import choose_provider
 from pipeline.fts import match_terms
-from pipeline.query import search_store
+from pipeline.producer import sync_files
+from pipeline.query import memory_search, search_store
 from pipeline.search.retrievers import keyword_hits
 from pipeline.store import postings, schema
 from pipeline.store.engine import Database, connect
+from pipeline.store.matrix import MATRICES
 from pipeline.store.postings import TEXT_STATS, TextStatsCache, load, text_version
+from tests.fakes.provider_doubles import Fault, ProviderDouble
+from tests.secrets_scan import SENTINEL
 
 WORDS = ["garden", "gardens", "gardening", "run", "running", "runs", "Kafka", "kafka", "the",
          "of", "and", "café", "cafe", "naïve", "rate_limit", "rate-limit", "x2", "2026",
@@ -180,3 +185,53 @@ def test_a_version_3_store_gains_the_text_version_triggers(tmp_path: Path) -> No
     assert text_version(db) not in (None, seeded)
     assert both(db, "lantern garden", 5)[0] == both(db, "lantern garden", 5)[1]
     db.close()
+
+
+def test_rows_an_interrupted_tokenize_left_do_not_break_later_queries(
+        store: Database, monkeypatch) -> None:
+    monkeypatch.setattr(postings, "_TOKENIZED", {})  # so every query word is cut afresh
+    with schema.transaction(store) as conn:
+        insert(conn, ["lantern budget", "garden spike"])
+    stats = load(store)
+    assert stats.top(store, match_terms("lantern"), 5) is not None  # creates the scratch table
+    # what a call interrupted between its insert and its delete would leave behind
+    store.conn.execute("INSERT INTO temp.memq_query_text(rowid, text) VALUES (0, 'stale words')")
+    fts, memory = both(store, "garden budget", 5)
+    assert memory == fts and len(fts) == 2
+    assert store.conn.execute("SELECT count(*) FROM temp.memq_query_text").fetchone()[0] == 0
+
+
+def test_a_database_error_in_the_held_copy_falls_back_to_fts5(store: Database, caplog) -> None:
+    with schema.transaction(store) as conn:
+        insert(conn, ["lantern budget", "garden spike", "lantern"])
+    stats = load(store)
+    # a scratch view under the name the postings are read through: every read of it fails
+    store.conn.execute("CREATE TEMP TABLE memq_fts_instance(x)")
+    with caplog.at_level("WARNING"):
+        found = keyword_hits(store, "lantern", 5, None, stats)
+    assert found == keyword_hits(store, "lantern", 5, None) and len(found) == 2
+    assert "FTS5 answers instead" in caplog.text
+
+
+def test_a_one_shot_search_loads_nothing_even_when_the_query_embedding_fails(
+        tmp_path: Path, make_settings, monkeypatch) -> None:
+    """``in_memory=False`` (``memq search``) holds to it on the keyword-only fallback too: a
+    process that searches once must not start reading the store into memory."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02.md").write_text("# Garden\n\n- the lantern by the gate\n")
+    loads: list[str] = []
+    for cache in (TEXT_STATS, MATRICES):
+        monkeypatch.setattr(cache, "load", lambda db, what=cache.what: loads.append(what))
+    with ProviderDouble("openai", api_key=SENTINEL, script=[Fault("401")] * 4) as double:
+        settings = make_settings(ws, provider="openai",
+                                 remote={"baseUrl": double.url, "apiKey": SENTINEL})
+        db = connect(settings.store.path)
+        sync_files(db, settings, choose_provider(settings, env={}))  # chunks wait for vectors
+        db.close()
+        out = memory_search("lantern", settings=settings, sync=False, in_memory=False)
+    TEXT_STATS.wait()
+    MATRICES.wait()
+    assert out["mode"] == "keyword-only" and "query embedding failed" in out["warning"]
+    assert [r["path"] for r in out["results"]] == ["memory/2026-01-02.md"]
+    assert loads == []

@@ -5,11 +5,15 @@ when their spec carries ``remote.rateLimit``."""
 from __future__ import annotations
 
 import multiprocessing
+import socket
 import threading
 import time
 from collections import Counter
 
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from pipeline import jobs
 from pipeline.embeddings.base import EmbeddingError
@@ -160,3 +164,48 @@ def test_only_a_rate_limit_waits_in_place(monkeypatch: pytest.MonkeyPatch) -> No
         with pytest.raises(EmbeddingError) as info:  # past the budget: back to the task
             jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
         assert info.value.throttled and 2 <= len(double.embed_requests()) <= 4
+
+
+def test_waiting_in_place_is_bounded_by_wall_clock_not_by_time_asleep(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow refusals with tiny waits: the budget counts the requests' time too, so a worker
+    hands the job back to the task's retry policy long before its soft time limit."""
+    monkeypatch.setattr(jobs, "THROTTLE_BUDGET_S", 0.6)
+    slow_refusals = [Fault("429", retry_after=0.001, seconds=0.25)] * 40
+    with ProviderDouble("openai", api_key=SENTINEL, script=slow_refusals) as double:
+        provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
+        started = time.monotonic()
+        with pytest.raises(EmbeddingError) as info:
+            jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
+        took = time.monotonic() - started
+        assert info.value.throttled and 2 <= len(double.embed_requests()) <= 4
+    assert took < 0.6 + 2 * 0.25 + 0.5
+
+
+def unreachable_redis() -> redis.Redis:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return redis.Redis(host="127.0.0.1", port=port, retry=Retry(NoBackoff(), 0))
+
+
+def test_a_pause_survives_redis_going_away(caplog: pytest.LogCaptureFixture) -> None:
+    pause = FleetPause(unreachable_redis(), "gone")
+    with caplog.at_level("WARNING"):
+        pause.hold(0.3)
+        started = time.monotonic()
+        slept = pause.wait()
+    assert time.monotonic() - started >= 0.25 and slept >= 0.25  # this worker still obeys it
+    assert "this worker alone" in caplog.text and "own is kept" in caplog.text
+    with ProviderDouble("openai", api_key=SENTINEL,
+                        script=[Fault("429", retry_after=0.05)]) as double:
+        provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
+        vectors = jobs.embed_paced(provider, ["x"], pause)  # the job is not failed for it
+        assert len(vectors) == 1 and len(double.embed_requests()) == 2
+
+
+def test_an_unreachable_rate_limit_is_a_retryable_error() -> None:
+    limiter = FleetRateLimiter(unreachable_redis(), "gone", requests=10, tokens=None)
+    with pytest.raises(EmbeddingError) as info:
+        limiter.acquire(5)
+    assert info.value.retryable and "fleet rate limit unavailable" in str(info.value)

@@ -18,12 +18,14 @@ DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 STORE_QUEUE = "store"
 CONTROL_QUEUE = "control"
 # No task may run longer than this (embedding jobs take seconds; the limit catches a hang).
-TASK_TIME_LIMIT_S = 300
+# The soft limit comes first, so an embedding job can hand its chunks back to be retried.
+TASK_TIME_LIMIT_S = float(os.environ.get("MEMQ_TASK_TIME_LIMIT") or 300)
+TASK_SOFT_TIME_LIMIT_S = TASK_TIME_LIMIT_S - min(20.0, TASK_TIME_LIMIT_S / 10)
 # How long Redis keeps a message of a dead consumer before handing it out again: the time a
 # hard-killed worker's job waits to be redone. It must stay above every task's run time and
 # retry countdown, or a live task would run twice (harmless, as writes are idempotent, but
 # wasted work).
-VISIBILITY_TIMEOUT_S = int(os.environ.get("MEMQ_VISIBILITY_TIMEOUT", str(2 * TASK_TIME_LIMIT_S)))
+VISIBILITY_TIMEOUT_S = int(os.environ.get("MEMQ_VISIBILITY_TIMEOUT") or 2 * TASK_TIME_LIMIT_S)
 # kombu looks for such messages only every unacked_restore_interval x unacked_restore_throttle
 # seconds (10 x 10 by default): up to 100 s more. Looking every tenth of the timeout (1 to 10 s)
 # bounds the wait near the timeout itself; a look is one Redis range query.
@@ -59,7 +61,7 @@ app.conf.update(
     result_serializer="json",
     task_ignore_result=True,
     task_time_limit=TASK_TIME_LIMIT_S,
-    task_soft_time_limit=TASK_TIME_LIMIT_S - 20,
+    task_soft_time_limit=TASK_SOFT_TIME_LIMIT_S,
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     task_default_queue=CONTROL_QUEUE,

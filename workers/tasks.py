@@ -7,6 +7,7 @@ from functools import cache
 
 import redis
 from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
 from kombu import Connection
 
 from pipeline import jobs
@@ -77,7 +78,14 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
             log.warning("embedding failed%s, %d chunk(s) marked failed: %s", tried,
                         len(job["chunks"]), exc)
             result = jobs.failure_result(job, f"{exc}{tried}")
-    except Exception as exc:  # a bug or a time limit: record it on the chunks, don't lose them
+    except SoftTimeLimitExceeded:
+        if self.request.retries < MAX_RETRIES:  # a stalled provider, not a verdict on the chunks
+            log.warning("embedding %d chunk(s) ran past the task's soft time limit: retrying",
+                        len(job["chunks"]))
+            raise self.retry(countdown=jobs.retry_delay(self.request.retries)) from None
+        result = jobs.failure_result(
+            job, f"ran past the task's soft time limit {self.request.retries + 1} times")
+    except Exception as exc:  # a bug: record it on the chunks, don't lose them
         log.exception("embedding job failed")
         result = jobs.failure_result(job, f"{type(exc).__name__}: {exc}")
     write_vectors.apply_async(args=[result], queue=STORE_QUEUE)

@@ -14,13 +14,18 @@ provider. Only after ``MAX_WAIT_S`` does it give up with a retryable error.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from pipeline.embeddings.base import EmbeddingError
 
 __all__ = ["MAX_WAIT_S", "WINDOW_S", "FleetPause", "FleetRateLimiter"]
+
+log = logging.getLogger(__name__)
 
 WINDOW_S = 60.0
 MAX_WAIT_S = 300.0
@@ -66,9 +71,13 @@ class FleetRateLimiter:
     def try_acquire(self, tokens: int) -> float:
         """Take one request of ``tokens`` from the current window: 0.0 if granted, else the
         seconds until the next window."""
-        granted, window, wait_ms = self._script(
-            keys=[self.key],
-            args=[self.requests, self.tokens, max(0, int(tokens)), int(self.window_s * 1000)])
+        try:
+            granted, window, wait_ms = self._script(
+                keys=[self.key],
+                args=[self.requests, self.tokens, max(0, int(tokens)), int(self.window_s * 1000)])
+        except RedisError as exc:  # the budget cannot be checked: the job waits, it is not lost
+            raise EmbeddingError(f"fleet rate limit unavailable (Redis: {exc})",
+                                 retryable=True) from exc
         if granted:
             self.last_window = int(window)
             return 0.0
@@ -108,7 +117,8 @@ class FleetPause:
     provider key, lengthened, never shortened), every worker waits for it before its next
     request (with a little jitter, so they do not return in one burst), and the refused
     request is tried again in place. With no Redis (a RabbitMQ broker) ``client`` is None and
-    the pause is this process's alone.
+    the pause is this process's alone; so it is, with a warning, while Redis cannot be reached:
+    a pause is advice, and losing it must not fail the job that heard it.
     """
 
     def __init__(self, client: Any, provider_key: str) -> None:
@@ -120,17 +130,29 @@ class FleetPause:
     def hold(self, seconds: float) -> None:
         """Pause the fleet's requests to this provider for ``seconds`` from now."""
         ms = max(1, int(seconds * 1000))
-        if self._script is not None:
-            self._script(keys=[self.key], args=[ms])
         self._local_until = max(self._local_until, time.monotonic() + ms / 1000)
+        if self._script is not None:
+            try:
+                self._script(keys=[self.key], args=[ms])
+            except RedisError as exc:
+                log.warning("provider pause kept by this worker alone (Redis: %s)", exc)
 
-    def wait(self) -> float:
-        """Sleep out the current pause, if any; returns the seconds slept."""
+    def wait(self, limit: float | None = None) -> float:
+        """Sleep out the current pause, if any, but never more than ``limit`` seconds;
+        returns the seconds slept."""
         remaining = self._local_until - time.monotonic()
         if self.client is not None:
-            remaining = max(remaining, int(self.client.pttl(self.key)) / 1000)
+            try:
+                remaining = max(remaining, int(self.client.pttl(self.key)) / 1000)
+            except RedisError as exc:
+                log.warning("fleet's provider pause unknown, this worker's own is kept "
+                            "(Redis: %s)", exc)
         if remaining <= 0:
             return 0.0
         slept = remaining + random.random() * min(0.25, remaining)
+        if limit is not None:
+            slept = min(slept, limit)
+        if slept <= 0:
+            return 0.0
         time.sleep(slept)
         return slept

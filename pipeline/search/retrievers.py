@@ -14,6 +14,7 @@ source is never starved by a larger one filling vec0's top k.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,6 +25,7 @@ from pipeline.store.matrix import VectorMatrix
 from pipeline.store.postings import TextStats
 from pipeline.store.vectors import cosines, get_vectors, knn, knn_among, unit_rows
 
+log = logging.getLogger(__name__)
 EXACT_SCAN_MAX = 20_000  # wanted chunks scanned exactly; above this, vec0 over-fetches first
 OVERFETCH = 8
 
@@ -68,7 +70,11 @@ def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | 
         return {}
     if stats is not None:
         among = None if sources is None else allowed_rowids(db, sources)
-        found = stats.top(db, terms, limit, among)
+        try:
+            found = stats.top(db, terms, limit, among)
+        except db.database_error as exc:  # the copy is a shortcut: FTS5 still answers
+            log.warning("in-memory BM25 failed, FTS5 answers instead: %s", exc)
+            found = None
         if found is not None:
             return {rowid: -score for rowid, score in found}
     match = build_match_query(query)

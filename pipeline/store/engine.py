@@ -50,6 +50,10 @@ class Database:
     def operational_error(self) -> type[Exception]:
         return self._module.OperationalError  # type: ignore[union-attr]
 
+    @property
+    def database_error(self) -> type[Exception]:
+        return self._module.DatabaseError  # type: ignore[union-attr]
+
     def close(self) -> None:
         self.conn.close()
 

@@ -222,12 +222,16 @@ def _cut(db: Database, tokenizer: str, phrases: list[str]) -> dict[str, tuple[st
                      f"USING fts5(text, tokenize='{quoted}')")
         conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_query_tokens "
                      "USING fts5vocab(temp, 'memq_query_text', 'instance')")
-        conn.executemany("INSERT INTO temp.memq_query_text(rowid, text) VALUES (?, ?)", rows)
-        cut: dict[int, list[str]] = {n: [] for n, _ in rows}
-        for term, doc in conn.execute("SELECT term, doc FROM temp.memq_query_tokens "
-                                      "ORDER BY doc, offset"):
-            cut[doc].append(term)
-        conn.execute("DELETE FROM temp.memq_query_text")
+        conn.execute("DELETE FROM temp.memq_query_text")  # rows an interrupted call left
+        try:
+            conn.executemany("INSERT INTO temp.memq_query_text(rowid, text) VALUES (?, ?)",
+                             rows)
+            cut: dict[int, list[str]] = {n: [] for n, _ in rows}
+            for term, doc in conn.execute("SELECT term, doc FROM temp.memq_query_tokens "
+                                          "ORDER BY doc, offset"):
+                cut[doc].append(term)
+        finally:
+            conn.execute("DELETE FROM temp.memq_query_text")
         words.update((phrases[n], tuple(tokens)) for n, tokens in cut.items())
     return words
 

@@ -93,7 +93,8 @@ def media_vector(text: str, blobs: list[bytes], dims: int) -> np.ndarray:
 class Fault:
     """One injected failure. ``kind``: 429, quota, 500, 503, stall, context, wrong_dims,
     malformed, 401. ``retry_after`` adds a Retry-After header (429/503) or Gemini RetryInfo;
-    ``seconds`` is how long a stall sleeps before answering normally."""
+    ``seconds`` is how long a stall sleeps before answering normally, or an error before it
+    is sent."""
 
     kind: str
     retry_after: float | None = None
@@ -287,7 +288,7 @@ class ProviderDouble:
             elif fault.kind != "wrong_dims":
                 status, hdrs, payload, _ = _error(self.style, fault.kind, fault.kind,
                                                   retry_after=fault.retry_after)
-                return status, hdrs, payload, 0.0
+                return status, hdrs, payload, fault.seconds
         if self.max_input_bytes is not None and any(
             len(t.encode()) > self.max_input_bytes for t in texts
         ):
