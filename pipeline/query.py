@@ -103,7 +103,7 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     if not use_text:  # nothing to overlap with: a thread hop would only add a wake-up
         return matrix_hits(matrix, query_vector, candidates, among), {}, matrix
     scan = _SCANS.submit(matrix_hits, matrix, query_vector, candidates, among)
-    text = keyword_hits(db, query, candidates, sources, stats)
+    text = keyword_hits(db, query, candidates, sources, stats, among)
     return scan.result(), text, matrix
 
 

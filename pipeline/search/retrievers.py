@@ -55,12 +55,14 @@ def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int]:
 
 
 def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | None,
-                 stats: TextStats | None = None) -> dict[int, float]:
+                 stats: TextStats | None = None, among: Sequence[int] | None = None
+                 ) -> dict[int, float]:
     """BM25 hits as rowid -> FTS5's rank (``bm25()``: negative, lower is better), best first.
 
-    ``sources`` None: no filter (see :func:`source_filter`). ``stats``: the store's full-text
-    statistics held in memory (:mod:`pipeline.store.postings`), which give FTS5's own scores
-    without FTS5 ranking every match; FTS5 answers what they cannot. In FTS5, sorting by
+    ``sources`` None: no filter (see :func:`source_filter`); ``among``: their
+    :func:`allowed_rowids`, when the caller has read them already. ``stats``: the store's
+    full-text statistics held in memory (:mod:`pipeline.store.postings`), which give FTS5's own
+    scores without FTS5 ranking every match; FTS5 answers what they cannot. In FTS5, sorting by
     ``bm25()`` with a ``LIMIT`` lets SQLite keep only the best ``limit`` rows while ranking
     (``ORDER BY rank`` made it sort every match first). Equal ranks go by rowid either way, so
     the cut is the same on every run and on both paths.
@@ -69,7 +71,8 @@ def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | 
     if not terms or limit <= 0:
         return {}
     if stats is not None:
-        among = None if sources is None else allowed_rowids(db, sources)
+        if sources is not None and among is None:
+            among = allowed_rowids(db, sources)
         try:
             found = stats.top(db, terms, limit, among)
         except db.database_error as exc:  # the copy is a shortcut: FTS5 still answers
