@@ -28,7 +28,7 @@ __all__ = ["MAX_WAIT_S", "WINDOW_S", "FleetPause", "FleetRateLimiter"]
 log = logging.getLogger(__name__)
 
 WINDOW_S = 60.0
-MAX_WAIT_S = 300.0
+MAX_WAIT_S = 120.0  # then the task's retry policy: well inside its soft time limit (280 s)
 KEY_PREFIX = "memq:ratelimit:"
 PAUSE_PREFIX = "memq:pause:"
 
