@@ -15,6 +15,7 @@ provider. Only after ``MAX_WAIT_S`` does it give up with a retryable error.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from typing import Any
@@ -137,7 +138,7 @@ class FleetPause:
             except RedisError as exc:
                 log.warning("provider pause kept by this worker alone (Redis: %s)", exc)
 
-    def wait(self, limit: float | None = None) -> float:
+    def wait(self, limit: float = math.inf) -> float:
         """Sleep out the current pause, if any, but never more than ``limit`` seconds;
         returns the seconds slept."""
         remaining = self._local_until - time.monotonic()
@@ -147,12 +148,8 @@ class FleetPause:
             except RedisError as exc:
                 log.warning("fleet's provider pause unknown, this worker's own is kept "
                             "(Redis: %s)", exc)
-        if remaining <= 0:
-            return 0.0
-        slept = remaining + random.random() * min(0.25, remaining)
-        if limit is not None:
-            slept = min(slept, limit)
-        if slept <= 0:
+        slept = min(remaining + random.random() * min(0.25, remaining), limit)
+        if remaining <= 0 or slept <= 0:
             return 0.0
         time.sleep(slept)
         return slept
