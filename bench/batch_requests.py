@@ -26,7 +26,7 @@ from pipeline.batch import workflow
 from pipeline.batch.api import batch_api_for
 from pipeline.config import load_settings
 from pipeline.embeddings.registry import choose_provider
-from pipeline.producer import index_once
+from pipeline.ingest.producer import index_once
 from pipeline.store.engine import connect
 from tests.fakes.provider_doubles import ProviderDouble
 

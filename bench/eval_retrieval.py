@@ -1,7 +1,7 @@
 """Benchmark: memq's retrieval quality on SciFact/NFCorpus next to published figures, and the
 weight sweep used to tune the fused modes (on a training split only).
 
-Not a test. The evaluation itself is ``memq eval`` (:mod:`pipeline.evaluation`): the collection
+Not a test. The evaluation itself is ``memq eval`` (:mod:`memq.evaluation`): the collection
 is written as one Markdown file per document, indexed by ``run_index`` (embedded broker + a
 real Celery worker, as ``memq index``) and queried through ``search_store``. This script adds
 the published anchors and ``--sweep``, which scores a grid of vector weights and RRF k on the
@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.evaluation import beir, report
-from pipeline.evaluation.command import evaluate, fused_keys
-from pipeline.evaluation.workspace import EvalWorkspace, default_work_dir
+from memq.evaluation import beir, report
+from memq.evaluation.command import evaluate, fused_keys
+from memq.evaluation.workspace import EvalWorkspace, default_work_dir
 
 DEFAULT_DATA = Path("/work/shared/eval")
 

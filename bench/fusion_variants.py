@@ -23,10 +23,10 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.evaluation import beir
-from pipeline.evaluation.metrics import beir_metrics, mean
-from pipeline.evaluation.report import beir_table
-from pipeline.evaluation.workspace import EvalWorkspace, default_work_dir
+from memq.evaluation import beir
+from memq.evaluation.metrics import beir_metrics, mean
+from memq.evaluation.report import beir_table
+from memq.evaluation.workspace import EvalWorkspace, default_work_dir
 from pipeline.search import fusion
 from pipeline.search.retrievers import cosine_for, keyword_hits, matrix_hits
 from pipeline.store.matrix import MATRICES

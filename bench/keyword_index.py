@@ -31,8 +31,8 @@ from pathlib import Path
 from harness import add_common_args, header, scratch
 from notes import bullet
 
-from pipeline.chunking import chunk_markdown
 from pipeline.config import Settings, load_settings
+from pipeline.ingest.chunking import chunk_markdown
 from pipeline.store import schema
 from pipeline.store.engine import connect
 from pipeline.store.writer import chunk_id

@@ -25,9 +25,9 @@ from keyword_index import floor_stat, make_settings, make_workspace
 from query_latency import QUERY_WORDS, interleaved
 
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.producer import sync_files
+from pipeline.ingest.producer import sync_files
+from pipeline.ingest.refresh import find_stale
 from pipeline.query import memory_search, search_store
-from pipeline.refresh import find_stale
 from pipeline.store import schema
 from pipeline.store.engine import connect
 

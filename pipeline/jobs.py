@@ -30,7 +30,7 @@ from pipeline.config import Settings
 from pipeline.embeddings.base import DocumentInput, EmbeddingError, EmbeddingProvider, MediaInput
 from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
-from pipeline.producer import index_once
+from pipeline.ingest.producer import index_once
 from pipeline.store import joblog, schema, writer
 from pipeline.store.engine import Database, as_store_error, connect
 
@@ -293,7 +293,7 @@ def index_job(job_id: str, settings: Settings, submit: Callable[[Job], None], *,
     polling of live batch jobs that lost their messages.
     """
     from pipeline.batch.workflow import routing_for
-    from pipeline.reindex import start_rebuild
+    from pipeline.ingest.reindex import start_rebuild
 
     db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
     try:

@@ -21,9 +21,11 @@ import numpy as np
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
+from pipeline.ingest.producer import stale_memory_paths, sync_files
+from pipeline.ingest.reindex import rebuild_info
+from pipeline.ingest.sessions import session_get
+from pipeline.ingest.sources import IGNORED_DIRS, memory_files, relative_path
 from pipeline.jobs import provider_for
-from pipeline.producer import stale_memory_paths, sync_files
-from pipeline.reindex import rebuild_info
 from pipeline.search import decay, fusion
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.fusion import Candidate
@@ -36,8 +38,6 @@ from pipeline.search.retrievers import (
     source_filter,
     vector_hits,
 )
-from pipeline.sessions import session_get
-from pipeline.sources import IGNORED_DIRS, memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, StoreError, connect
 from pipeline.store.matrix import MATRICES, VectorMatrix
@@ -313,7 +313,8 @@ def memory_get(path: str, from_line: int | None = None, lines: int | None = None
 
     A missing (but allowed) file gives empty text; anything outside the roots, a symlink or a
     non-``.md`` path raises :class:`MemoryPathError`. With session memory on, session hits
-    (``sessions/<file>.jsonl``) open too, by JSONL line (:func:`pipeline.sessions.session_get`).
+    (``sessions/<file>.jsonl``) open too, by JSONL line
+    (:func:`pipeline.ingest.sessions.session_get`).
     """
     settings = settings or load_settings(workspace=workspace)
     session = session_get(settings, str(path), from_line, lines)

@@ -6,8 +6,8 @@ from typing import Any
 
 from pipeline.batch.policy import all_policies
 from pipeline.config import Settings
+from pipeline.ingest.reindex import progress_of, rebuild_info
 from pipeline.query import open_store
-from pipeline.reindex import progress_of, rebuild_info
 from pipeline.store import batches, joblog, schema
 from pipeline.store.vectors import count_vectors, vector_dims
 

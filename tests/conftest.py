@@ -166,6 +166,6 @@ def fleet(broker_url: str, tmp_path: Path) -> Iterator[Fleet]:
 def run_memq(*args: str, env: dict[str, str] | None = None, timeout: float = 600
              ) -> subprocess.CompletedProcess[str]:
     """Run the real ``memq`` CLI in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "memq.cli", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=REPO,
                           env={**os.environ, **(env or {})})

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from pipeline.chunking import chunk_markdown
 from pipeline.config import Settings
-from pipeline.sources import memory_files
+from pipeline.ingest.chunking import chunk_markdown
+from pipeline.ingest.sources import memory_files
 from pipeline.store.engine import connect
 from pipeline.store.vectors import get_vectors
 from pipeline.store.writer import chunk_id

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from pipeline.config import Settings
-from pipeline.sources import memory_files
+from pipeline.ingest.sources import memory_files
 from pipeline.store import schema
 from pipeline.store.engine import connect
 from pipeline.store.vectors import count_vectors

@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.producer import sync_files
+from pipeline.ingest.producer import sync_files
 from pipeline.store import writer
 from pipeline.store.engine import Database, connect
 

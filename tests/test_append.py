@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import append as append_module
-from pipeline.append import AppendError, memory_append
+from pipeline.ingest import append as append_module
+from pipeline.ingest.append import AppendError, memory_append
+from pipeline.ingest.refresh import VECTORS_NONE, find_stale, refresh_index
 from pipeline.query import MemoryPathError, memory_get, memory_search
-from pipeline.refresh import VECTORS_NONE, find_stale, refresh_index
 from pipeline.store.engine import connect
 
 DAY = date(2026, 12, 2)

@@ -12,8 +12,8 @@ import pytest
 
 from pipeline.batch import policy, workflow
 from pipeline.embeddings.registry import ProviderSpec
+from pipeline.ingest.producer import queue_pending, sync_files
 from pipeline.jobs import encode_vector
-from pipeline.producer import queue_pending, sync_files
 from pipeline.store import batches, schema
 from pipeline.store.engine import connect
 

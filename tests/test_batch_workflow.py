@@ -12,7 +12,7 @@ import pytest
 from pipeline.batch import admin, policy, workflow
 from pipeline.batch.api import batch_api_for
 from pipeline.embeddings.registry import choose_provider
-from pipeline.producer import index_once
+from pipeline.ingest.producer import index_once
 from pipeline.store import batches
 from pipeline.store.engine import connect
 from tests.fakes.batch_doubles import BatchPlan

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.chunking import Chunk, chunk_markdown, enforce_input_limit, hash_text, js_trim
 from pipeline.embeddings.limits import (
     HARD_MAX_INPUT_BYTES,
     max_input_bytes,
     max_input_tokens,
 )
+from pipeline.ingest.chunking import Chunk, chunk_markdown, enforce_input_limit, hash_text, js_trim
 
 GOLDEN = Path(__file__).parent / "golden" / "chunking"
 

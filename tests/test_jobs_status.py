@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import worker_command
+from memq.cli import worker_command
 from pipeline.store import joblog
 from pipeline.store.engine import connect
 from tests.conftest import run_memq

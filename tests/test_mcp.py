@@ -19,8 +19,8 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from memq.mcp_server import is_loopback, parse_bind
 from pipeline.config import Settings
-from pipeline.mcp_server import is_loopback, parse_bind
 from pipeline.search.citations import apply_citations
 from tests.conftest import REPO, run_memq
 
@@ -30,7 +30,7 @@ TODAY = date.today().isoformat()
 def server_params(settings: Settings) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "pipeline.cli", "mcp", "--workspace", str(settings.workspace),
+        args=["-m", "memq.cli", "mcp", "--workspace", str(settings.workspace),
               "--config", str(settings.config_file)],
         cwd=str(REPO))
 
@@ -253,7 +253,7 @@ def test_http_mode_needs_the_bearer_token(keyword_settings: Settings) -> None:
 
     token = "t0k3n-" + "x" * 26
     port = _free_port()
-    argv = [sys.executable, "-m", "pipeline.cli", "mcp", "--workspace",
+    argv = [sys.executable, "-m", "memq.cli", "mcp", "--workspace",
             str(keyword_settings.workspace), "--config", str(keyword_settings.config_file),
             "--http", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "MEMQ_MCP_TOKEN": token},

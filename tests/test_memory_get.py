@@ -53,7 +53,7 @@ def test_search_before_any_index_says_so(workspace: Path, make_settings) -> None
 def test_search_citations_point_memory_get_at_the_lines(workspace: Path, make_settings,
                                                         tmp_path: Path) -> None:
     from pipeline.embeddings.registry import ProviderChoice
-    from pipeline.producer import sync_files
+    from pipeline.ingest.producer import sync_files
     from pipeline.store.engine import connect
 
     settings = make_settings(workspace, provider="none")

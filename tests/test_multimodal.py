@@ -19,8 +19,8 @@ import pytest
 
 from pipeline.embeddings.base import EmbeddingError, MediaInput
 from pipeline.embeddings.gemini import GeminiProvider
-from pipeline.multimodal import MODEL_MIME_TYPES, sniff_mime
-from pipeline.producer import index_identity
+from pipeline.ingest.multimodal import MODEL_MIME_TYPES, sniff_mime
+from pipeline.ingest.producer import index_identity
 from pipeline.query import memory_search
 from pipeline.status import index_status
 from pipeline.store.engine import connect
@@ -101,8 +101,8 @@ def test_media_chunks_travel_alone_and_never_from_a_changed_file(
     inline; one whose file changed after its row was written is not queued (no label-only
     vector), and the next pass re-syncs and queues it."""
     from pipeline.embeddings.registry import choose_provider
-    from pipeline.multimodal import MediaSource
-    from pipeline.producer import index_once, queue_pending, sync_files
+    from pipeline.ingest.multimodal import MediaSource
+    from pipeline.ingest.producer import index_once, queue_pending, sync_files
 
     monkeypatch.setenv("GEMINI_API_KEY", KEY)
     media = workspace / "media"

@@ -9,9 +9,9 @@ import pytest
 
 from pipeline.config import load_settings
 from pipeline.embeddings.registry import choose_provider
-from pipeline.fts import match_terms
-from pipeline.producer import sync_files
+from pipeline.ingest.producer import sync_files
 from pipeline.query import memory_search, search_store
+from pipeline.search.fts import match_terms
 from pipeline.search.retrievers import keyword_hits
 from pipeline.store import postings, schema
 from pipeline.store.engine import Database, connect

@@ -10,9 +10,9 @@ import pytest
 
 from pipeline import jobs
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.producer import MAX_FILE_BYTES, group_jobs, index_once
+from pipeline.ingest.producer import MAX_FILE_BYTES, group_jobs, index_once
+from pipeline.ingest.reindex import rebuild_step, start_rebuild
 from pipeline.query import memory_search
-from pipeline.reindex import rebuild_step, start_rebuild
 from pipeline.status import index_status
 from pipeline.store.engine import connect
 from pipeline.store.writer import PendingChunk
@@ -98,7 +98,7 @@ def test_symlinks_and_ignored_folders_are_skipped(keyword_only, workspace: Path,
 
 
 def test_lowercase_memory_md_only_without_uppercase(workspace: Path, make_settings) -> None:
-    from pipeline.sources import memory_files
+    from pipeline.ingest.sources import memory_files
 
     (workspace / "memory.md").write_text("lower")
     paths = [f.path for f in memory_files(workspace)]
@@ -110,7 +110,7 @@ def test_lowercase_memory_md_only_without_uppercase(workspace: Path, make_settin
 def test_files_reached_twice_are_listed_once_with_workspace_paths(workspace: Path,
                                                                    tmp_path: Path) -> None:
     """Dedup is by real path even when the workspace is reached through a symlink."""
-    from pipeline.sources import memory_files
+    from pipeline.ingest.sources import memory_files
 
     (workspace / "memory" / "deep" / "er").mkdir(parents=True)
     (workspace / "memory" / "deep" / "er" / "n.md").write_text("nested")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.embeddings.registry import choose_provider
+from pipeline.ingest.reindex import rebuild_step, start_rebuild
 from pipeline.query import memory_search
-from pipeline.reindex import rebuild_step, start_rebuild
 from pipeline.status import index_status
 from pipeline.store import schema
 from pipeline.store.engine import connect

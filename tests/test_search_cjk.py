@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fts import build_match_query
 from pipeline.query import memory_search
-from pipeline.search.tokens import index_text, query_text, words
+from pipeline.search.fts import build_match_query
 from pipeline.store import schema
 from pipeline.store.engine import connect
+from pipeline.store.tokens import index_text, query_text, words
 from tests.searchkit import build
 
 NOTES = {

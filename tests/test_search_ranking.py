@@ -213,7 +213,7 @@ def test_mmr_applies_in_keyword_only_mode(ws: Path, make_settings) -> None:
 
 
 def test_jaccard_uses_unicode_tokens_and_empty_sets_are_not_similar() -> None:
-    from pipeline.search.tokens import words
+    from pipeline.store.tokens import words
 
     a, b = frozenset(words("会议纪要在周一")), frozenset(words("预算审批流程"))
     assert a and b and jaccard(a, b) == 0.0  # ASCII-only tokens made these identical

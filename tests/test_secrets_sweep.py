@@ -47,7 +47,7 @@ def test_the_scanner_finds_a_planted_key(tmp_path: Path, broker_url: str) -> Non
 def _mcp_search(env: dict[str, str], workspace: Path, cfg: Path) -> str:
     params = StdioServerParameters(
         command=sys.executable, cwd=str(REPO), env=env,
-        args=["-m", "pipeline.cli", "mcp", "--workspace", str(workspace), "--config", str(cfg)])
+        args=["-m", "memq.cli", "mcp", "--workspace", str(workspace), "--config", str(cfg)])
 
     async def run() -> str:
         with anyio.fail_after(60):

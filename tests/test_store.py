@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.chunking import chunk_markdown
+from pipeline.ingest.chunking import chunk_markdown
 from pipeline.store import cache, schema, writer
 from pipeline.store.engine import connect
 from pipeline.store.vectors import count_vectors, get_vectors, knn, put_vectors

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pipeline import jobs
 from pipeline.embeddings.registry import choose_provider
-from pipeline.producer import index_once
+from pipeline.ingest.producer import index_once
 from pipeline.query import memory_search
 from pipeline.store.engine import connect
 

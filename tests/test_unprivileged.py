@@ -56,7 +56,7 @@ def shared_dir() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="memq-perms-"))
     root.chmod(0o755)
     (root / "mnt").mkdir()
-    probe = subprocess.run(as_nobody([sys.executable, "-c", "import pipeline.cli"], root / "mnt"),
+    probe = subprocess.run(as_nobody([sys.executable, "-c", "import memq.cli"], root / "mnt"),
                            cwd=REPO, capture_output=True, text=True)
     try:
         if probe.returncode != 0:
@@ -67,7 +67,7 @@ def shared_dir() -> Iterator[Path]:
 
 
 def memq_as_nobody(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    argv = as_nobody([sys.executable, "-m", "pipeline.cli", *args], home.parent / "mnt")
+    argv = as_nobody([sys.executable, "-m", "memq.cli", *args], home.parent / "mnt")
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HOME": str(home), "MEMQ_BROKER_URL": "",
                                "REDIS_URL": ""})

@@ -34,7 +34,7 @@ def test_memq_watch_indexes_new_files_until_interrupted(workspace: Path, tmp_pat
 
     env = _env(tmp_path, tiny_model)
     log = open(tmp_path / "watch.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "watch", "--workspace",
+    proc = subprocess.Popen([sys.executable, "-m", "memq.cli", "watch", "--workspace",
                              str(workspace), "--debounce-ms", "300"], cwd=REPO,
                             env={**os.environ, **env}, stdout=log, stderr=log)
     try:

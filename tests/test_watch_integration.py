@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.embeddings.registry import choose_provider
-from pipeline.reindex import rebuild_step
+from pipeline.ingest.reindex import rebuild_step
 from pipeline.status import index_status
 from tests.fakes.tiny_gguf import write_tiny_gguf
 from tests.indexcheck import index_vs_disk, wait_until

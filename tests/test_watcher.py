@@ -12,10 +12,10 @@ import pytest
 from watchdog.observers import Observer
 
 from pipeline.embeddings.registry import choose_provider
-from pipeline.producer import index_once
-from pipeline.sources import memory_files, memory_files_at
+from pipeline.ingest.producer import index_once
+from pipeline.ingest.sources import memory_files, memory_files_at
+from pipeline.ingest.watcher import ChangeBatcher, Watcher, watch_targets
 from pipeline.store.engine import connect
-from pipeline.watcher import ChangeBatcher, Watcher, watch_targets
 
 
 def test_batch_waits_until_writes_settle() -> None:
@@ -214,7 +214,7 @@ MOUNTINFO_SAMPLE = """\
 
 
 def test_file_system_of_takes_the_deepest_mount() -> None:
-    from pipeline.watcher import file_system_of, polling_needed
+    from pipeline.ingest.watcher import file_system_of, polling_needed
 
     assert file_system_of(Path("/home/me/ws"), MOUNTINFO_SAMPLE) == "ext4"
     assert file_system_of(Path("/srv/share/agent/memory"), MOUNTINFO_SAMPLE) == "nfs4"
@@ -229,7 +229,7 @@ def test_polling_setting_forces_or_refuses_polling(tmp_path: Path, make_settings
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from watchdog.observers.polling import PollingObserver
 
-    import pipeline.watcher as watcher_module
+    import pipeline.ingest.watcher as watcher_module
 
     ws = tmp_path / "ws"
     _tree(ws)
@@ -273,7 +273,7 @@ def _watch_for_a_batch(watcher: Watcher, ws: Path, batches: list[set[Path]]) -> 
 
 def test_auto_polls_when_native_watches_cannot_be_set(tmp_path: Path, make_settings,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipeline.watcher as watcher_module
+    import pipeline.ingest.watcher as watcher_module
 
     ws = tmp_path / "ws"
     _tree(ws)

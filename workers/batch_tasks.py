@@ -25,7 +25,7 @@ from pipeline.batch import workflow
 from pipeline.batch.api import batch_api_for
 from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.registry import ProviderSpec
-from pipeline.producer import queue_pending
+from pipeline.ingest.producer import queue_pending
 from pipeline.store import batches, schema
 from pipeline.store.engine import Database, StoreBusy, as_store_error
 from workers.app import (

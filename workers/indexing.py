@@ -21,8 +21,8 @@ from kombu import Connection
 from pipeline.batch.workflow import routing_for
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.producer import EmbedJob, IndexReport, index_once
-from pipeline.reindex import (
+from pipeline.ingest.producer import EmbedJob, IndexReport, index_once
+from pipeline.ingest.reindex import (
     RebuildProgress,
     progress_of,
     rebuild_info,
@@ -130,7 +130,7 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
 
     When the configuration's fingerprint no longer matches the store's, or ``rebuild`` names a
     reason (``memq reindex``), a new index is built beside the live one and swapped in when
-    complete (:mod:`pipeline.reindex`); with ``wait`` this returns after the swap. The run is
+    complete (:mod:`pipeline.ingest.reindex`); with ``wait`` this returns after the swap. The run is
     logged as a job (``run.job_id``) in the store, like jobs enqueued remotely.
     """
     started = time.monotonic()

@@ -125,7 +125,7 @@ def reindex_step() -> dict[str, object]:
     so the single store consumer is never blocked by the rebuild it serves.
     """
     from pipeline.embeddings.registry import choose_provider
-    from pipeline.reindex import rebuild_step
+    from pipeline.ingest.reindex import rebuild_step
 
     cfg = settings()
     progress = rebuild_step(cfg, choose_provider(cfg), submit_embed_job)

@@ -25,10 +25,10 @@ from kombu import Connection
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.producer import REQUEUE_AFTER_S, EmbedJob, IndexReport, index_once
-from pipeline.reindex import rebuild_info, rebuild_step, start_rebuild
+from pipeline.ingest.producer import REQUEUE_AFTER_S, EmbedJob, IndexReport, index_once
+from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
+from pipeline.ingest.watcher import Watcher
 from pipeline.store.engine import connect
-from pipeline.watcher import Watcher
 from workers.app import STORE_QUEUE, app, embed_queue
 
 log = logging.getLogger(__name__)

@@ -45,8 +45,8 @@ from pipeline.batch.policy import provider_policy, record_outcome
 from pipeline.config import BatchSettings, Settings
 from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.registry import ProviderSpec
+from pipeline.ingest.producer import REMOTE_JOB_MAX_BYTES, EmbedJob, embed_job_for, group_jobs
 from pipeline.jobs import decode_vector, encode_vector
-from pipeline.producer import REMOTE_JOB_MAX_BYTES, EmbedJob, embed_job_for, group_jobs
 from pipeline.store import batches, writer
 from pipeline.store.engine import Database
 

@@ -19,7 +19,7 @@ class MediaInput:
     """A document that is a file, not text: its label plus its bytes inline (base64).
 
     Only a provider whose ``accepts_media`` is true takes one (Gemini's multimodal model);
-    see :mod:`pipeline.multimodal`.
+    see :mod:`pipeline.ingest.multimodal`.
     """
 
     text: str

@@ -7,9 +7,9 @@ API's cap, which OpenClaw ignores: #134015). Auth is the ``x-goog-api-key`` head
 ``outputDimensionality`` (768, 1536 or 3072) applies to gemini-embedding-2-preview only, as in
 OpenClaw; it is part of the provider key because it changes the vectors.
 
-That model also embeds image and audio files (:mod:`pipeline.multimodal`): a media document is
-one request entry whose parts are its label text and an ``inlineData {mimeType, data}`` part
-(base64), through ``batchEmbedContents`` like text, never the asynchronous batch API.
+That model also embeds image and audio files (:mod:`pipeline.ingest.multimodal`): a media
+document is one request entry whose parts are its label text and an
+``inlineData {mimeType, data}`` part (base64), through ``batchEmbedContents`` like text, never the asynchronous batch API.
 """
 
 from __future__ import annotations

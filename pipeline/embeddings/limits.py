@@ -3,8 +3,8 @@
 OpenClaw does not run a tokenizer to enforce input limits: it estimates a text's token count as
 its **UTF-8 byte length** (every token holds at least one byte, so bytes are an upper bound) and
 compares that with the model's max input tokens, capped at 8000 (``EMBEDDING_BATCH_MAX_TOKENS``).
-``max_input_bytes`` returns that cap; ``pipeline.chunking.enforce_input_limit`` re-splits chunks
-that exceed it. Queries are never truncated.
+``max_input_bytes`` returns that cap; ``pipeline.ingest.chunking.enforce_input_limit``
+re-splits chunks that exceed it. Queries are never truncated.
 """
 
 from __future__ import annotations
@@ -84,6 +84,6 @@ def max_input_bytes(provider: str, model: str) -> int:
     """Per-chunk input limit in UTF-8 bytes: ``min(max_input_tokens(provider, model), 8000)``.
 
     Tokens are estimated as UTF-8 bytes, like OpenClaw does, so this number is both the token
-    limit and the byte budget handed to ``pipeline.chunking.enforce_input_limit``.
+    limit and the byte budget handed to ``pipeline.ingest.chunking.enforce_input_limit``.
     """
     return min(max_input_tokens(provider, model), HARD_MAX_INPUT_BYTES)

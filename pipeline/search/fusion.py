@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.fts import bm25_to_score
+from pipeline.search.fts import bm25_to_score
 
 
 @dataclass

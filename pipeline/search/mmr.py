@@ -2,7 +2,7 @@
 
 Greedy, as OpenClaw: each step takes the item maximising λ·relevance − (1−λ)·max similarity to
 the items already taken, relevance min-max normalised over the pool. Similarity is Jaccard over
-Unicode word tokens (CJK as bigrams, :func:`pipeline.search.tokens.words`), and two texts with
+Unicode word tokens (CJK as bigrams, :func:`pipeline.store.tokens.words`), and two texts with
 no tokens are not similar (OpenClaw's ASCII-only tokens made every CJK snippet identical).
 Scores are not changed, only the order.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from pipeline.search.tokens import words
+from pipeline.store.tokens import words
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.fts import build_match_query, match_terms
+from pipeline.search.fts import build_match_query, match_terms
 from pipeline.store.engine import Database
 from pipeline.store.matrix import VectorMatrix
 from pipeline.store.postings import TextStats

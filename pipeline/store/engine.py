@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pipeline.search.tokens import index_text
+from pipeline.store.tokens import index_text
 
 BUSY_TIMEOUT_MS = 5000
 _DRIVERS = ("sqlite3", "pysqlite3.dbapi2", "sqlean")

@@ -6,7 +6,7 @@ vector, so the hot search paths join on integers. ``chunks.id`` is the stable te
 of a file can never attach to newer text, because the newer text has another id.
 
 ``chunks_fts`` reads its content from ``chunks.text`` but indexes ``memq_fts_text(text)``: the
-text with Chinese/Japanese/Korean runs cut into bigrams (:mod:`pipeline.search.tokens`), with
+text with Chinese/Japanese/Korean runs cut into bigrams (:mod:`pipeline.store.tokens`), with
 the Porter stemmer over ``unicode61``. The function is registered on every connection
 (:func:`pipeline.store.engine.connect`); the triggers call it, so every write path stays in step.
 Version 2 changed the FTS table; opening an older store rebuilds it from ``chunks``. Version 3

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.chunking import Chunk
+from pipeline.ingest.chunking import Chunk
 from pipeline.store.cache import put_cached
 from pipeline.store.engine import Database
 from pipeline.store.schema import get_meta, transaction

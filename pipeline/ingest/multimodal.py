@@ -28,8 +28,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.chunking import Chunk, hash_text
 from pipeline.config import MultimodalSettings
+from pipeline.ingest.chunking import Chunk, hash_text
 
 __all__ = ["MediaFile", "MediaSource", "classify", "file_chunks", "label", "media_chunk",
            "read_media", "sniff_mime"]

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.chunking import Chunk, chunk_markdown
 from pipeline.config import Settings
-from pipeline.sources import SourceFile
+from pipeline.ingest.chunking import Chunk, chunk_markdown
+from pipeline.ingest.sources import SourceFile
 
 SESSIONS_SOURCE = "sessions"
 ROLES = {"user": "User", "assistant": "Assistant"}
@@ -53,7 +53,7 @@ def session_files(settings: Settings) -> list[SourceFile]:
 
 def session_files_at(settings: Settings, paths: Iterable[Path]) -> tuple[list[SourceFile],
                                                                           set[str]]:
-    """Like :func:`pipeline.sources.memory_files_at`, for transcripts: (found, scopes)."""
+    """Like :func:`pipeline.ingest.sources.memory_files_at`, for transcripts: (found, scopes)."""
     if SESSIONS_SOURCE not in settings.sources:
         return [], set()
     folder = Path(os.path.abspath(settings.sessions_dir))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.evaluation.locomo import CATEGORIES, KS
+from memq.evaluation.locomo import CATEGORIES, KS
 
 LABELS = {"keyword": "keyword (FTS5 BM25)", "vector": "vector", "hybrid": "hybrid, weighted",
           "rrf": "hybrid, RRF", "hybrid+mmr": "hybrid, weighted + MMR"}

@@ -1,7 +1,7 @@
 """Which files are memory: ``MEMORY.md``, ``memory/**/*.md`` and ``extraPaths``.
 
 Under ``extraPaths`` only, image and audio files are memory too when ``multimodal`` is on
-(:mod:`pipeline.multimodal`), as in OpenClaw.
+(:mod:`pipeline.ingest.multimodal`), as in OpenClaw.
 
 Paths are stored relative to the workspace with forward slashes (extra paths outside the
 workspace come out as ``../…``), as OpenClaw stores them. Symlinks are never followed, so a
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import MultimodalSettings
-from pipeline.multimodal import classify
+from pipeline.ingest.multimodal import classify
 
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
                           "__pycache__"})

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.evaluation.metrics import mean
-from pipeline.evaluation.workspace import EvalWorkspace, mode_settings, search
+from memq.evaluation.metrics import mean
+from memq.evaluation.workspace import EvalWorkspace, mode_settings, search
 
 KS = (1, 3, 6)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",

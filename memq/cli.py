@@ -390,7 +390,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from pipeline import mcp_server
+    from memq import mcp_server
 
     settings = _settings(args)
     if args.http is None:
@@ -409,7 +409,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pipeline.evaluation.command import evaluate, fused_keys, read_base
+    from memq.evaluation.command import evaluate, fused_keys, read_base
 
     try:
         out = evaluate(Path(args.collection), split=args.split, limit=args.limit,

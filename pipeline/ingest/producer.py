@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.chunking import chunk_markdown, enforce_input_limit
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
-from pipeline.multimodal import MediaSource, classify, file_chunks, read_media
-from pipeline.sessions import (
+from pipeline.ingest.chunking import chunk_markdown, enforce_input_limit
+from pipeline.ingest.multimodal import MediaSource, classify, file_chunks, read_media
+from pipeline.ingest.sessions import (
     SESSIONS_SOURCE,
     needs_sync,
     session_files,
     session_files_at,
     transcript_chunks,
 )
-from pipeline.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
+from pipeline.ingest.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
 from pipeline.store import batches, cache, schema, writer
 from pipeline.store.engine import Database
 from pipeline.store.vectors import drop_vectors
@@ -74,7 +74,7 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
     Provider, model, provider key and options (dimensions live there for remote providers),
     chunking, and the scope (sources, extra paths, and the multimodal settings when they are
     on: OpenClaw's scope hash). Any change builds a new index beside the live one
-    (:mod:`pipeline.reindex`); the live one is never altered in place.
+    (:mod:`pipeline.ingest.reindex`); the live one is never altered in place.
     """
     identity = {
         "provider": spec.name if spec else None,
@@ -191,7 +191,7 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
 
     With ``paths`` (what a watcher saw change: files or folders), only those are looked at;
     without, every memory file is. A store built for another fingerprint is not touched:
-    ``report.rebuild_needed`` says a new index must be built (see :mod:`pipeline.reindex`).
+    ``report.rebuild_needed`` says a new index must be built (see :mod:`pipeline.ingest.reindex`).
     """
     schema.ensure_schema(db)
     report = IndexReport()

@@ -1,7 +1,7 @@
 """Safe reindex: build a new index beside the live one, and swap it in when it is complete.
 
 A fingerprint change (model, provider key, chunking, scope; see
-:func:`pipeline.producer.index_identity`) or ``memq reindex`` never touches the live store:
+:func:`pipeline.ingest.producer.index_identity`) or ``memq reindex`` never touches the live store:
 searches keep answering from it. A new store file (a *generation*) is created next to it,
 seeded with the live store's embedding cache (so texts embedded before cost nothing), filled by
 ordinary producer passes through the ordinary queues, and swapped in when a disk pass leaves
@@ -27,7 +27,7 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.producer import (
+from pipeline.ingest.producer import (
     REQUEUE_AFTER_S,
     EmbedJob,
     IndexReport,

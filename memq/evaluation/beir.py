@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.evaluation.metrics import beir_metrics, mean
-from pipeline.evaluation.workspace import EvalWorkspace, Indexed, mode_settings, search
+from memq.evaluation.metrics import beir_metrics, mean
+from memq.evaluation.workspace import EvalWorkspace, Indexed, mode_settings, search
 
 DEPTH = 100  # documents ranked per query (R@100 needs 100)
 CHUNKS_PER_QUERY = 3 * DEPTH  # documents span several chunks; ask for enough to fill DEPTH

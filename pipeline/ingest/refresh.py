@@ -15,10 +15,10 @@ import threading
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths
+from pipeline.ingest.sources import memory_files, relative_path
 from pipeline.jobs import provider_for
-from pipeline.producer import IndexReport, index_once, stale_memory_paths
 from pipeline.query import index_spec
-from pipeline.sources import memory_files, relative_path
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
 

@@ -4,7 +4,7 @@ The note goes to today's daily log (``memory/YYYY-MM-DD.md``) or to the curated 
 (``MEMORY.md``). The file is opened with ``O_APPEND | O_NOFOLLOW`` and written with a single
 ``write``, so concurrent appends interleave whole notes, a symlink planted at the target is
 refused, and the file always ends with a newline. Indexing the new text is the caller's job
-(:mod:`pipeline.refresh`).
+(:mod:`pipeline.ingest.refresh`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import date
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.producer import MAX_FILE_BYTES
+from pipeline.ingest.producer import MAX_FILE_BYTES
 from pipeline.query import resolve_memory_path
 
 TARGETS = ("daily", "longterm")

@@ -2,7 +2,7 @@
 
 Three tools over the library calls, with the library's result shapes: ``memory_search``
 (:func:`pipeline.query.memory_search`), ``memory_get`` (:func:`pipeline.query.memory_get`) and
-``memory_append`` (:func:`pipeline.append.memory_append`). Arguments are checked against the
+``memory_append`` (:func:`pipeline.ingest.append.memory_append`). Arguments are checked against the
 published JSON Schemas before any library call, and every refusal comes back as a tool error
 (``isError``) the model can read and correct, never as a crash of the server.
 
@@ -25,11 +25,11 @@ import mcp_types as types
 from jsonschema import Draft202012Validator
 from mcp.server.lowlevel import Server
 
-from pipeline.append import TARGETS, AppendError, memory_append
 from pipeline.config import ConfigError, Settings
 from pipeline.embeddings.base import EmbeddingError
+from pipeline.ingest.append import TARGETS, AppendError, memory_append
+from pipeline.ingest.refresh import BackgroundRefresher, find_stale
 from pipeline.query import MemoryPathError, memory_get, memory_search
-from pipeline.refresh import BackgroundRefresher, find_stale
 
 log = logging.getLogger("memq.mcp")
 

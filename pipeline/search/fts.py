@@ -7,7 +7,7 @@ when one word is missing (OpenClaw's AND join was: #15339). BM25 then ranks by h
 how rare the matched words are.
 
 Chinese, Japanese and Korean runs become the same bigrams the index holds
-(:mod:`pipeline.search.tokens`); a lone CJK character is a prefix query, so it matches every
+(:mod:`pipeline.store.tokens`); a lone CJK character is a prefix query, so it matches every
 indexed bigram that starts with it.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 
-from pipeline.search.tokens import is_cjk, query_text
+from pipeline.store.tokens import is_cjk, query_text
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _PHRASE = re.compile(r'"([^"]*)"')

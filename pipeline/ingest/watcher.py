@@ -15,8 +15,8 @@ reconcile, rebuild steps). Its rules:
   sits on a file system whose changes made elsewhere raise no local events (NFS, SMB/CIFS,
   9p as in WSL2's ``/mnt/c``, sshfs, VirtualBox shares), or when native watches cannot be set
   up at all (inotify's watch or instance limit reached).
-- **Ignore lists and symlinks.** Events inside :data:`pipeline.sources.IGNORED_DIRS` are dropped
-  here; the targeted sync skips symlinks, exactly as the full scan does.
+- **Ignore lists and symlinks.** Events inside :data:`pipeline.ingest.sources.IGNORED_DIRS` are
+  dropped here; the targeted sync skips symlinks, exactly as the full scan does.
 - **Moves** count for both ends: the old path is deleted from the index, the new one added.
 """
 
@@ -37,8 +37,8 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from pipeline.config import Settings
-from pipeline.sessions import SESSIONS_SOURCE
-from pipeline.sources import IGNORED_DIRS
+from pipeline.ingest.sessions import SESSIONS_SOURCE
+from pipeline.ingest.sources import IGNORED_DIRS
 
 log = logging.getLogger(__name__)
 

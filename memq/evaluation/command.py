@@ -13,8 +13,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pipeline.evaluation import beir, locomo, report
-from pipeline.evaluation.workspace import MODES, EvalWorkspace, default_work_dir
+from memq.evaluation import beir, locomo, report
+from memq.evaluation.workspace import MODES, EvalWorkspace, default_work_dir
 
 BEIR_MODES = list(MODES)
 LOCOMO_MODES = ["keyword", "vector", "hybrid", "rrf"]
