@@ -9,7 +9,8 @@ OpenClaw; it is part of the provider key because it changes the vectors.
 
 That model also embeds image and audio files (:mod:`pipeline.ingest.multimodal`): a media
 document is one request entry whose parts are its label text and an
-``inlineData {mimeType, data}`` part (base64), through ``batchEmbedContents`` like text, never the asynchronous batch API.
+``inlineData {mimeType, data}`` part (base64), through ``batchEmbedContents`` like text,
+never the asynchronous batch API.
 """
 
 from __future__ import annotations
