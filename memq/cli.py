@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
-from pipeline.embeddings.base import EmbeddingError
-from pipeline.store.engine import StoreError
+from pipeline.errors import EmbeddingError, MemqError, StoreError
 
 ROLES = ("writer", "embed", "batch")
 
@@ -545,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memq: embedding provider error: {exc}", file=sys.stderr)
     except StoreError as exc:
         print(f"memq: store error: {exc}", file=sys.stderr)
+    except MemqError as exc:
+        print(f"memq: {exc}", file=sys.stderr)
     except BrokenPipeError:  # `memq search … | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return 0
@@ -552,12 +553,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("memq: interrupted; queued work stays queued and is picked up again",
               file=sys.stderr)
         return 130
-    except Exception as exc:
-        from workers.indexing import IndexingFailed
-
-        if not isinstance(exc, IndexingFailed):
-            raise
-        print(f"memq: {exc}", file=sys.stderr)
     return 1
 
 

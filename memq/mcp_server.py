@@ -26,7 +26,7 @@ from jsonschema import Draft202012Validator
 from mcp.server.lowlevel import Server
 
 from pipeline.config import ConfigError, Settings
-from pipeline.embeddings.base import EmbeddingError
+from pipeline.errors import EmbeddingError, RequestRefused
 from pipeline.ingest.append import TARGETS, AppendError, memory_append
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale
 from pipeline.query import MemoryPathError, memory_get, memory_search
@@ -94,7 +94,7 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 _VALIDATORS = {name: Draft202012Validator(schema) for name, (_, schema) in TOOLS.items()}
 
 
-class ToolRefused(Exception):
+class ToolRefused(RequestRefused):
     """A call the model can fix: bad arguments or a refused path. Becomes ``isError``."""
 
 

@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.config import Settings
-from pipeline.embeddings.base import DocumentInput, EmbeddingError, EmbeddingProvider, MediaInput
+from pipeline.embeddings.base import DocumentInput, EmbeddingProvider, MediaInput
 from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
+from pipeline.errors import EmbeddingError, InputTooLong, ProviderThrottled
 from pipeline.ingest.producer import index_once
 from pipeline.store import joblog, schema, writer
 from pipeline.store.engine import Database, as_store_error, connect
@@ -112,7 +113,7 @@ def embed_splitting(provider: EmbeddingProvider, texts: Sequence[DocumentInput]
     try:
         return list(provider.embed_documents(texts))
     except EmbeddingError as exc:
-        if not exc.context_length:
+        if not isinstance(exc, InputTooLong):
             raise
         if len(texts) == 1:
             return [exc]
@@ -175,7 +176,7 @@ def embed_paced(provider: EmbeddingProvider, inputs: Sequence[DocumentInput],
         try:
             return embed_splitting(provider, inputs)
         except EmbeddingError as exc:
-            if pause is None or not exc.throttled:
+            if pause is None or not isinstance(exc, ProviderThrottled):
                 raise
             wait = min(exc.retry_after or THROTTLE_DEFAULT_S, THROTTLE_BUDGET_S)
             pause.hold(wait)

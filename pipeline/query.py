@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.config import Settings, load_settings
-from pipeline.embeddings.base import EmbeddingError, EmbeddingProvider
+from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
+from pipeline.errors import EmbeddingError, MemoryPathError, StoreError
 from pipeline.ingest.producer import stale_memory_paths, sync_files
 from pipeline.ingest.reindex import rebuild_info
 from pipeline.ingest.sessions import session_get
@@ -39,7 +40,7 @@ from pipeline.search.retrievers import (
     vector_hits,
 )
 from pipeline.store import schema
-from pipeline.store.engine import Database, StoreError, connect
+from pipeline.store.engine import Database, connect
 from pipeline.store.matrix import MATRICES, VectorMatrix
 from pipeline.store.postings import TEXT_STATS, TextStats
 
@@ -256,8 +257,6 @@ def memory_search(query: str, *, settings: Settings | None = None,
         db.close()
 
 
-class MemoryPathError(ValueError):
-    """``memory_get`` was asked for something that is not a memory file."""
 
 
 _PATH_REQUIRED = "path required: a memory .md file (MEMORY.md, memory/…, or an extra path)"

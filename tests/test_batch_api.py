@@ -21,11 +21,11 @@ from pipeline.batch.api import (
 from pipeline.batch.gemini import GeminiBatchApi
 from pipeline.batch.openai import OpenAIBatchApi
 from pipeline.batch.voyage import VoyageBatchApi
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.gemini import GeminiProvider
 from pipeline.embeddings.openai import OpenAIProvider
 from pipeline.embeddings.registry import ProviderSpec, choose_provider
 from pipeline.embeddings.voyage import VoyageProvider
+from pipeline.errors import BatchUnavailable, EmbeddingError, ProviderRefused, ProviderRetryable
 from tests.fakes.batch_doubles import BatchPlan
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 
@@ -194,7 +194,7 @@ def test_a_job_in_a_state_nobody_knows_is_unknown(style: str) -> None:
         assert stuck.state is BatchState.UNKNOWN and not stuck.terminal and stuck.raw_state
         with pytest.raises(EmbeddingError, match="results come once it stops") as info:
             api.results(stuck, ["chunk-000"])
-        assert info.value.retryable
+        assert isinstance(info.value, ProviderRetryable)
 
 
 def test_a_missing_batch_api_disables_batch_mode_and_cleans_up(style: str) -> None:
@@ -203,7 +203,8 @@ def test_a_missing_batch_api_disables_batch_mode_and_cleans_up(style: str) -> No
         api = client_for(style, double)
         with pytest.raises(EmbeddingError) as info:
             api.submit(requests_for(3), display_name="x")
-        assert info.value.disables_batch and not info.value.retryable
+        assert isinstance(info.value, BatchUnavailable)
+        assert not isinstance(info.value, ProviderRetryable)
         assert double.batches.files == {} and len(double.batches.deleted) == 1
 
 
@@ -213,7 +214,8 @@ def test_a_failed_create_deletes_the_upload_and_is_retryable(style: str) -> None
         api = client_for(style, double)
         with pytest.raises(EmbeddingError) as info:
             api.submit(requests_for(3), display_name="x")
-        assert info.value.retryable and not info.value.disables_batch
+        assert isinstance(info.value, ProviderRetryable)
+        assert not isinstance(info.value, BatchUnavailable)
         assert double.batches.files == {} and double.batches.jobs == {}
 
 
@@ -224,7 +226,7 @@ def test_a_rate_limited_poll_says_when_to_come_back(style: str) -> None:
         double.script.append(Fault("429", retry_after=7))
         with pytest.raises(EmbeddingError) as info:
             api.poll(batch)
-        assert info.value.retryable and info.value.retry_after == 7
+        assert isinstance(info.value, ProviderRetryable) and info.value.retry_after == 7
         assert api.poll(batch).state is BatchState.SUBMITTED
 
 
@@ -258,7 +260,7 @@ def test_no_secret_in_errors_batches_or_reprs(style: str) -> None:
         wrong = client_for(style, double, key="sk-WRONG-secret-93ab1")
         with pytest.raises(EmbeddingError) as info:
             wrong.submit(requests_for(2), display_name="x")
-        assert info.value.needs_config
+        assert isinstance(info.value, ProviderRefused)
         assert "sk-WRONG-secret-93ab1" not in str(info.value)
         api = client_for(style, double)
         double.batches.plan = BatchPlan(outcome="fail")
@@ -357,4 +359,4 @@ def test_gemini_saying_async_batch_is_not_available_disables_batch_mode() -> Non
         api = client_for("gemini", double)
         with pytest.raises(EmbeddingError, match="asyncBatchEmbedContent not available") as info:
             api.submit(requests_for(2), display_name="x")
-        assert info.value.disables_batch and double.batches.files == {}
+        assert isinstance(info.value, BatchUnavailable) and double.batches.files == {}

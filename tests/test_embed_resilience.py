@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pipeline import jobs
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.ollama import OllamaProvider
 from pipeline.embeddings.registry import ProviderSpec
+from pipeline.errors import EmbeddingError, InputTooLong, ProviderRetryable
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 
 
@@ -34,7 +34,7 @@ def test_context_length_splits_down_to_the_long_chunk() -> None:
         provider = OllamaProvider(base_url=double.url)
         out = jobs.embed_splitting(provider, texts)
         assert [isinstance(o, EmbeddingError) for o in out] == [False] * 3 + [True, False]
-        assert out[3].context_length
+        assert isinstance(out[3], InputTooLong)
         for text, vec in zip(texts, out, strict=True):
             if not isinstance(vec, EmbeddingError):
                 want = double.vector(text)
@@ -66,4 +66,4 @@ def test_other_errors_are_raised_for_the_retry_policy() -> None:
     with ProviderDouble("ollama", api_key=None, script=[Fault("503", retry_after=3)]) as double:
         with pytest.raises(EmbeddingError) as info:
             jobs.embed_splitting(OllamaProvider(base_url=double.url), ["a", "b"])
-        assert info.value.retryable and info.value.retry_after == 3
+        assert isinstance(info.value, ProviderRetryable) and info.value.retry_after == 3

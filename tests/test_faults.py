@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from pipeline.config import load_settings
-from pipeline.embeddings.base import ProviderUnavailable
 from pipeline.embeddings.default_model import default_model_path
+from pipeline.errors import ProviderUnavailable
 from pipeline.status import index_status
 from pipeline.store.engine import connect
 from tests.conftest import REPO, write_config

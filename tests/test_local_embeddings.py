@@ -28,7 +28,7 @@ import pytest
 from safetensors.numpy import load as load_safetensors
 
 from pipeline.embeddings import default_model
-from pipeline.embeddings.base import EmbeddingProvider, ProviderUnavailable
+from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.default_model import (
     DEFAULT_MODEL_FILE,
     DEFAULT_MODEL_ID,
@@ -38,6 +38,7 @@ from pipeline.embeddings.default_model import (
 )
 from pipeline.embeddings.gguf_bert import BertConversionError, convert_bert_to_gguf
 from pipeline.embeddings.local import LocalProvider, resolve_hf_uri, split_windows
+from pipeline.errors import ProviderUnavailable
 from tests.fakes.tiny_gguf import (
     default_model_path_in_child,
     tiny_bert_files,

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.embeddings.base import EmbeddingError, MediaInput
+from pipeline.embeddings.base import MediaInput
 from pipeline.embeddings.gemini import GeminiProvider
+from pipeline.errors import EmbeddingError, ProviderRetryable
 from pipeline.ingest.multimodal import MODEL_MIME_TYPES, sniff_mime
 from pipeline.ingest.producer import index_identity
 from pipeline.query import memory_search
@@ -72,7 +73,7 @@ def test_gemini_sends_inline_parts_and_the_double_refuses_what_the_api_refuses()
         webp = MediaInput("Image file: a.webp", "image/webp", base64.b64encode(b"RIFF").decode())
         with pytest.raises(EmbeddingError, match="Unsupported MIME type: image/webp") as exc:
             provider.embed_documents([webp])
-        assert not exc.value.retryable
+        assert not isinstance(exc.value, ProviderRetryable)
         assert not GeminiProvider(base_url=double.url, api_key=KEY).accepts_media  # 001
     assert set(MODEL_MIME_TYPES) <= {"image/png", "image/jpeg", "audio/mpeg", "audio/wav"}
 

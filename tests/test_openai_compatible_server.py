@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.local import LocalProvider
 from pipeline.embeddings.openai import OpenAIProvider
+from pipeline.errors import EmbeddingError, ProviderRetryable
 from tests.secrets_scan import SENTINEL
 
 pytestmark = pytest.mark.integration
@@ -71,5 +71,5 @@ def test_a_wrong_key_is_rejected_and_not_shown(llama_server: str) -> None:
     with pytest.raises(EmbeddingError) as info:
         OpenAIProvider("tiny-bert", base_url=llama_server, api_key="sk-wrong-SENTINEL"
                        ).embed_query("x")
-    assert not info.value.retryable and "HTTP 401" in str(info.value)
+    assert not isinstance(info.value, ProviderRetryable) and "HTTP 401" in str(info.value)
     assert "SENTINEL" not in str(info.value)

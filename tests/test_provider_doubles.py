@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.openai import OpenAIProvider
+from pipeline.errors import EmbeddingError, ProviderRetryable
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 
 KEY = "sk-sdk-test-key"
@@ -136,7 +136,7 @@ def test_rate_limited_double_refuses_beyond_its_rate_and_says_when_to_return() -
                 provider.embed_documents(["x"])
                 outcomes.append(0.0)
             except EmbeddingError as exc:
-                assert exc.retryable and "429" in str(exc)
+                assert isinstance(exc, ProviderRetryable) and "429" in str(exc)
                 outcomes.append(exc.retry_after)
         assert outcomes[:3] == [0.0] * 3 and all(0 < w <= 1.0 for w in outcomes[3:])
         time.sleep(outcomes[-1] + 0.05)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.embeddings.base import EmbeddingError, MissingApiKey
 from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
+from pipeline.errors import EmbeddingError, MissingApiKey
 from tests.secrets_scan import SENTINEL
 
 KEY = SENTINEL

@@ -16,10 +16,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from pipeline import jobs
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.openai import OpenAIProvider
 from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
 from pipeline.embeddings.registry import ProviderSpec
+from pipeline.errors import EmbeddingError, ProviderRetryable, ProviderThrottled
 from tests.conftest import redis_client as client_for
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 from tests.secrets_scan import SENTINEL
@@ -156,14 +156,15 @@ def test_only_a_rate_limit_waits_in_place(monkeypatch: pytest.MonkeyPatch) -> No
         provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
         with pytest.raises(EmbeddingError) as info:  # the task's backoff handles a 500
             jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
-        assert info.value.retryable and not info.value.throttled
+        assert isinstance(info.value, ProviderRetryable)
+        assert not isinstance(info.value, ProviderThrottled)
     monkeypatch.setattr(jobs, "THROTTLE_BUDGET_S", 0.3)
     with ProviderDouble("openai", api_key=SENTINEL,
                         script=[Fault("429", retry_after=0.2)] * 10) as double:
         provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
         with pytest.raises(EmbeddingError) as info:  # past the budget: back to the task
             jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
-        assert info.value.throttled and 2 <= len(double.embed_requests()) <= 4
+        assert isinstance(info.value, ProviderThrottled) and 2 <= len(double.embed_requests()) <= 4
 
 
 def test_waiting_in_place_is_bounded_by_wall_clock_not_by_time_asleep(
@@ -178,7 +179,7 @@ def test_waiting_in_place_is_bounded_by_wall_clock_not_by_time_asleep(
         with pytest.raises(EmbeddingError) as info:
             jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
         took = time.monotonic() - started
-        assert info.value.throttled and 2 <= len(double.embed_requests()) <= 4
+        assert isinstance(info.value, ProviderThrottled) and 2 <= len(double.embed_requests()) <= 4
     assert took < 0.6 + 2 * 0.25 + 0.5
 
 
@@ -208,4 +209,5 @@ def test_an_unreachable_rate_limit_is_a_retryable_error() -> None:
     limiter = FleetRateLimiter(unreachable_redis(), "gone", requests=10, tokens=None)
     with pytest.raises(EmbeddingError) as info:
         limiter.acquire(5)
-    assert info.value.retryable and "fleet rate limit unavailable" in str(info.value)
+    assert isinstance(info.value, ProviderRetryable)
+    assert "fleet rate limit unavailable" in str(info.value)

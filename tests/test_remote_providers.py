@@ -9,13 +9,19 @@ import socket
 import numpy as np
 import pytest
 
-from pipeline.embeddings.base import EmbeddingError, MissingApiKey, ProviderUnavailable
 from pipeline.embeddings.gemini import GeminiProvider
 from pipeline.embeddings.mistral import MistralProvider
 from pipeline.embeddings.ollama import OllamaProvider
 from pipeline.embeddings.openai import OpenAIProvider
 from pipeline.embeddings.remote import pack_requests, remote_provider_key, resolve_api_key
 from pipeline.embeddings.voyage import VoyageProvider
+from pipeline.errors import (
+    EmbeddingError,
+    InputTooLong,
+    MissingApiKey,
+    ProviderRetryable,
+    ProviderUnavailable,
+)
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 from tests.secrets_scan import SENTINEL
 
@@ -171,9 +177,9 @@ def failure(style: str, fault: Fault, **kw) -> tuple[EmbeddingError, ProviderDou
 
 def test_rate_limit_is_retryable_with_retry_after(style: str) -> None:
     err, _ = failure(style, Fault("429", retry_after=2.5))
-    assert err.retryable and err.retry_after == 2.5 and "429" in str(err)
+    assert isinstance(err, ProviderRetryable) and err.retry_after == 2.5 and "429" in str(err)
     err, _ = failure(style, Fault("429"))
-    assert err.retryable
+    assert isinstance(err, ProviderRetryable)
     if style != "openai":  # OpenAI's message says "try again in ..." only sometimes
         assert err.retry_after is None
 
@@ -188,7 +194,7 @@ def test_openai_try_again_text_and_http_date() -> None:
     text = {"error": {"message": "Rate limit reached ... Please try again in 41.7s.",
                       "type": "tokens", "code": "rate_limit_exceeded"}}
     err = error_for_response("openai", httpx.Response(429, json=text), Scrubber([]))
-    assert err.retryable and err.retry_after == pytest.approx(41.7)
+    assert isinstance(err, ProviderRetryable) and err.retry_after == pytest.approx(41.7)
     import time
 
     dated = httpx.Response(503, headers={"Retry-After": formatdate(time.time() + 30,
@@ -214,7 +220,7 @@ def test_gemini_quota_period_decides(period: str, retryable: bool) -> None:
                                   {"@type": "type.googleapis.com/google.rpc.RetryInfo",
                                    "retryDelay": "12s"}]}}
     err = error_for_response("gemini", httpx.Response(429, json=body), Scrubber([]))
-    assert err.retryable is retryable
+    assert isinstance(err, ProviderRetryable) is retryable
     if retryable:
         assert err.retry_after == 12
 
@@ -222,32 +228,33 @@ def test_gemini_quota_period_decides(period: str, retryable: bool) -> None:
 @pytest.mark.parametrize("style", ["openai", "gemini"])
 def test_quota_exhaustion_is_not_retried(style: str) -> None:
     err, _ = failure(style, Fault("quota"))
-    assert not err.retryable and "quota" in str(err)
+    assert not isinstance(err, ProviderRetryable) and "quota" in str(err)
 
 
 @pytest.mark.parametrize("kind", ["500", "503"])
 def test_server_errors_are_retryable(style: str, kind: str) -> None:
     err, _ = failure(style, Fault(kind))
-    assert err.retryable and kind in str(err)
+    assert isinstance(err, ProviderRetryable) and kind in str(err)
 
 
 def test_stall_times_out_as_retryable(style: str) -> None:
     err, _ = failure(style, Fault("stall", seconds=1.5), timeout=0.3)
-    assert err.retryable and "timed out" in str(err)
+    assert isinstance(err, ProviderRetryable) and "timed out" in str(err)
 
 
 def test_malformed_json_and_wrong_dims(style: str) -> None:
     err, _ = failure(style, Fault("malformed"))
-    assert err.retryable and "not valid JSON" in str(err)
+    assert isinstance(err, ProviderRetryable) and "not valid JSON" in str(err)
     err, _ = failure(style, Fault("wrong_dims"))
-    assert not err.retryable and f"{DIMS[style] + 1}-dimensional" in str(err)
+    assert not isinstance(err, ProviderRetryable) and f"{DIMS[style] + 1}-dimensional" in str(err)
 
 
 def test_context_length_is_flagged(style: str) -> None:
     with ProviderDouble(style, api_key=KEY, max_input_bytes=100) as double:
         with pytest.raises(EmbeddingError) as info:
             make(style, double).embed_documents(["short", "z" * 200])
-        assert info.value.context_length and not info.value.retryable
+        assert isinstance(info.value, InputTooLong)
+        assert not isinstance(info.value, ProviderRetryable)
 
 
 def test_connection_refused_is_retryable() -> None:
@@ -257,7 +264,7 @@ def test_connection_refused_is_retryable() -> None:
     provider = OpenAIProvider(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY)
     with pytest.raises(EmbeddingError) as info:
         provider.embed_query("x")
-    assert info.value.retryable and "connection error" in str(info.value)
+    assert isinstance(info.value, ProviderRetryable) and "connection error" in str(info.value)
 
 
 def test_bad_key_fails_fast_and_the_key_never_shows(style: str) -> None:
@@ -267,7 +274,7 @@ def test_bad_key_fails_fast_and_the_key_never_shows(style: str) -> None:
         with pytest.raises(EmbeddingError) as info:
             provider.embed_documents(["x"])
         err = info.value
-        assert not err.retryable
+        assert not isinstance(err, ProviderRetryable)
         sent = double.embed_requests()[0]
         assert sent.headers["x-custom-token"] == "tok-SENTINEL-99"  # it was really sent...
         for shown in (str(err), repr(err), repr(provider), repr(provider.http),

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.embeddings.base import ProviderUnavailable
 from pipeline.embeddings.default_model import default_model_path
+from pipeline.errors import ProviderUnavailable
 from tests.conftest import run_memq
 
 

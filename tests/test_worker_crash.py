@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipeline.embeddings.base import ProviderUnavailable
 from pipeline.embeddings.default_model import default_model_path
+from pipeline.errors import ProviderUnavailable
 from pipeline.jobs import MAX_DELIVERIES, after_crash
 from pipeline.status import index_status
 from workers.indexing import run_index

@@ -23,11 +23,11 @@ from kombu import Connection
 from pipeline import jobs
 from pipeline.batch import workflow
 from pipeline.batch.api import batch_api_for
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.registry import ProviderSpec
+from pipeline.errors import EmbeddingError, ProviderRetryable, StoreBusy
 from pipeline.ingest.producer import queue_pending
 from pipeline.store import batches, schema
-from pipeline.store.engine import Database, StoreBusy, as_store_error
+from pipeline.store.engine import Database, as_store_error
 from workers.app import (
     CONTROL_QUEUE,
     STORE_QUEUE,
@@ -171,7 +171,7 @@ def batch_submit(self: Task, msg: workflow.Message) -> dict[str, Any]:
         finally:
             api.close()
     except EmbeddingError as exc:
-        if exc.retryable and self.request.retries < SUBMIT_RETRIES:
+        if isinstance(exc, ProviderRetryable) and self.request.retries < SUBMIT_RETRIES:
             raise self.retry(countdown=jobs.retry_delay(self.request.retries, exc.retry_after)
                              ) from None
         log.warning("batch job %s not submitted: %s", msg["job"], exc)

@@ -21,6 +21,7 @@ from kombu import Connection
 from pipeline.batch.workflow import routing_for
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.errors import FleetError
 from pipeline.ingest.producer import EmbedJob, IndexReport, index_once
 from pipeline.ingest.reindex import (
     RebuildProgress,
@@ -43,7 +44,7 @@ STALL_HINT_S = 30.0
 MAX_RESTARTS = 20
 
 
-class IndexingFailed(RuntimeError):
+class IndexingFailed(FleetError):
     """The run could not finish (a worker keeps dying, no worker consumes the queue, …)."""
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
+from pipeline.errors import FleetError
 from pipeline.store import joblog
 from pipeline.store.engine import connect
 from workers.app import CONTROL_QUEUE, app
@@ -24,7 +25,7 @@ from workers.monitor import broker_status
 UNKNOWN_AFTER_S = 15.0
 
 
-class JobError(RuntimeError):
+class JobError(FleetError):
     """An index job could not be queued or followed."""
 
 

@@ -12,8 +12,13 @@ from kombu import Connection
 
 from pipeline import jobs
 from pipeline.config import Settings, load_settings
-from pipeline.embeddings.base import EmbeddingError, ProviderUnavailable
-from pipeline.store.engine import StoreBusy
+from pipeline.errors import (
+    EmbeddingError,
+    ProviderRefused,
+    ProviderRetryable,
+    ProviderUnavailable,
+    StoreBusy,
+)
 from workers.app import STORE_QUEUE, app, embed_queue
 
 log = logging.getLogger(__name__)
@@ -65,16 +70,17 @@ def embed_chunks(self: Task, job: jobs.Job) -> dict[str, int]:
     try:
         result = jobs.embed_job(job, settings(), broker_redis())
     except EmbeddingError as exc:
-        if exc.retryable and self.request.retries < MAX_RETRIES:
+        if isinstance(exc, ProviderRetryable) and self.request.retries < MAX_RETRIES:
             delay = jobs.retry_delay(self.request.retries, exc.retry_after)
             log.info("retrying %d chunk(s) in %.1f s: %s", len(job["chunks"]), delay, exc)
             raise self.retry(countdown=delay) from None
-        if exc.needs_config or isinstance(exc, ProviderUnavailable):
+        if isinstance(exc, ProviderRefused | ProviderUnavailable):
             log.warning("embedding refused, %d chunk(s) stay pending until the configuration "
                         "is fixed: %s", len(job["chunks"]), exc)
             result = jobs.held_result(job, str(exc))
         else:
-            tried = f" (after {self.request.retries} retries)" if exc.retryable else ""
+            tried = (f" (after {self.request.retries} retries)"
+                     if isinstance(exc, ProviderRetryable) else "")
             log.warning("embedding failed%s, %d chunk(s) marked failed: %s", tried,
                         len(job["chunks"]), exc)
             result = jobs.failure_result(job, f"{exc}{tried}")

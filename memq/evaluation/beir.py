@@ -17,12 +17,13 @@ from typing import Any
 
 from memq.evaluation.metrics import beir_metrics, mean
 from memq.evaluation.workspace import EvalWorkspace, Indexed, mode_settings, search
+from pipeline.errors import RequestRefused
 
 DEPTH = 100  # documents ranked per query (R@100 needs 100)
 CHUNKS_PER_QUERY = 3 * DEPTH  # documents span several chunks; ask for enough to fill DEPTH
 
 
-class CollectionError(ValueError):
+class CollectionError(RequestRefused):
     """The folder is not a readable BEIR collection."""
 
 

@@ -8,12 +8,13 @@ from pipeline.batch.api import BATCH_PROVIDERS, RemoteBatch, batch_api_for
 from pipeline.batch.policy import enable, provider_policy
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderSpec
+from pipeline.errors import RequestRefused
 from pipeline.query import open_store
 from pipeline.status import batch_job_summary
 from pipeline.store import batches
 
 
-class BatchCommandError(RuntimeError):
+class BatchCommandError(RequestRefused):
     """A batch command that cannot do what was asked (unknown job, nothing to cancel, ...)."""
 
 

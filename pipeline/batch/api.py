@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pipeline.embeddings.base import EmbeddingError
+from pipeline.errors import BatchUnavailable, ProviderRetryable
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
@@ -52,7 +52,7 @@ _CLIENTS: dict[str, tuple[str, str]] = {
 }
 
 
-class BatchUnsupported(EmbeddingError):
+class BatchUnsupported(BatchUnavailable):
     """The provider has no batch API memq can use (only openai, gemini and voyage do)."""
 
 
@@ -101,9 +101,8 @@ class RemoteBatch:
     def require_stopped(self) -> None:
         """Results exist only once a job stopped: a retryable error until then."""
         if not self.terminal:
-            raise EmbeddingError(f"{self.provider}: batch {self.remote_id} is still "
-                                 f"{self.raw_state}; results come once it stops",
-                                 retryable=True)
+            raise ProviderRetryable(f"{self.provider}: batch {self.remote_id} is still "
+                                 f"{self.raw_state}; results come once it stops")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -131,8 +130,9 @@ class BatchOutput:
 
 
 class BatchApi(Protocol):
-    """One provider's batch API. Methods raise :class:`EmbeddingError` (``retryable``,
-    ``needs_config``, ``disables_batch`` say what the workflow should do)."""
+    """One provider's batch API. Methods raise :class:`EmbeddingError`, whose subclass says what
+    the workflow should do (:class:`ProviderRetryable`, :class:`ProviderRefused`,
+    :class:`BatchUnavailable`; see :mod:`pipeline.errors`)."""
 
     provider: str
     #: Most requests one job may hold.

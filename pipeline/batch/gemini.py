@@ -25,9 +25,9 @@ from pipeline.batch.api import BatchOutput, BatchRequest, BatchState, RemoteBatc
 from pipeline.batch.jsonl import OutputCollector, build_jsonl, encode_line, read_jsonl
 from pipeline.batch.openai import expected_width
 from pipeline.batch.transport import BatchHttp, multipart_related
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.gemini import TASK_TYPES
 from pipeline.embeddings.remote import RemoteProvider
+from pipeline.errors import BatchUnavailable, EmbeddingError, ProviderRetryable
 
 __all__ = ["GeminiBatchApi"]
 
@@ -84,8 +84,7 @@ class GeminiBatchApi:
         file = uploaded.get("file") if isinstance(uploaded, dict) else None
         name = file.get("name") if isinstance(file, dict) else None
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise EmbeddingError(f"{self.provider}: the file upload answered no file name",
-                                 retryable=True)
+            raise ProviderRetryable(f"{self.provider}: the file upload answered no file name")
         create = {"batch": {"displayName": display_name[:512],
                             "inputConfig": {"fileName": name}}}
         try:
@@ -132,15 +131,14 @@ class GeminiBatchApi:
             return self.http.json("POST", f"/models/{self.model}:asyncBatchEmbedContent",
                                   body=body, disables_batch_on_404=True)
         except EmbeddingError as exc:
-            if _NOT_AVAILABLE_RE.search(str(exc)):
-                exc.disables_batch = True
+            if _NOT_AVAILABLE_RE.search(str(exc)) and not isinstance(exc, BatchUnavailable):
+                raise BatchUnavailable(str(exc)) from None
             raise
 
     def _checked(self, name: str) -> str:
         """A ``batches/…`` or ``files/…`` name from the store or a message, fit for a URL."""
         if not _NAME_RE.match(name):
-            raise EmbeddingError(f"{self.provider}: {name!r} is not a batch or file name",
-                                 retryable=False)
+            raise EmbeddingError(f"{self.provider}: {name!r} is not a batch or file name")
         return name
 
     def _take(self, collector: OutputCollector, line: dict[str, Any]) -> None:
@@ -157,13 +155,11 @@ class GeminiBatchApi:
     def _remote(self, op: Any, *, input_file: str | None) -> RemoteBatch:
         """A batch from an Operation (``{name, metadata, done, error?}``) or a bare batch."""
         if not isinstance(op, dict):
-            raise EmbeddingError(f"{self.provider}: the batch answer is not an object",
-                                 retryable=True)
+            raise ProviderRetryable(f"{self.provider}: the batch answer is not an object")
         meta = op.get("metadata") if isinstance(op.get("metadata"), dict) else op
         name = op.get("name") or meta.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise EmbeddingError(f"{self.provider}: the batch answer has no batch name",
-                                 retryable=True)
+            raise ProviderRetryable(f"{self.provider}: the batch answer has no batch name")
         raw = str(meta.get("state") or "")
         output = meta.get("output") if isinstance(meta.get("output"), dict) else {}
         error = op.get("error")

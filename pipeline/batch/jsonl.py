@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.batch.api import NOT_RUN, BatchOutput, BatchRequest
-from pipeline.embeddings.base import EmbeddingError, l2_normalise
+from pipeline.embeddings.base import l2_normalise
 from pipeline.embeddings.remote import decode_embedding
+from pipeline.errors import EmbeddingError
 
 __all__ = ["OutputCollector", "build_jsonl", "encode_line", "read_jsonl"]
 
@@ -31,17 +32,17 @@ def build_jsonl(label: str, requests: Sequence[BatchRequest], line: Callable[[Ba
     """The input file for ``requests``, one ``line(request)`` per line, within the API's
     limits; a bad submission (empty, duplicate ids, over a limit) raises, non-retryable."""
     if not requests:
-        raise EmbeddingError(f"{label}: a batch needs at least one request", retryable=False)
+        raise EmbeddingError(f"{label}: a batch needs at least one request")
     ids = [r.custom_id for r in requests]
     if len(set(ids)) != len(ids):
-        raise EmbeddingError(f"{label}: duplicate custom ids in one batch", retryable=False)
+        raise EmbeddingError(f"{label}: duplicate custom ids in one batch")
     if len(requests) > max_requests:
         raise EmbeddingError(f"{label}: {len(requests)} requests exceed the batch limit of "
-                             f"{max_requests}", retryable=False)
+                             f"{max_requests}")
     data = b"".join(encode_line(line(r)) for r in requests)
     if len(data) > max_bytes:
         raise EmbeddingError(f"{label}: the batch file is {len(data)} bytes, over the limit of "
-                             f"{max_bytes}", retryable=False)
+                             f"{max_bytes}")
     return data
 
 

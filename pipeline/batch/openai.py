@@ -16,8 +16,8 @@ from urllib.parse import quote
 from pipeline.batch.api import BatchOutput, BatchRequest, BatchState, RemoteBatch
 from pipeline.batch.jsonl import OutputCollector, build_jsonl, encode_line, read_jsonl
 from pipeline.batch.transport import BatchHttp, multipart_form
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.remote import RemoteProvider
+from pipeline.errors import EmbeddingError, ProviderRetryable
 
 __all__ = ["OpenAIBatchApi", "expected_width"]
 
@@ -87,8 +87,7 @@ class OpenAIBatchApi:
                                   headers={"Content-Type": content_type})
         file_id = uploaded.get("id") if isinstance(uploaded, dict) else None
         if not isinstance(file_id, str) or not file_id:
-            raise EmbeddingError(f"{self.provider}: the file upload answered no file id",
-                                 retryable=True)
+            raise ProviderRetryable(f"{self.provider}: the file upload answered no file id")
         try:
             job = self.http.json("POST", "/batches", body=self._create_body(file_id, display_name),
                                  disables_batch_on_404=True)
@@ -145,7 +144,7 @@ class OpenAIBatchApi:
 
     def _remote(self, job: Any) -> RemoteBatch:
         if not isinstance(job, dict) or not isinstance(job.get("id"), str):
-            raise EmbeddingError(f"{self.provider}: the batch answer has no id", retryable=True)
+            raise ProviderRetryable(f"{self.provider}: the batch answer has no id")
         raw = str(job.get("status") or "")
         return RemoteBatch(
             provider=self.provider, remote_id=job["id"],

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.http import MAX_MESSAGE_CHARS, HttpClient, error_for_response, shown_url
+from pipeline.errors import BatchUnavailable, EmbeddingError, ProviderRetryable
 
 __all__ = ["BatchHttp", "multipart_form", "multipart_related"]
 
@@ -46,8 +46,8 @@ class BatchHttp(HttpClient):
              headers: Mapping[str, str] | None = None, url: str | None = None,
              disables_batch_on_404: bool = False) -> httpx.Response:
         """One request to ``base_url + path`` (or the absolute ``url``); a non-2xx answer
-        raises :class:`EmbeddingError`. With ``disables_batch_on_404`` a 404 is marked
-        ``disables_batch`` (the batch API does not exist for this account or model)."""
+        raises :class:`EmbeddingError`. With ``disables_batch_on_404`` a 404 raises
+        :class:`BatchUnavailable` (the batch API does not exist for this account or model)."""
         target = url or self.base_url + path
         where = f"{self.label}: {method} {shown_url(target)}"
         if body is not None:
@@ -57,15 +57,13 @@ class BatchHttp(HttpClient):
             response = self._client.request(method, target, content=content,
                                             headers=dict(headers or {}))
         except httpx.TimeoutException:
-            raise EmbeddingError(f"{where}: timed out after {self.timeout:g} s",
-                                 retryable=True) from None
+            raise ProviderRetryable(f"{where}: timed out after {self.timeout:g} s") from None
         except httpx.TransportError as exc:
-            raise EmbeddingError(f"{where}: connection error: {self.scrub(str(exc))}",
-                                 retryable=True) from None
+            raise ProviderRetryable(f"{where}: connection error: {self.scrub(str(exc))}") from None
         if response.status_code >= 300:
             error = error_for_response(self.label, response, self._scrub)
             if disables_batch_on_404 and response.status_code == 404:
-                error.disables_batch = True
+                raise BatchUnavailable(str(error)) from None
             raise error
         return response
 
@@ -82,8 +80,8 @@ class BatchHttp(HttpClient):
         try:
             return response.json()
         except ValueError:
-            raise EmbeddingError(f"{self.label}: {method} {path}: the answer is not valid JSON "
-                                 f"({len(response.content)} bytes)", retryable=True) from None
+            raise ProviderRetryable(f"{self.label}: {method} {path}: the answer is not valid JSON "
+                                 f"({len(response.content)} bytes)") from None
 
 
 def _boundary() -> str:

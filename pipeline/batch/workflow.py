@@ -43,8 +43,13 @@ from pipeline.batch.api import (
 )
 from pipeline.batch.policy import provider_policy, record_outcome
 from pipeline.config import BatchSettings, Settings
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.registry import ProviderSpec
+from pipeline.errors import (
+    BatchUnavailable,
+    EmbeddingError,
+    ProviderRefused,
+    ProviderRetryable,
+)
 from pipeline.ingest.producer import REMOTE_JOB_MAX_BYTES, EmbedJob, embed_job_for, group_jobs
 from pipeline.jobs import decode_vector, encode_vector
 from pipeline.store import batches, writer
@@ -175,7 +180,8 @@ def _finished(msg: Message, outcome: str, remote: RemoteBatch | None = None, *,
 def submit_failed(msg: Message, exc: EmbeddingError) -> Step:
     """A submit that cannot succeed: the job ends, its chunks go the sync path (or wait for a
     configuration fix, when the key was refused)."""
-    outcome = ("disabled" if exc.disables_batch else "held" if exc.needs_config else "failed")
+    outcome = ("disabled" if isinstance(exc, BatchUnavailable)
+               else "held" if isinstance(exc, ProviderRefused) else "failed")
     return Step([_finished(msg, outcome, error=str(exc))])
 
 
@@ -188,7 +194,7 @@ def submit_step(api: BatchApi, msg: Message) -> Step:
     try:
         remote = api.submit(requests, display_name=f"memq-{msg['job']}")
     except EmbeddingError as exc:
-        if exc.retryable:
+        if isinstance(exc, ProviderRetryable):
             raise
         return submit_failed(msg, exc)
     poll = {**_base(msg), "token": msg["token"], "remote": remote.to_dict(),
@@ -205,7 +211,7 @@ def poll_step(api: BatchApi, msg: Message, now: float | None = None) -> Step:
     try:
         polled = api.poll(remote)
     except EmbeddingError as exc:
-        if exc.retryable:
+        if isinstance(exc, ProviderRetryable):
             return Step([], msg)
         return Step([_finished(msg, "failed", remote, error=str(exc))])
     if polled.terminal:
@@ -231,7 +237,7 @@ def _collect(api: BatchApi, msg: Message, remote: RemoteBatch, outcome: str, *,
     try:
         output = api.results(remote, msg["ids"])
     except EmbeddingError as exc:
-        if exc.retryable and retry:
+        if isinstance(exc, ProviderRetryable) and retry:
             return Step([], {**msg, "remote": remote.to_dict()})
         output = BatchOutput()
         error = f"{error}; " if error else ""

@@ -7,20 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A setting is wrong.
-
-    The message names the key path (``query.minScore``) or the environment variable, the bad
-    value (never a secret), what is allowed, and the file it came from. ``key`` is the dotted
-    camelCase key path (or None for file-level problems); ``source`` is the config file's path,
-    ``"environment variable NAME"``, or None.
-    """
-
-    def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.source = source
+from pipeline.errors import ConfigError
 
 
 class Invalid(ConfigError):

@@ -31,42 +31,6 @@ class MediaInput:
 DocumentInput = str | MediaInput
 
 
-class EmbeddingError(RuntimeError):
-    """A provider could not embed. ``retryable`` says whether trying again may help.
-
-    ``retry_after`` is the wait in seconds the provider asked for (``Retry-After``, Gemini's
-    ``RetryInfo.retryDelay``), if any. ``context_length`` marks an input the model found too
-    long: a request of several texts may succeed when split. ``needs_config`` marks a refusal
-    only a configuration fix can cure (a rejected key): the chunks wait, pending, for the next
-    pass after the fix. ``disables_batch`` marks a provider whose batch API is not there (HTTP
-    404 on create, Gemini's "asyncBatchEmbedContent not available"): the batch workflow turns
-    that provider's batch mode off at once instead of counting failures. ``throttled`` marks a
-    rate limit (HTTP 429 that is not an exhausted quota): the provider is fine and asks the
-    client to slow down, so the fleet pauses (:class:`pipeline.embeddings.ratelimit.FleetPause`)
-    rather than backing off job by job. The message never holds a secret.
-    """
-
-    def __init__(self, message: str, *, retryable: bool = False,
-                 retry_after: float | None = None, context_length: bool = False,
-                 needs_config: bool = False, disables_batch: bool = False,
-                 throttled: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.throttled = throttled
-        self.retry_after = retry_after
-        self.context_length = context_length
-        self.needs_config = needs_config
-        self.disables_batch = disables_batch
-
-
-class ProviderUnavailable(EmbeddingError):
-    """The provider cannot be built here (no model file, no API key): skip it, do not crash."""
-
-
-class MissingApiKey(ProviderUnavailable):
-    """No API key for a remote provider: ``provider: auto`` skips it silently, like OpenClaw."""
-
-
 @runtime_checkable
 class EmbeddingProvider(Protocol):
     """What the pipeline needs from a provider.

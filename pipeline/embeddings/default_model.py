@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.embeddings.base import ProviderUnavailable
 from pipeline.embeddings.gguf_bert import MODEL_FILES, REQUIRED_FILES, convert_bert_to_gguf
+from pipeline.errors import ProviderUnavailable
 
 try:  # POSIX only; elsewhere the atomic rename alone keeps readers safe
     import fcntl

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from pipeline.embeddings.base import DocumentInput, EmbeddingError, ProviderUnavailable
+from pipeline.embeddings.base import DocumentInput
 from pipeline.embeddings.remote import RemoteProvider
+from pipeline.errors import EmbeddingError, ProviderUnavailable
 
 __all__ = ["GeminiProvider"]
 
@@ -30,8 +31,7 @@ TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 
 def _values(label: str, item: Any) -> Any:
     if not isinstance(item, dict) or not isinstance(item.get("values"), list):
-        raise EmbeddingError(f"{label}: the answer has an embedding without values[]",
-                             retryable=False)
+        raise EmbeddingError(f"{label}: the answer has an embedding without values[]")
     return item["values"]
 
 
@@ -95,6 +95,5 @@ class GeminiProvider(RemoteProvider):
                                    timeout=timeout)
         items = body.get("embeddings") if isinstance(body, dict) else None
         if not isinstance(items, list):
-            raise EmbeddingError(f"{self.name}: the answer has no embeddings[] list",
-                                 retryable=False)
+            raise EmbeddingError(f"{self.name}: the answer has no embeddings[] list")
         return [_values(self.name, item) for item in items]

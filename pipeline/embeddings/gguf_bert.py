@@ -41,6 +41,8 @@ from typing import Any
 import gguf
 import numpy as np
 
+from pipeline.errors import ProviderUnavailable
+
 __all__ = ["BERT_SPECIAL_TOKENS", "BertConversionError", "convert_bert_to_gguf", "read_model_dir"]
 
 PHANTOM_SPACE = "\u2581"
@@ -65,7 +67,7 @@ _KEY_NORMALIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
 _KEY_NORMALIZER_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
 
 
-class BertConversionError(ValueError):
+class BertConversionError(ProviderUnavailable, ValueError):
     """The input is not a BERT model this converter understands."""
 
 

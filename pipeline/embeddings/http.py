@@ -10,7 +10,8 @@ What is retryable (and why):
 * Not a 429 that says the money or the daily quota ran out (OpenAI ``insufficient_quota``,
   Gemini ``...PerDay...`` quotas): it stays exhausted for hours, so retrying only burns time.
 * Not 400/401/403/404: the request or the credentials are wrong. A 400 that says the input is
-  too long is flagged ``context_length`` so a multi-text request can be split and retried.
+  too long raises :class:`~pipeline.errors.InputTooLong` so a multi-text request can be split
+  and retried.
 
 No error text ever holds the API key or an auth header's value: every message is scrubbed of
 the secrets the client was built with, and of anything that looks like a key.
@@ -28,7 +29,13 @@ from typing import Any
 import httpx
 
 from pipeline.config import redact_url
-from pipeline.embeddings.base import EmbeddingError
+from pipeline.errors import (
+    EmbeddingError,
+    InputTooLong,
+    ProviderRefused,
+    ProviderRetryable,
+    ProviderThrottled,
+)
 
 __all__ = ["BATCH_TIMEOUT_S", "QUERY_TIMEOUT_S", "HttpClient", "error_for_response"]
 
@@ -162,18 +169,18 @@ def error_for_response(label: str, response: httpx.Response, scrub: Scrubber) ->
     if status == 429:
         if _is_quota(message, words, details):
             return EmbeddingError(f"{text} (quota exhausted: not retried; check the account's "
-                                  "plan and billing)", retryable=False)
-        return EmbeddingError(text, retryable=True, throttled=True,
+                                  "plan and billing)")
+        return ProviderThrottled(text,
                               retry_after=_retry_after(response, message, details))
     if status >= 500 or status == 408:
-        return EmbeddingError(text, retryable=True,
+        return ProviderRetryable(text,
                               retry_after=_retry_after(response, message, details))
     if status in (400, 413, 422) and _CONTEXT_RE.search(message):
-        return EmbeddingError(text, retryable=False, context_length=True)
+        return InputTooLong(text)
     if status in (401, 403) or "api key" in message.lower():
         text += " (check the API key: remote.apiKey or the provider's environment variable)"
-        return EmbeddingError(text, retryable=False, needs_config=True)
-    return EmbeddingError(text, retryable=False)
+        return ProviderRefused(text)
+    return EmbeddingError(text)
 
 
 class HttpClient:
@@ -206,12 +213,11 @@ class HttpClient:
         try:
             response = self._client.post(url, json=body, timeout=timeout or self.timeout)
         except httpx.TimeoutException:
-            raise EmbeddingError(f"{where}: timed out after {timeout or self.timeout:g} s",
-                                 retryable=True) from None
+            raise ProviderRetryable(f"{where}: timed out after {timeout or self.timeout:g} s"
+                                    ) from None
         except httpx.TransportError as exc:
-            raise EmbeddingError(f"{where}: connection error: "
-                                 f"{self._scrub(str(exc))[:MAX_MESSAGE_CHARS]}",
-                                 retryable=True) from None
+            raise ProviderRetryable(f"{where}: connection error: "
+                                 f"{self._scrub(str(exc))[:MAX_MESSAGE_CHARS]}") from None
         if ok_missing and response.status_code == 404 and not _json_error(response):
             return None
         if response.status_code >= 300:
@@ -219,8 +225,8 @@ class HttpClient:
         try:
             return response.json()
         except ValueError:
-            raise EmbeddingError(f"{where}: the answer is not valid JSON "
-                                 f"({len(response.content)} bytes)", retryable=True) from None
+            raise ProviderRetryable(f"{where}: the answer is not valid JSON "
+                                 f"({len(response.content)} bytes)") from None
 
     def close(self) -> None:
         self._client.close()

@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.embeddings.base import EmbeddingError, ProviderUnavailable, l2_normalise
+from pipeline.embeddings.base import l2_normalise
 from pipeline.embeddings.default_model import DEFAULT_MODEL_ID, cache_root, default_model_path
+from pipeline.errors import EmbeddingError, ProviderUnavailable
 
 __all__ = ["MAX_CONTEXT", "LocalProvider", "resolve_hf_uri", "split_windows"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.remote import RemoteProvider
+from pipeline.errors import EmbeddingError
 
 __all__ = ["OllamaProvider"]
 
@@ -41,8 +41,7 @@ class OllamaProvider(RemoteProvider):
             if body is not None:
                 rows = body.get("embeddings") if isinstance(body, dict) else None
                 if not isinstance(rows, list):
-                    raise EmbeddingError(f"{self.name}: the answer has no embeddings[] list",
-                                         retryable=False)
+                    raise EmbeddingError(f"{self.name}: the answer has no embeddings[] list")
                 return rows
             self.legacy = True  # an old server: /api/embed does not exist there
         rows = []
@@ -51,7 +50,6 @@ class OllamaProvider(RemoteProvider):
                                        timeout=timeout)
             row = body.get("embedding") if isinstance(body, dict) else None
             if not isinstance(row, list):
-                raise EmbeddingError(f"{self.name}: the answer has no embedding[] list",
-                                     retryable=False)
+                raise EmbeddingError(f"{self.name}: the answer has no embedding[] list")
             rows.append(row)
         return rows

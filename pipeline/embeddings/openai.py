@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from pipeline.embeddings.base import EmbeddingError
 from pipeline.embeddings.remote import RemoteProvider, decode_embedding
+from pipeline.errors import EmbeddingError
 
 __all__ = ["OpenAIProvider", "parse_openai_data"]
 
@@ -20,8 +20,7 @@ def parse_openai_data(label: str, body: Any) -> list[Any]:
     """The vectors of an OpenAI-shaped answer, in input order (``data`` may come unordered)."""
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-        raise EmbeddingError(f"{label}: the answer has no data[] list of embeddings",
-                             retryable=False)
+        raise EmbeddingError(f"{label}: the answer has no data[] list of embeddings")
     ordered = sorted(data, key=lambda d: d.get("index", 0) if isinstance(d.get("index"), int)
                      else 0)
     return [decode_embedding(d.get("embedding")) for d in ordered]

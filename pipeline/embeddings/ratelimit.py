@@ -22,7 +22,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from pipeline.embeddings.base import EmbeddingError
+from pipeline.errors import ProviderRetryable
 
 __all__ = ["MAX_WAIT_S", "WINDOW_S", "FleetPause", "FleetRateLimiter"]
 
@@ -77,8 +77,7 @@ class FleetRateLimiter:
                 keys=[self.key],
                 args=[self.requests, self.tokens, max(0, int(tokens)), int(self.window_s * 1000)])
         except RedisError as exc:  # the budget cannot be checked: the job waits, it is not lost
-            raise EmbeddingError(f"fleet rate limit unavailable (Redis: {exc})",
-                                 retryable=True) from exc
+            raise ProviderRetryable(f"fleet rate limit unavailable (Redis: {exc})") from exc
         if granted:
             self.last_window = int(window)
             return 0.0
@@ -92,10 +91,10 @@ class FleetRateLimiter:
             if wait == 0.0:
                 return
             if time.monotonic() + wait > deadline:
-                raise EmbeddingError(
+                raise ProviderRetryable(
                     f"fleet rate limit ({self.requests or '-'} requests, {self.tokens or '-'} "
                     f"tokens per {self.window_s:g} s) still full after {MAX_WAIT_S:g} s",
-                    retryable=True, retry_after=wait)
+                    retry_after=wait)
             time.sleep(wait + random.random() * min(1.0, self.window_s * 0.05))
 
 

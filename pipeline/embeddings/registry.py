@@ -28,12 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.embeddings.base import (
-    EmbeddingError,
-    EmbeddingProvider,
-    MissingApiKey,
-    ProviderUnavailable,
-)
+from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.errors import EmbeddingError, MissingApiKey, ProviderUnavailable
 
 KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama")
 IMPLEMENTED = KNOWN_PROVIDERS

@@ -23,15 +23,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.config import is_sensitive_header
-from pipeline.embeddings.base import (
-    DocumentInput,
-    EmbeddingError,
-    MediaInput,
-    MissingApiKey,
-    l2_normalise,
-)
+from pipeline.embeddings.base import DocumentInput, MediaInput, l2_normalise
 from pipeline.embeddings.http import BATCH_TIMEOUT_S, QUERY_TIMEOUT_S, HttpClient, shown_url
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES, max_input_bytes, normalise_model
+from pipeline.errors import EmbeddingError, MissingApiKey
 
 __all__ = ["RemoteProvider", "pack_requests", "remote_provider_key", "resolve_api_key"]
 
@@ -216,24 +211,20 @@ class RemoteProvider:
         """Every answer must hold one finite-length numeric vector per text, of one width."""
         where = f"{self.name}: model {self.model!r}"
         if len(rows) != expected:
-            raise EmbeddingError(f"{where} returned {len(rows)} vectors for {expected} texts",
-                                 retryable=False)
+            raise EmbeddingError(f"{where} returned {len(rows)} vectors for {expected} texts")
         widths = set()
         for row in rows:
             if not isinstance(row, list | np.ndarray) or not all(
                 isinstance(x, int | float) and not isinstance(x, bool) for x in row
             ):
-                raise EmbeddingError(f"{where} returned a vector that is not a list of numbers",
-                                     retryable=False)
+                raise EmbeddingError(f"{where} returned a vector that is not a list of numbers")
             widths.add(len(row))
         if len(widths) != 1 or 0 in widths:
-            raise EmbeddingError(f"{where} returned vectors of widths {sorted(widths)}",
-                                 retryable=False)
+            raise EmbeddingError(f"{where} returned vectors of widths {sorted(widths)}")
         width = widths.pop()
         if self._dims is not None and width != self._dims:
             raise EmbeddingError(f"{where} returned {width}-dimensional vectors, expected "
-                                 f"{self._dims} (is the endpoint serving another model?)",
-                                 retryable=False)
+                                 f"{self._dims} (is the endpoint serving another model?)")
         self._dims = width
         return rows
 

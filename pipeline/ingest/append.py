@@ -16,6 +16,7 @@ from datetime import date
 from typing import Any
 
 from pipeline.config import Settings
+from pipeline.errors import AppendError
 from pipeline.ingest.producer import MAX_FILE_BYTES
 from pipeline.query import resolve_memory_path
 
@@ -23,8 +24,6 @@ TARGETS = ("daily", "longterm")
 MAX_NOTE_BYTES = 64 * 1024
 
 
-class AppendError(ValueError):
-    """The note or its target was refused; nothing was written."""
 
 
 def _target_path(settings: Settings, target: str, today: date) -> str:

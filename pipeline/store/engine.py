@@ -16,19 +16,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pipeline.errors import StoreBusy, StoreError
 from pipeline.store.tokens import index_text
 
 BUSY_TIMEOUT_MS = 5000
 _DRIVERS = ("sqlite3", "pysqlite3.dbapi2", "sqlean")
-
-
-class StoreError(RuntimeError):
-    """The store file cannot be used (corrupt, not a database, unwritable)."""
-
-
-class StoreBusy(StoreError):
-    """The store cannot be written right now (locked past the busy timeout, or its disk is
-    full): worth trying again later, nothing is lost meanwhile."""
 
 
 REBUILD_HINT = ("The store is derived from your Markdown files: move it aside and run "

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pipeline.errors import StoreError
 from pipeline.store.engine import Database
 from pipeline.store.schema import get_meta, set_meta
 
@@ -26,7 +27,7 @@ _BATCH = 500  # rowids per IN (...) list
 VERSION_KEY = "vectors_version"
 
 
-class DimensionMismatch(ValueError):
+class DimensionMismatch(StoreError, ValueError):
     """A vector's length differs from the index's dimensions."""
 
 

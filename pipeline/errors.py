@@ -1,0 +1,123 @@
+"""Every error memq raises on purpose, under one root, named for what the caller should do.
+
+``except MemqError`` catches them all. Below it, the class says the next step:
+
+- :class:`ConfigError`: fix the configuration (the message names the key and the file).
+- :class:`RequestRefused`: fix the arguments of this call (a path outside the memory files,
+  an empty note); nothing was read or written.
+- :class:`EmbeddingError`: the embedding provider failed this input for good; the chunks are
+  marked failed (``memq index --retry-failed`` tries them again). Its subclasses:
+
+  - :class:`ProviderRetryable`: try again later (5xx, timeout, network), no sooner than
+    ``retry_after`` seconds; :class:`ProviderThrottled` is a rate limit (429), so the whole
+    fleet slows down, not one job;
+  - :class:`InputTooLong`: the model's context is too small for this input; split it;
+  - :class:`ProviderRefused`: the provider refused the credentials (401/403): the chunks wait,
+    pending, until the configuration is fixed;
+  - :class:`ProviderUnavailable`: the provider cannot be built here (no model file, no API key:
+    :class:`MissingApiKey`); another one may be chosen;
+  - :class:`BatchUnavailable`: the provider's batch API is not there; use the sync path.
+
+- :class:`StoreError`: the SQLite store cannot be used (corrupt, unwritable): move it aside and
+  rebuild (it is derived from the Markdown files); :class:`StoreBusy`: locked or disk full,
+  try again later, nothing is lost.
+- :class:`FleetError`: the worker fleet or its broker cannot do what was asked (no broker,
+  a job not taken, a worker that keeps dying).
+
+Messages never hold a secret (API keys, bearer tokens, URL passwords).
+"""
+
+from __future__ import annotations
+
+
+class MemqError(Exception):
+    """The root of every error memq raises on purpose."""
+
+
+class ConfigError(MemqError, ValueError):
+    """A setting is wrong.
+
+    The message names the key path (``query.minScore``) or the environment variable, the bad
+    value (never a secret), what is allowed, and the file it came from. ``key`` is the dotted
+    camelCase key path (or None for file-level problems); ``source`` is the config file's path,
+    ``"environment variable NAME"``, or None.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.source = source
+
+
+class RequestRefused(MemqError, ValueError):
+    """An argument of this call was refused; nothing was read or written."""
+
+
+class MemoryPathError(RequestRefused):
+    """``memory_get`` (or an append) was asked for something that is not a memory file."""
+
+
+class AppendError(RequestRefused):
+    """The note or its target was refused; nothing was written."""
+
+
+class EmbeddingError(MemqError, RuntimeError):
+    """The provider could not embed this input, and trying again will not help.
+
+    ``retry_after`` is only set on :class:`ProviderRetryable`. The message never holds a secret.
+    """
+
+    retry_after: float | None = None
+
+
+class ProviderRetryable(EmbeddingError):
+    """A passing failure (5xx, timeout, connection): try again, no sooner than
+    ``retry_after`` seconds when the provider said (``Retry-After``, Gemini's ``retryDelay``)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderThrottled(ProviderRetryable):
+    """A rate limit (HTTP 429 that is not an exhausted quota): the provider is fine and asks the
+    client to slow down, so the fleet pauses (:class:`pipeline.embeddings.ratelimit.FleetPause`)
+    rather than backing off job by job."""
+
+
+class InputTooLong(EmbeddingError):
+    """The model found an input too long: a request of several texts may succeed when split;
+    a single text is failed."""
+
+
+class ProviderRefused(EmbeddingError):
+    """A refusal only a configuration fix can cure (a rejected API key): the chunks wait,
+    pending, for the next pass after the fix."""
+
+
+class ProviderUnavailable(EmbeddingError):
+    """The provider cannot be built here (no model file, no API key): skip it, do not crash."""
+
+
+class MissingApiKey(ProviderUnavailable):
+    """No API key for a remote provider: ``provider: auto`` skips it silently, like OpenClaw."""
+
+
+class BatchUnavailable(EmbeddingError):
+    """The provider's batch API is not there (HTTP 404 on create, Gemini's
+    "asyncBatchEmbedContent not available", or a provider without one): its batch mode is
+    turned off at once and the chunks go the sync path."""
+
+
+class StoreError(MemqError, RuntimeError):
+    """The store file cannot be used (corrupt, not a database, unwritable)."""
+
+
+class StoreBusy(StoreError):
+    """The store cannot be written right now (locked past the busy timeout, or its disk is
+    full): worth trying again later, nothing is lost meanwhile."""
+
+
+class FleetError(MemqError, RuntimeError):
+    """The fleet cannot do what was asked: no broker, a job it did not take, a worker that
+    keeps dying."""
