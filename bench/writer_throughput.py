@@ -31,7 +31,7 @@ from notes import bullet
 
 from pipeline import jobs
 from pipeline.config import Settings, load_settings
-from pipeline.embeddings.registry import ProviderSpec
+from pipeline.messages import ProviderSpec
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
 from pipeline.store.vectors import ensure_vector_table, to_blob

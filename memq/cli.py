@@ -89,9 +89,9 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     """``memq index --remote``: queue a producer pass for the writer host; print the job id."""
     from kombu.exceptions import OperationalError
 
-    from workers.app import CONTROL_QUEUE
+    from pipeline.fleet import queue_consumers
+    from pipeline.routing import CONTROL_QUEUE
     from workers.jobs_api import EnqueueFailed, enqueue_index
-    from workers.monitor import queue_consumers
 
     settings = _settings(args)
     try:
@@ -113,11 +113,12 @@ def _enqueue_index(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from pipeline.query import memory_search
+    from pipeline.memory import Memory
 
-    out = memory_search(args.query, settings=_settings(args), max_results=args.max_results,
-                        min_score=args.min_score, citations=args.citations,
-                        in_memory=False)  # one query per process: vec0 beats a load
+    # One query per process: vec0 and FTS5 answer faster than loading the store into memory.
+    with Memory(settings=_settings(args), in_memory=False) as memory:
+        out = memory.search(args.query, max_results=args.max_results, min_score=args.min_score,
+                            citations=args.citations).to_dict()
     lines = []
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())
@@ -134,10 +135,12 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    from pipeline.query import MemoryPathError, memory_get
+    from pipeline.errors import MemoryPathError
+    from pipeline.memory import Memory
 
     try:
-        out = memory_get(args.path, args.from_line, args.lines, settings=_settings(args))
+        with Memory(settings=_settings(args), in_memory=False) as memory:
+            out = memory.get(args.path, args.from_line, args.lines).to_dict()
     except MemoryPathError as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
@@ -221,9 +224,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from workers.monitor import fleet_status
+    from workers.monitor import fleet_status, resume_batches
 
-    s = fleet_status(_settings(args), timeout=args.timeout)
+    settings = _settings(args)
+    s = fleet_status(settings, timeout=args.timeout)
+    if s["fleet"]["reachable"] and s["batch"]["live"]:
+        # Status is one of the places that notices a batch job whose polling died.
+        s["batch"]["resumed"] = resume_batches(settings)
     if not s["indexed"]:
         _emit(args, s, "\n".join([f"workspace {s['workspace']}: {s['reason']}",
                                   f"store: {s['store']}", *_fleet_lines(s["fleet"])]))
@@ -338,7 +345,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 def worker_command(role: str, provider: str | None, concurrency: int | None,
                    loglevel: str, name: str | None = None) -> list[str]:
     """The plain ``celery worker`` command a role stands for (what ``memq worker`` runs)."""
-    from workers.app import CONTROL_QUEUE, STORE_QUEUE, batch_queue, embed_queue
+    from pipeline.routing import CONTROL_QUEUE, STORE_QUEUE, batch_queue, embed_queue
     from workers.embedded import worker_argv
 
     if role == "writer":

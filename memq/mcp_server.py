@@ -1,10 +1,11 @@
 """``memq mcp``: the agent's memory as Model Context Protocol tools.
 
-Three tools over the library calls, with the library's result shapes: ``memory_search``
-(:func:`pipeline.query.memory_search`), ``memory_get`` (:func:`pipeline.query.memory_get`) and
-``memory_append`` (:func:`pipeline.ingest.append.memory_append`). Arguments are checked against the
-published JSON Schemas before any library call, and every refusal comes back as a tool error
-(``isError``) the model can read and correct, never as a crash of the server.
+Three tools over one :class:`pipeline.Memory`, with OpenClaw's result shapes:
+``memory_search`` (:meth:`~pipeline.Memory.search`), ``memory_get``
+(:meth:`~pipeline.Memory.get`) and ``memory_append`` (:meth:`~pipeline.Memory.append`).
+Arguments are checked against the published JSON Schemas before any library call, and every
+refusal comes back as a tool error (``isError``) the model can read and correct, never as a
+crash of the server.
 
 Searches never wait for indexing: a search whose index is behind the disk is answered from the
 index as it is, says so (``dirty``: how many files differ), and starts a background sync.
@@ -26,10 +27,9 @@ from jsonschema import Draft202012Validator
 from mcp.server.lowlevel import Server
 
 from pipeline.config import ConfigError, Settings
-from pipeline.errors import EmbeddingError, RequestRefused
-from pipeline.ingest.append import TARGETS, AppendError, memory_append
-from pipeline.ingest.refresh import BackgroundRefresher, find_stale
-from pipeline.query import MemoryPathError, memory_get, memory_search
+from pipeline.errors import AppendError, EmbeddingError, MemoryPathError, RequestRefused
+from pipeline.ingest.append import TARGETS
+from pipeline.memory import Memory
 
 log = logging.getLogger("memq.mcp")
 
@@ -115,55 +115,45 @@ def _check(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
 
 
 class MemoryTools:
-    """The tool implementations for one workspace (plain, synchronous, thread-safe)."""
+    """The tool implementations for one memory (plain, synchronous, thread-safe)."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.refresher = BackgroundRefresher(settings)
+    def __init__(self, memory: Memory) -> None:
+        self.memory = memory
+        self.settings = memory.settings
 
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
-        stale = find_stale(self.settings)
+        stale = self.memory.stale_files()
         # Never sync in the request path: the answer comes from the index as it is (and says
-        # so), the background refresher catches up.
-        out = memory_search(args["query"], settings=self.settings, sync=False,
-                            max_results=args.get("maxResults"), min_score=args.get("minScore"),
-                            citations="on" if citations_on(self.settings) else "off")
+        # so), the background sync catches up.
+        results = self.memory.search(
+            args["query"], sync=False, max_results=args.get("maxResults"),
+            min_score=args.get("minScore"),
+            citations="on" if citations_on(self.settings) else "off")
         if stale:
-            out["dirty"] = len(stale)
             if self.settings.sync.on_search:
-                self.refresher.trigger()
-            out["syncing"] = self.refresher.running
-            if self.refresher.last_error:
-                out["syncError"] = self.refresher.last_error
-        return out
+                self.memory.sync_in_background()
+            results.dirty = len(stale)
+            results.syncing = self.memory.syncing
+            results.sync_error = self.memory.sync_error
+        return results.to_dict()
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
-            return memory_get(args["path"], args.get("from"), args.get("lines"),
-                              settings=self.settings)
+            return self.memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
         except MemoryPathError as exc:
             raise ToolRefused(str(exc)) from exc
 
     def append(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
-            out = memory_append(args["text"], args.get("target", "daily"),
-                                settings=self.settings)
+            return self.memory.append(args["text"], args.get("target", "daily")).to_dict()
         except (AppendError, MemoryPathError) as exc:
             raise ToolRefused(str(exc)) from exc
-        # The note is on disk now: an indexing failure is reported, never turned into an error
-        # (the model would retry and write the note twice).
-        try:
-            _, vectors = self.refresher.refresh_now()
-            out.update(indexed=True, vectors=vectors)
-        except Exception as exc:
-            log.exception("indexing after memory_append failed")
-            out["warning"] = f"saved, but indexing it failed: {type(exc).__name__}: {exc}"
-        return out
 
 
-def build_server(settings: Settings) -> Server[Any]:
-    """The low-level MCP server with memq's three tools."""
-    tools = MemoryTools(settings)
+def build_server(memory: Memory) -> Server[Any]:
+    """The low-level MCP server with memq's three tools over ``memory``."""
+    tools = MemoryTools(memory)
+    settings = memory.settings
     calls: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "memory_search": tools.search, "memory_get": tools.get, "memory_append": tools.append}
 
@@ -198,7 +188,7 @@ def build_server(settings: Settings) -> Server[Any]:
         instructions=RECALL + "\n" + (CITE_ON if citations_on(settings) else CITE_OFF),
         get_tool_input_schema=input_schema, on_list_tools=list_tools, on_call_tool=call_tool)
     if settings.sync.on_session_start:
-        tools.refresher.trigger()
+        memory.sync_in_background()
     return server
 
 
@@ -219,13 +209,17 @@ def _version() -> str:
 def run_stdio(settings: Settings) -> None:
     from mcp.server.stdio import stdio_server
 
-    server = build_server(settings)
+    memory = Memory(settings=settings)
+    server = build_server(memory)
 
     async def main() -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        memory.close()
 
 
 def parse_bind(text: str) -> tuple[str, int]:
@@ -276,7 +270,11 @@ def run_http(settings: Settings, host: str, port: int, token: str | None) -> Non
     if token is None and not is_loopback(host):
         raise ValueError(f"refusing to serve memory on {host} without a bearer token: set "
                          "MEMQ_MCP_TOKEN (or --token), or bind to 127.0.0.1")
-    app: Any = build_server(settings).streamable_http_app(host=host)
+    memory = Memory(settings=settings)
+    app: Any = build_server(memory).streamable_http_app(host=host)
     if token is not None:
         app = BearerAuth(app, token)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        memory.close()

@@ -121,3 +121,8 @@ class StoreBusy(StoreError):
 class FleetError(MemqError, RuntimeError):
     """The fleet cannot do what was asked: no broker, a job it did not take, a worker that
     keeps dying."""
+
+
+class MessageRefused(FleetError):
+    """A message this memq cannot read (another version, a malformed body): dropped with a
+    warning, never applied."""

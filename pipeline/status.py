@@ -7,8 +7,7 @@ from typing import Any
 from pipeline.batch.policy import all_policies
 from pipeline.config import Settings
 from pipeline.ingest.reindex import progress_of, rebuild_info
-from pipeline.query import open_store
-from pipeline.store import batches, joblog, schema
+from pipeline.store import batches, joblog, reads, schema
 from pipeline.store.vectors import count_vectors, vector_dims
 
 MAX_LISTED_ERRORS = 20
@@ -22,53 +21,40 @@ def batch_status(db: Any) -> dict[str, Any]:
     if db is None:
         return {"live": 0, "jobs": [], "providers": {}}
     return {"live": len(batches.live_jobs(db)),
-            "jobs": [batch_job_summary(j) for j in batches.recent_jobs(db, RECENT_BATCH_JOBS)],
+            "jobs": [batches.batch_job_summary(j)
+                     for j in batches.recent_jobs(db, RECENT_BATCH_JOBS)],
             "providers": all_policies(db)}
-
-
-def batch_job_summary(job: dict[str, Any]) -> dict[str, Any]:
-    """A batch job row for people and programs (the spec and remote blobs left out)."""
-    return {key: job[key] for key in (
-        "id", "provider", "state", "raw_state", "remote_id", "chunks", "attempts", "created_at",
-        "deadline", "finished_at", "embedded", "to_sync", "last_error")}
 
 
 def index_status(settings: Settings) -> dict[str, Any]:
     """A JSON-able summary of the workspace's index (empty counts when never indexed)."""
     status: dict[str, Any] = {
+        "memory": settings.agent_id,
         "workspace": str(settings.workspace),
         "store": str(settings.store.path),
         "config": str(settings.config_file) if settings.config_file else None,
         "broker": "configured" if settings.broker_url else "embedded (per run)",
     }
-    db = open_store(settings)
+    db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
                       mode=None, reason="never indexed: run `memq index`", reindex=None,
                       jobs=[], last_job_error=None, batch=batch_status(None))
         return status
     try:
-        conn = db.conn
         index = schema.get_meta(db, "index") or {}
-        states = dict(conn.execute("SELECT state, count(*) FROM chunks GROUP BY state"))
-        errors = conn.execute(
-            "SELECT path, error FROM files WHERE error IS NOT NULL ORDER BY path LIMIT ?",
-            (MAX_LISTED_ERRORS,)).fetchall()
-        chunk_errors = conn.execute(
-            "SELECT state, error, count(*) FROM chunks WHERE error IS NOT NULL "
-            "AND state IN ('failed', 'pending') GROUP BY state, error "
-            "ORDER BY count(*) DESC LIMIT 5").fetchall()
+        states = reads.state_counts(db)
+        files, skipped = reads.file_counts(db)
         status.update(
             indexed=True,
-            files=conn.execute("SELECT count(*) FROM files WHERE error IS NULL").fetchone()[0],
-            files_with_errors=conn.execute(
-                "SELECT count(*) FROM files WHERE error IS NOT NULL").fetchone()[0],
-            file_errors=[{"path": p, "error": e} for p, e in errors],
+            files=files,
+            files_with_errors=skipped,
+            file_errors=reads.file_errors(db, MAX_LISTED_ERRORS),
             chunks=sum(states.values()),
             vectors=count_vectors(db),
             pending=states.get("pending", 0) if index.get("provider") else 0,
             failed=states.get("failed", 0),
-            chunk_errors=[{"state": s, "error": e, "chunks": n} for s, e, n in chunk_errors],
+            chunk_errors=reads.chunk_errors(db, 5),
             provider=index.get("provider"),
             model=index.get("model"),
             dims=vector_dims(db),

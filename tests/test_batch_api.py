@@ -23,9 +23,10 @@ from pipeline.batch.openai import OpenAIBatchApi
 from pipeline.batch.voyage import VoyageBatchApi
 from pipeline.embeddings.gemini import GeminiProvider
 from pipeline.embeddings.openai import OpenAIProvider
-from pipeline.embeddings.registry import ProviderSpec, choose_provider
+from pipeline.embeddings.registry import choose_provider
 from pipeline.embeddings.voyage import VoyageProvider
 from pipeline.errors import BatchUnavailable, EmbeddingError, ProviderRefused, ProviderRetryable
+from pipeline.messages import ProviderSpec
 from tests.fakes.batch_doubles import BatchPlan
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 

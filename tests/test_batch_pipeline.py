@@ -6,6 +6,7 @@ failed and never-run lines come back through the sync path; the disable policy h
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ from pipeline.batch import admin
 from pipeline.status import index_status
 from pipeline.store.engine import connect
 from pipeline.store.vectors import get_vectors
-from tests.conftest import redis_client
+from tests.conftest import redis_client, run_memq
 from tests.fakes.batch_doubles import BatchPlan
 from tests.fakes.provider_doubles import ProviderDouble
 from tests.test_remote_pipeline import SENTINEL, add_notes, database_bytes
@@ -127,7 +128,9 @@ def test_killed_batch_worker_and_flushed_redis_lose_nothing(
     client.close()
     double.batches.advance(10)
     fleet.start(["batch.openai"], "batch-again")
-    assert fleet_status(settings)["batch"]["resumed"] == 1  # `memq status` notices
+    status = run_memq("status", "--json", "--workspace", str(settings.workspace),
+                      "--config", str(settings.config_file))
+    assert json.loads(status.stdout)["batch"]["resumed"] == 1, status.stderr  # status notices
     deadline = time.time() + 60
     while time.time() < deadline:  # vectors first, then the job's finishing message
         now = index_status(settings)

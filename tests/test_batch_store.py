@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 
 from pipeline.batch import policy, workflow
-from pipeline.embeddings.registry import ProviderSpec
 from pipeline.ingest.producer import queue_pending, sync_files
-from pipeline.jobs import encode_vector
+from pipeline.messages import BatchOptions, BatchUpdate, ProviderSpec
 from pipeline.store import batches, schema
 from pipeline.store.engine import connect
 
 SPEC = ProviderSpec("openai", "text-embedding-3-small", "key-of-index", {})
-OPTIONS = {"poll_s": 0.2, "timeout_s": 3600.0, "concurrency": 2}
+OPTIONS = BatchOptions(poll_s=0.2, timeout_s=3600.0, concurrency=2)
 
 
 @pytest.fixture
@@ -42,7 +41,7 @@ def store(workspace: Path, make_settings):
 def _queue(db, sent: list, *, batch: bool = True, requeue_after_s: float = 3600.0):
     routing = workflow.BatchRouting(OPTIONS, sent.append) if batch else None
     synced: list = []
-    report = queue_pending(db, SPEC, synced.append, batch=routing,
+    report = queue_pending(db, SPEC, synced.append, memory="main", batch=routing,
                            requeue_after_s=requeue_after_s)
     return report, synced
 
@@ -73,7 +72,7 @@ def test_one_job_across_files_and_live_chunks_are_never_requeued(store) -> None:
     files = db.conn.execute("SELECT count(DISTINCT path) FROM chunks WHERE id IN "
                             "(SELECT chunk_id FROM batch_chunks)").fetchone()[0]
     assert report.batch_jobs == 1 and len(sent) == 1 and synced == []
-    assert len(sent[0]["chunks"]) == report.chunks_queued == chunks > 30 and files > 30
+    assert len(sent[0].chunks) == report.chunks_queued == chunks > 30 and files > 30
     [job] = batches.live_jobs(db)
     assert job["state"] == "queued" and job["chunks"] == chunks
     # An hour later the rule "queued long ago means lost" must not touch a live batch job.
@@ -93,30 +92,30 @@ def test_concurrency_limits_jobs_and_the_rest_waits(store, monkeypatch) -> None:
     assert unqueued == total - 20
 
 
-def _finish(db, settings, msg, embedded, outcome="completed", error=None):
-    vectors = {cid: np.ones(4, dtype=np.float32) for cid in embedded}
-    base = {k: msg[k] for k in ("job", "spec", "store", "options")}
-    updates = [{**base, "event": "vectors",
-                "vectors": [[cid, encode_vector(v)] for cid, v in vectors.items()]}]
-    updates.append({**base, "event": "finished", "outcome": outcome, "remote": None,
-                    "embedded": list(embedded), "error": error})
-    return [workflow.apply_update(db, u, settings) for u in updates]
+def _finish(db, msg, embedded, outcome="completed", error=None):
+    ref = (msg.job, msg.memory, msg.spec, msg.store, msg.options)
+    vectors = tuple((cid, np.ones(4, dtype=np.float32)) for cid in embedded)
+    updates = [BatchUpdate(*ref, event="vectors", vectors=vectors),
+               BatchUpdate(*ref, event="finished", outcome=outcome, embedded=tuple(embedded),
+                           error=error)]
+    # Through JSON, as the writer gets them.
+    return [workflow.apply_update(db, BatchUpdate.from_json(u.to_json())) for u in updates]
 
 
 def test_finished_job_sends_the_rest_to_sync_once(store) -> None:
-    settings, db = store
+    _, db = store
     sent: list = []
     _queue(db, sent)
-    ids = [cid for cid, _ in sent[0]["chunks"]]
-    _, applied = _finish(db, settings, sent[0], ids[:-3], error="3 line(s) failed")
-    assert sorted(c[0] for job in applied.embed_jobs for c in job["chunks"]) == sorted(ids[-3:])
+    ids = [cid for cid, _ in sent[0].chunks]
+    _, applied = _finish(db, sent[0], ids[:-3], error="3 line(s) failed")
+    assert sorted(c.id for job in applied.embed_jobs for c in job.chunks) == sorted(ids[-3:])
     assert applied.top_up
     ready = db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'ready'").fetchone()[0]
     assert ready == len(ids) - 3
-    job = batches.get_job(db, sent[0]["job"])
+    job = batches.get_job(db, sent[0].job)
     assert (job["state"], job["embedded"], job["to_sync"]) == ("completed", len(ids) - 3, 3)
     # A redelivered finishing message changes nothing and sends nothing twice.
-    _, again = _finish(db, settings, sent[0], ids[:-3])
+    _, again = _finish(db, sent[0], ids[:-3])
     assert again.embed_jobs == [] and not again.top_up
 
 
@@ -160,21 +159,21 @@ def test_reconcile_resumes_only_jobs_nobody_holds(store) -> None:
     sent: list = []
     _queue(db, sent)
     leases = _Leases()
-    leases.claim(sent[0]["job"], sent[0]["token"], 60)
+    leases.claim(sent[0].job, sent[0].token, 60)
     submits: list = []
     polls: list = []
     args = {"submit": submits.append, "poll": polls.append, "submit_ttl": 60,
             "poll_grace_s": 5}
-    assert workflow.reconcile(db, sent[0]["store"], leases, **args) == 0
+    assert workflow.reconcile(db, "main", sent[0].store, leases, **args) == 0
     leases.held.clear()  # the broker was flushed
-    assert workflow.reconcile(db, sent[0]["store"], leases, **args) == 1
-    assert [c[0] for c in submits[0]["chunks"]] == [c[0] for c in sent[0]["chunks"]]
-    assert submits[0]["token"] != sent[0]["token"] and polls == []
+    assert workflow.reconcile(db, "main", sent[0].store, leases, **args) == 1
+    assert [c[0] for c in submits[0].chunks] == [c[0] for c in sent[0].chunks]
+    assert submits[0].token != sent[0].token and polls == []
     # Once submitted, a resumed chain polls instead.
     remote = {"provider": "openai", "remote_id": "batch_1", "state": "running",
               "raw_state": "in_progress"}
-    batches.record_state(db, sent[0]["job"], "running", "in_progress", remote)
+    batches.record_state(db, sent[0].job, "running", "in_progress", remote)
     leases.held.clear()
-    assert workflow.reconcile(db, sent[0]["store"], leases, **args) == 1
-    assert polls[0]["remote"]["remote_id"] == "batch_1"
-    assert polls[0]["deadline"] > time.time()
+    assert workflow.reconcile(db, "main", sent[0].store, leases, **args) == 1
+    assert polls[0].remote["remote_id"] == "batch_1"
+    assert polls[0].deadline > time.time()

@@ -43,14 +43,14 @@ def submit(settings, db, double, plan: BatchPlan):
     api = batch_api_for(choice.spec, settings)
     step = workflow.submit_step(api, submits[0])
     for update in step.updates:
-        workflow.apply_update(db, update, settings)
+        workflow.apply_update(db, update)
     return api, step.next_poll
 
 
 def apply(db, settings, step: workflow.Step) -> list:
     sync_jobs = []
     for update in step.updates:
-        sync_jobs += workflow.apply_update(db, update, settings).embed_jobs
+        sync_jobs += workflow.apply_update(db, update).embed_jobs
     return sync_jobs
 
 
@@ -59,15 +59,15 @@ def test_a_stuck_job_is_cancelled_at_its_deadline(setup) -> None:
     api, poll = submit(settings, db, double, BatchPlan(outcome="stuck"))
     double.batches.advance(3)  # "paused": a state no client knows
     step = workflow.poll_step(api, poll)
-    assert step.next_poll is not None and step.next_poll["remote"]["state"] == "unknown"
-    step = workflow.poll_step(api, step.next_poll, now=poll["deadline"] + 1)
+    assert step.next_poll is not None and step.next_poll.remote["state"] == "unknown"
+    step = workflow.poll_step(api, step.next_poll, now=poll.deadline + 1)
     assert step.next_poll is None
     sync_jobs = apply(db, settings, step)
-    job = batches.get_job(db, poll["job"])
+    job = batches.get_job(db, poll.job)
     assert job["state"] == "timeout" and "cancelled" in job["last_error"]
-    assert double.batches.job(poll["remote"]["remote_id"]).state in ("cancelling", "cancelled")
+    assert double.batches.job(poll.remote["remote_id"]).state in ("cancelling", "cancelled")
     pending = db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending'").fetchone()
-    assert sum(len(j["chunks"]) for j in sync_jobs) == job["to_sync"] == pending[0] > 0
+    assert sum(j.size for j in sync_jobs) == job["to_sync"] == pending[0] > 0
     state = policy.provider_policy(db, "openai")
     assert state["failures"] == 2 and state["disabled"]  # a timeout counts 2
     api.close()
@@ -76,18 +76,18 @@ def test_a_stuck_job_is_cancelled_at_its_deadline(setup) -> None:
 def test_cancel_by_hand_keeps_finished_lines_and_counts_nothing(setup) -> None:
     settings, db, double = setup
     api, poll = submit(settings, db, double, BatchPlan(partial=0.5))
-    remote = admin.cancel_job(settings, poll["job"])
+    remote = admin.cancel_job(settings, poll.job)
     assert remote.raw_state in ("cancelling", "cancelled")
     double.batches.advance()
     step = workflow.poll_step(api, poll)
     assert step.next_poll is None
     sync_jobs = apply(db, settings, step)
-    job = batches.get_job(db, poll["job"])
+    job = batches.get_job(db, poll.job)
     assert job["state"] == "cancelled" and job["embedded"] + job["to_sync"] == job["chunks"]
-    assert sum(len(j["chunks"]) for j in sync_jobs) == job["to_sync"]
+    assert sum(j.size for j in sync_jobs) == job["to_sync"]
     assert policy.provider_policy(db, "openai")["failures"] == 0
     with pytest.raises(admin.BatchCommandError, match="already finished"):
-        admin.cancel_job(settings, poll["job"])
+        admin.cancel_job(settings, poll.job)
     api.close()
 
 
@@ -98,5 +98,5 @@ def test_a_poll_that_meets_a_5xx_polls_again(setup) -> None:
     step = workflow.poll_step(api, poll)
     assert [r.status for r in double.requests if r.method == "GET"] == [503]
     assert step.updates == [] and step.next_poll == poll  # the same poll, next interval
-    assert batches.get_job(db, poll["job"])["state"] == "submitted"
+    assert batches.get_job(db, poll.job)["state"] == "submitted"
     api.close()

@@ -270,12 +270,9 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
     while a ~2,000-chunk index is half done. The workers carry on; the chunks whose messages
     vanished stay pending until a reconcile pass (``memq watch``'s, with the queues empty)
     queues them again, and then the index equals the disk."""
-    from functools import partial
-
     from pipeline.embeddings.registry import choose_provider
+    from pipeline.fleet import FleetDispatcher
     from tests.conftest import Fleet, redis_client
-    from workers.app import app
-    from workers.tasks import submit_embed_job
     from workers.watching import WatchService
 
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
@@ -306,10 +303,9 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
             stuck = index_status(settings)["pending"]
             assert 0 < stuck < run.report.chunks_queued, "the fault lost nothing to heal"
             choice = choose_provider(settings)
-            with app.connection_for_write(broker.url) as connection:
-                service = WatchService(settings, choice,
-                                       partial(submit_embed_job, connection=connection),
-                                       connection, reconcile_s=3600, lost_after_s=0.0)
+            with FleetDispatcher(broker.url) as dispatcher:
+                service = WatchService(settings, choice, dispatcher, reconcile_s=3600,
+                                       lost_after_s=0.0)
                 healed = service.reconcile()
             assert healed.chunks_requeued == stuck
             wait_until(lambda: index_vs_disk(settings), 90, f"after reconcile\n{fleet.logs()}")

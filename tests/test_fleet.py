@@ -276,7 +276,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     n_jobs = job["embed_jobs"]
     wait_for(lambda: len(tasks("memq.write_vectors")) == n_jobs, "Flower's task events", fleet,
              timeout=30)
-    index_tasks = tasks("memq.index_workspace")
+    index_tasks = tasks("memq.index_memory")
     assert list(index_tasks) == [job_id]
     assert index_tasks[job_id]["worker"].startswith("writer@")
     embeds = tasks("memq.embed_chunks")
@@ -288,7 +288,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     assert code == 200
     assert metric_sum(metrics, "flower_events_total", task="memq.embed_chunks",
                       type="task-succeeded") == n_jobs
-    assert metric_sum(metrics, "flower_events_total", task="memq.index_workspace",
+    assert metric_sum(metrics, "flower_events_total", task="memq.index_memory",
                       type="task-succeeded") == 1
 
     # A local `memq index` against the same fleet: a progress bar with rate and ETA when asked

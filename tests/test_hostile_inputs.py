@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.embeddings.registry import choose_provider
+from pipeline.errors import MemoryPathError
 from pipeline.ingest.producer import index_once
-from pipeline.query import MemoryPathError, memory_get, memory_search
+from pipeline.query import memory_get, memory_search
 from pipeline.store.engine import connect
 
 HOSTILE_QUERIES = ["", " ", '"', '""""', "*", "AND OR NOT", "NEAR(", "body:x", "c++", "\x00",

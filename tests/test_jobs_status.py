@@ -150,7 +150,7 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
     assert fleet["queues"]["embed.local"] == run.report.jobs
     assert s["pending_by_provider"] == {"local": {"chunks": run.report.chunks_queued,
                                                   "queued_jobs": run.report.jobs}}
-    assert fleet["waiting_jobs"] == [{"id": job_id, "task": "memq.index_workspace"}]
+    assert fleet["waiting_jobs"] == [{"id": job_id, "task": "memq.index_memory"}]
     env = {"MEMQ_BROKER_URL": broker_url, "MEMQ_STORE_PATH": str(settings.store.path),
            "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none"}
     cli = run_memq("index", "--remote", "--json", env=env, timeout=60)

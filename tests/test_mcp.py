@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from memq.mcp_server import is_loopback, parse_bind
 from pipeline.config import Settings
+from pipeline.results import SearchHit
 from pipeline.search.citations import apply_citations
 from tests.conftest import REPO, run_memq
 
@@ -227,10 +228,10 @@ def test_citations_off_and_openclaw_key(workspace: Path, make_settings, tmp_path
 
 
 def test_citation_format_and_bind_parsing() -> None:
-    out = apply_citations([{"path": "MEMORY.md", "startLine": 3, "endLine": 3, "snippet": "x"}],
-                          "on")
-    assert out[0]["citation"] == "MEMORY.md#L3"
-    assert out[0]["snippet"] == "x\n\nSource: MEMORY.md#L3"
+    out = apply_citations([SearchHit("MEMORY.md", 3, 3, 0.5, "x", "memory")], "on")
+    assert out[0].citation == "MEMORY.md#L3"
+    assert out[0].snippet == "x\n\nSource: MEMORY.md#L3"
+    assert out[0].to_dict()["citation"] == "MEMORY.md#L3"
     assert parse_bind("127.0.0.1:8765") == ("127.0.0.1", 8765)
     assert parse_bind("[::1]:80") == ("::1", 80)
     assert parse_bind("9000") == ("127.0.0.1", 9000)
@@ -302,8 +303,8 @@ def test_http_refuses_to_expose_memory_without_a_token(keyword_settings: Setting
 
 
 @pytest.mark.integration
-def test_append_queues_embeddings_only_with_a_broker(workspace: Path, make_settings, tiny_model,
-                                                      broker_url: str, fleet) -> None:
+def test_append_embeds_in_the_server_without_a_broker_and_queues_with_one(
+        workspace: Path, make_settings, tiny_model, broker_url: str, fleet) -> None:
     from pipeline.status import index_status
     from workers.indexing import run_index
 
@@ -321,9 +322,9 @@ def test_append_queues_embeddings_only_with_a_broker(workspace: Path, make_setti
     async def without_broker() -> None:
         async with session(no_broker) as client:
             saved = await call(client, "memory_append", {"text": "- The wombat budget is 40k."})
-            assert saved["indexed"] and saved["vectors"].startswith("waiting for `memq index`")
+            assert saved["indexed"] and saved["vectors"] == "embedded"
             out = await call(client, "memory_search", wombat)
-            assert out["mode"] == "hybrid" and out["pending"] >= 1
+            assert out["mode"] == "hybrid" and "pending" not in out  # its vector is there
             assert any("wombat" in r["snippet"] for r in out["results"])
 
     async def with_a_broker() -> None:
@@ -340,6 +341,6 @@ def test_append_queues_embeddings_only_with_a_broker(workspace: Path, make_setti
             assert any("emu" in r["snippet"] for r in out["results"])
 
     anyio.run(without_broker)
-    assert index_status(no_broker)["pending"] >= 1
+    assert index_status(no_broker)["pending"] == 0
     anyio.run(with_a_broker)
     assert index_status(with_broker)["pending"] == 0

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.query import MemoryPathError, memory_get, memory_search
+from pipeline.errors import MemoryPathError
+from pipeline.query import memory_get, memory_search
 
 
 def test_reads_line_windows(workspace: Path, make_settings) -> None:

@@ -104,6 +104,7 @@ def test_media_chunks_travel_alone_and_never_from_a_changed_file(
     from pipeline.embeddings.registry import choose_provider
     from pipeline.ingest.multimodal import MediaSource
     from pipeline.ingest.producer import index_once, queue_pending, sync_files
+    from pipeline.messages import EmbedJob
 
     monkeypatch.setenv("GEMINI_API_KEY", KEY)
     media = workspace / "media"
@@ -117,22 +118,23 @@ def test_media_chunks_travel_alone_and_never_from_a_changed_file(
         try:
             sync_files(db, settings, choice)
             (media / "b.png").write_bytes(png("an edited picture"))
-            jobs: list[dict] = []
-            queue_pending(db, choice.spec, jobs.append,
+            jobs: list[EmbedJob] = []
+            queue_pending(db, choice.spec, jobs.append, memory=settings.agent_id,
                           media=MediaSource(settings.workspace, settings.multimodal))
-            inline = [j["chunks"] for j in jobs if len(j["chunks"][0]) == 4]
+            inline = [j.chunks for j in jobs if j.chunks[0].media is not None]
             assert len(inline) == 1 and len(inline[0]) == 1  # a.png only, alone in its job
-            _, _, text, part = inline[0][0]
-            assert text == "Image file: media/a.png" and part["mimeType"] == "image/png"
-            assert base64.b64decode(part["data"]) == png("first picture")
-            assert all(len(c) == 3 for j in jobs for c in j["chunks"] if c is not inline[0][0])
+            chunk = inline[0][0]
+            assert chunk.text == "Image file: media/a.png" and chunk.media is not None
+            assert chunk.media.mime_type == "image/png"
+            assert base64.b64decode(chunk.media.data) == png("first picture")
+            assert all(c.media is None for j in jobs for c in j.chunks if c is not chunk)
             waiting = db.conn.execute("SELECT queued_at FROM chunks WHERE path = "
                                       "'media/b.png'").fetchone()
             assert waiting == (None,)  # left pending, not queued
             jobs.clear()
             index_once(db, settings, choice, jobs.append)
-            again = [c for j in jobs for c in j["chunks"] if len(c) == 4]
-            assert [base64.b64decode(c[3]["data"]) for c in again] == [png("an edited picture")]
+            again = [c.media for j in jobs for c in j.chunks if c.media is not None]
+            assert [base64.b64decode(m.data) for m in again] == [png("an edited picture")]
         finally:
             db.close()
 

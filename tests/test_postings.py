@@ -7,16 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import Memory
 from pipeline.config import load_settings
 from pipeline.embeddings.registry import choose_provider
 from pipeline.ingest.producer import sync_files
-from pipeline.query import memory_search, search_store
+from pipeline.query import memory_search
 from pipeline.search.fts import match_terms
+from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.search.retrievers import keyword_hits
+from pipeline.store import matrix as matrix_module
 from pipeline.store import postings, schema
+from pipeline.store import postings as postings_module
 from pipeline.store.engine import Database, connect
-from pipeline.store.matrix import MATRICES
-from pipeline.store.postings import TEXT_STATS, TextStatsCache, load, text_version
+from pipeline.store.postings import TextStatsCache, load, text_version
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 from tests.secrets_scan import SENTINEL
 
@@ -92,13 +95,17 @@ def test_a_text_change_is_seen_by_the_next_search(tmp_path: Path, store: Databas
     with schema.transaction(store) as conn:
         insert(conn, ["lantern by the garden gate", "a second lantern note"])
 
-    def paths(in_memory: bool) -> list[str]:
-        out = search_store(store, settings, "lantern garden", min_score=0, in_memory=in_memory)
-        return [r["path"] for r in out["results"]]
+    copies = HeldCopies()
+    stats_cache = copies.text_stats
 
-    assert TEXT_STATS.current(store) is None  # first search: FTS5 answers, a copy loads
-    TEXT_STATS.wait()
-    held = TEXT_STATS.current(store)
+    def paths(in_memory: bool) -> list[str]:
+        hits = search_store(store, settings, "lantern garden", min_score=0,
+                            held=copies if in_memory else None)
+        return [h.path for h in hits]
+
+    assert stats_cache.current(store) is None  # first search: FTS5 answers, a copy loads
+    stats_cache.wait()
+    held = stats_cache.current(store)
     assert held is not None and held.version == text_version(store)
     assert paths(True) == paths(False) == ["memory/n0.md", "memory/n1.md"]
     writer = connect(store.path)  # another process: the indexer
@@ -112,13 +119,14 @@ def test_a_text_change_is_seen_by_the_next_search(tmp_path: Path, store: Databas
             else:
                 conn.execute("DELETE FROM chunks WHERE rowid = 2")
         assert text_version(store) != before, change
-        assert TEXT_STATS.current(store) is None, change  # behind the store: not used
+        assert stats_cache.current(store) is None, change  # behind the store: not used
         assert paths(True) == paths(False), change
-        TEXT_STATS.wait()
-        assert TEXT_STATS.current(store) is not None, change
+        stats_cache.wait()
+        assert stats_cache.current(store) is not None, change
         assert paths(True) == paths(False), change
     assert paths(True) == ["memory/n2.md"]
     writer.close()
+    copies.close()
 
 
 def test_state_changes_keep_the_text_version(store: Database) -> None:
@@ -216,22 +224,25 @@ def test_a_database_error_in_the_held_copy_falls_back_to_fts5(store: Database, c
 def test_a_one_shot_search_loads_nothing_even_when_the_query_embedding_fails(
         tmp_path: Path, make_settings, monkeypatch) -> None:
     """``in_memory=False`` (``memq search``) holds to it on the keyword-only fallback too: a
-    process that searches once must not start reading the store into memory."""
+    process that searches once must not start reading the store into memory (a Memory that
+    keeps copies does, which shows the loads are seen)."""
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2026-01-02.md").write_text("# Garden\n\n- the lantern by the gate\n")
     loads: list[str] = []
-    for cache in (TEXT_STATS, MATRICES):
-        monkeypatch.setattr(cache, "load", lambda db, what=cache.what: loads.append(what))
-    with ProviderDouble("openai", api_key=SENTINEL, script=[Fault("401")] * 4) as double:
+    monkeypatch.setattr(postings_module, "load", lambda db: loads.append("BM25"))
+    monkeypatch.setattr(matrix_module, "load", lambda db: loads.append("vectors"))
+    with ProviderDouble("openai", api_key=SENTINEL, script=[Fault("401")] * 8) as double:
         settings = make_settings(ws, provider="openai",
                                  remote={"baseUrl": double.url, "apiKey": SENTINEL})
         db = connect(settings.store.path)
         sync_files(db, settings, choose_provider(settings, env={}))  # chunks wait for vectors
         db.close()
         out = memory_search("lantern", settings=settings, sync=False, in_memory=False)
-    TEXT_STATS.wait()
-    MATRICES.wait()
+        assert loads == []
+        with Memory(settings=settings) as memory:
+            kept = memory.search("lantern", sync=False)
+            memory._held.wait()  # type: ignore[union-attr]
     assert out["mode"] == "keyword-only" and "query embedding failed" in out["warning"]
     assert [r["path"] for r in out["results"]] == ["memory/2026-01-02.md"]
-    assert loads == []
+    assert [h.path for h in kept] == ["memory/2026-01-02.md"] and loads == ["BM25"]

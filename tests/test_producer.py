@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import jobs
+from pipeline.dispatch import InlineDispatcher
+from pipeline.embeddings.providers import ProviderPool
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.ingest.producer import MAX_FILE_BYTES, group_jobs, index_once
+from pipeline.ingest.producer import MAX_FILE_BYTES, index_once
 from pipeline.ingest.reindex import rebuild_step, start_rebuild
+from pipeline.messages import EmbedJob, pack
 from pipeline.query import memory_search
 from pipeline.status import index_status
 from pipeline.store.engine import connect
@@ -19,10 +21,18 @@ from pipeline.store.writer import PendingChunk
 
 
 def run(db, settings, choice: ProviderChoice):
-    queued: list[jobs.Job] = []
-    report = index_once(db, settings, choice, queued.append)
-    for job in queued:
-        jobs.apply_result(jobs.embed_job(job, settings), settings)
+    """One producer pass whose jobs are embedded in this process as they are sent."""
+    queued: list[EmbedJob] = []
+    inline = InlineDispatcher(settings, ProviderPool())
+
+    def submit(job: EmbedJob) -> None:
+        queued.append(job)
+        inline.embed(job)
+
+    try:
+        report = index_once(db, settings, choice, submit)
+    finally:
+        inline.close()
     return report, queued
 
 
@@ -125,13 +135,13 @@ def test_files_reached_twice_are_listed_once_with_workspace_paths(workspace: Pat
     assert nested.abs_path.read_text() == "nested"
 
 
-def test_group_jobs_bounds_count_and_bytes() -> None:
+def test_packing_bounds_count_and_bytes() -> None:
     chunks = [PendingChunk(i, f"id{i}", f"h{i}", "x" * 1000) for i in range(100)]
-    groups = group_jobs(chunks, max_chunks=32, max_bytes=10_000)
+    groups = pack(chunks, max_chunks=32, max_bytes=10_000)
     assert all(len(g) <= 10 for g in groups)
     assert [c for g in groups for c in g] == chunks
     big = [PendingChunk(0, "a", "h", "y" * 50_000)]
-    assert group_jobs(big, max_bytes=10_000) == [big]
+    assert pack(big, max_bytes=10_000) == [big]
 
 
 def test_local_model_index_cache_and_model_switch(workspace, make_settings, tiny_model) -> None:

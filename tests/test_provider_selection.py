@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.embeddings.registry import ProviderSpec, build_from_spec, choose_provider
+from pipeline.embeddings.registry import build_from_spec, choose_provider
 from pipeline.errors import EmbeddingError, MissingApiKey
+from pipeline.messages import ProviderSpec
 from tests.secrets_scan import SENTINEL
 
 KEY = SENTINEL

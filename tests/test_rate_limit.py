@@ -15,11 +15,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from pipeline import jobs
+from pipeline.embeddings import runner
 from pipeline.embeddings.openai import OpenAIProvider
 from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
-from pipeline.embeddings.registry import ProviderSpec
 from pipeline.errors import EmbeddingError, ProviderRetryable, ProviderThrottled
+from pipeline.messages import ChunkText, EmbedJob, ProviderSpec
 from tests.conftest import redis_client as client_for
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 from tests.secrets_scan import SENTINEL
@@ -84,14 +84,10 @@ def test_embed_jobs_count_their_requests_in_redis(broker_url: str, tmp_path) -> 
         provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
         spec = ProviderSpec("openai", provider.model, provider.provider_key,
                             {"role": "primary", "rate_limit": {"requests": 100, "tokens": None}})
-        jobs._providers[repr(sorted(spec.to_dict().items()))] = provider
-        try:
-            for i in range(3):
-                job = {"spec": spec.to_dict(), "store": str(tmp_path / "s"), "attempt": 0,
-                       "chunks": [[f"c{i}", f"h{i}", f"text {i}"]]}
-                assert len(jobs.embed_job(job, None, client)["vectors"]) == 1
-        finally:
-            jobs._providers.clear()
+        for i in range(3):
+            job = EmbedJob("main", spec, str(tmp_path / "s"),
+                           (ChunkText(f"c{i}", f"h{i}", f"text {i}"),))
+            assert len(runner.embed_job(job, provider, client).vectors) == 1
         counted = sum(int(client.get(k)) for k in client.scan_iter(
             f"memq:ratelimit:{spec.provider_key}:*:r"))
         assert counted == len(double.embed_requests()) == 3
@@ -136,7 +132,7 @@ def test_throttled_requests_wait_in_place_and_all_succeed(broker_url: str) -> No
         def worker(n: int) -> None:
             pause = FleetPause(client_for(broker_url), provider.provider_key)
             for i in range(4):
-                vectors = jobs.embed_paced(provider, [f"text {n} {i}"], pause)
+                vectors = runner.embed_paced(provider, [f"text {n} {i}"], pause)
                 done.append(len(vectors))
 
         threads = [threading.Thread(target=worker, args=(n,)) for n in range(3)]
@@ -155,15 +151,15 @@ def test_only_a_rate_limit_waits_in_place(monkeypatch: pytest.MonkeyPatch) -> No
     with ProviderDouble("openai", api_key=SENTINEL, script=[Fault("500")]) as double:
         provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
         with pytest.raises(EmbeddingError) as info:  # the task's backoff handles a 500
-            jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
+            runner.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
         assert isinstance(info.value, ProviderRetryable)
         assert not isinstance(info.value, ProviderThrottled)
-    monkeypatch.setattr(jobs, "THROTTLE_BUDGET_S", 0.3)
+    monkeypatch.setattr(runner, "THROTTLE_BUDGET_S", 0.3)
     with ProviderDouble("openai", api_key=SENTINEL,
                         script=[Fault("429", retry_after=0.2)] * 10) as double:
         provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
         with pytest.raises(EmbeddingError) as info:  # past the budget: back to the task
-            jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
+            runner.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
         assert isinstance(info.value, ProviderThrottled) and 2 <= len(double.embed_requests()) <= 4
 
 
@@ -171,13 +167,13 @@ def test_waiting_in_place_is_bounded_by_wall_clock_not_by_time_asleep(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Slow refusals with tiny waits: the budget counts the requests' time too, so a worker
     hands the job back to the task's retry policy long before its soft time limit."""
-    monkeypatch.setattr(jobs, "THROTTLE_BUDGET_S", 0.6)
+    monkeypatch.setattr(runner, "THROTTLE_BUDGET_S", 0.6)
     slow_refusals = [Fault("429", retry_after=0.001, seconds=0.25)] * 40
     with ProviderDouble("openai", api_key=SENTINEL, script=slow_refusals) as double:
         provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
         started = time.monotonic()
         with pytest.raises(EmbeddingError) as info:
-            jobs.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
+            runner.embed_paced(provider, ["x"], FleetPause(None, "local-only"))
         took = time.monotonic() - started
         assert isinstance(info.value, ProviderThrottled) and 2 <= len(double.embed_requests()) <= 4
     assert took < 0.6 + 2 * 0.25 + 0.5
@@ -201,7 +197,7 @@ def test_a_pause_survives_redis_going_away(caplog: pytest.LogCaptureFixture) -> 
     with ProviderDouble("openai", api_key=SENTINEL,
                         script=[Fault("429", retry_after=0.05)]) as double:
         provider = OpenAIProvider(base_url=double.url, api_key=SENTINEL)
-        vectors = jobs.embed_paced(provider, ["x"], pause)  # the job is not failed for it
+        vectors = runner.embed_paced(provider, ["x"], pause)  # the job is not failed for it
         assert len(vectors) == 1 and len(double.embed_requests()) == 2
 
 

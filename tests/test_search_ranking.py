@@ -12,15 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.query import search_store
 from pipeline.search import decay, fusion, retrievers
+from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.search.mmr import jaccard, mmr_order
-from pipeline.store.matrix import MATRICES
-from pipeline.store.postings import TEXT_STATS
 from pipeline.store.vectors import put_vectors
 from tests.searchkit import QueryVector, build, vector_with_cosine
 
 VECTOR_ONLY = {"hybrid": {"enabled": False}}
+
+#: The copies this module's searches hold, as a long-running reader's ``Memory`` does.
+HELD = HeldCopies()
+MATRICES, TEXT_STATS = HELD.matrices, HELD.text_stats
+
+
+def search(db, settings, query: str, *, in_memory: bool = True, **kwargs) -> dict:
+    """``search_store``'s hits as OpenClaw's JSON results, through this module's held copies
+    (``in_memory``) or SQLite alone."""
+    hits = search_store(db, settings, query, held=HELD if in_memory else None, **kwargs)
+    return {"results": [h.to_dict() for h in hits]}
 
 
 def paths(out: dict) -> list[str]:
@@ -88,7 +97,7 @@ def test_bm25_order_decides_between_equally_similar_chunks(ws: Path, make_settin
              **{f"memory/filler{i}.md": f"filler note {i}" for i in range(20)}}
     scores = {"memory/strong.md": 0.5, "memory/weak.md": 0.5}
     db, settings = build(ws, make_settings, notes, scores)
-    out = search_store(db, settings, "kestrel nesting", provider=QueryVector(), min_score=0)
+    out = search(db, settings, "kestrel nesting", provider=QueryVector(), min_score=0)
     assert paths(out)[:2] == ["memory/strong.md", "memory/weak.md"]
     strong, weak = (r["score"] for r in out["results"][:2])
     assert strong == pytest.approx(0.7 * 0.5 + 0.3, abs=1e-5)
@@ -107,20 +116,20 @@ SCORES = {"memory/a.md": 0.9, "memory/b.md": 0.35, "memory/c.md": 0.2}
 
 def test_min_score_is_inclusive_and_max_results_cuts(ws: Path, make_settings) -> None:
     db, settings = build(ws, make_settings, NOTES, SCORES, query=VECTOR_ONLY)
-    out = search_store(db, settings, "anything", provider=QueryVector())
+    out = search(db, settings, "anything", provider=QueryVector())
     assert paths(out) == ["memory/a.md", "memory/b.md"]  # 0.35 == minScore is kept
     assert [r["score"] for r in out["results"]] == [pytest.approx(0.9), pytest.approx(0.35)]
-    out = search_store(db, settings, "anything", provider=QueryVector(), min_score=0,
+    out = search(db, settings, "anything", provider=QueryVector(), min_score=0,
                        max_results=2)
     assert paths(out) == ["memory/a.md", "memory/b.md"]
-    assert paths(search_store(db, settings, "x", provider=QueryVector(), max_results=0)) == []
+    assert paths(search(db, settings, "x", provider=QueryVector(), max_results=0)) == []
     db.close()
 
 
 def test_vector_only_scores_are_raw_cosine_not_scaled_by_the_weight(ws: Path,
                                                                     make_settings) -> None:
     db, settings = build(ws, make_settings, NOTES, SCORES, query=VECTOR_ONLY)
-    out = search_store(db, settings, "q", provider=QueryVector(), min_score=0)
+    out = search(db, settings, "q", provider=QueryVector(), min_score=0)
     assert [r["score"] for r in out["results"]] == pytest.approx([0.9, 0.35, 0.2], abs=1e-5)
     db.close()
 
@@ -128,7 +137,7 @@ def test_vector_only_scores_are_raw_cosine_not_scaled_by_the_weight(ws: Path,
 def test_relaxed_fallback_returns_keyword_hits_when_nothing_clears(ws: Path,
                                                                    make_settings) -> None:
     db, settings = build(ws, make_settings, NOTES, SCORES)
-    out = search_store(db, settings, "boats", provider=QueryVector(), min_score=0.99)
+    out = search(db, settings, "boats", provider=QueryVector(), min_score=0.99)
     assert paths(out) == ["memory/b.md"]
     db.close()
 
@@ -137,7 +146,7 @@ def test_keyword_hit_without_a_vector_survives_min_score_in_hybrid(ws: Path,
                                                                    make_settings) -> None:
     notes = {**NOTES, "memory/pending.md": "the zeppelin hangar code is 4471"}
     db, settings = build(ws, make_settings, notes, SCORES)  # pending.md gets no vector
-    out = search_store(db, settings, "zeppelin hangar", provider=QueryVector())
+    out = search(db, settings, "zeppelin hangar", provider=QueryVector())
     assert paths(out)[0] == "memory/pending.md"
     assert out["results"][0]["score"] >= settings.query.min_score
     db.close()
@@ -145,7 +154,7 @@ def test_keyword_hit_without_a_vector_survives_min_score_in_hybrid(ws: Path,
 
 def test_rrf_mode_through_the_store(ws: Path, make_settings) -> None:
     db, settings = build(ws, make_settings, NOTES, SCORES, query={"hybrid": {"fusion": "rrf"}})
-    out = search_store(db, settings, "boats", provider=QueryVector(), min_score=0)
+    out = search(db, settings, "boats", provider=QueryVector(), min_score=0)
     # b.md: vector rank 2 + text rank 1; a.md: vector rank 1 only.
     assert paths(out)[:2] == ["memory/b.md", "memory/a.md"]
     assert out["results"][0]["score"] == pytest.approx(61 * (0.7 / 62 + 0.3 / 61), abs=1e-6)
@@ -162,7 +171,7 @@ def test_hostile_queries_in_every_mode(ws: Path, make_settings, text: str,
         "hybrid": {"fusion": fusion_mode, "mmr": {"enabled": True},
                    "temporalDecay": {"enabled": True}}})
     for provider in (QueryVector(), None):
-        out = search_store(db, settings, text, provider=provider)
+        out = search(db, settings, text, provider=provider)
         assert isinstance(out["results"], list)
     db.close()
 
@@ -186,12 +195,12 @@ NETWORK_SCORES = {"memory/2026-02-10.md": 0.92, "memory/2026-02-08.md": 0.89,
 def test_mmr_worked_example_drops_the_near_duplicate_from_the_top_3(ws: Path,
                                                                     make_settings) -> None:
     db, settings = build(ws, make_settings, NETWORK, NETWORK_SCORES, query=VECTOR_ONLY)
-    plain = paths(search_store(db, settings, "home network setup", provider=QueryVector()))
+    plain = paths(search(db, settings, "home network setup", provider=QueryVector()))
     assert plain[:3] == ["memory/2026-02-10.md", "memory/2026-02-08.md", "memory/network.md"]
     db.close()
     db, settings = build(ws, make_settings, NETWORK, NETWORK_SCORES, query={
         "hybrid": {"enabled": False, "mmr": {"enabled": True, "lambda": 0.7}}})
-    out = search_store(db, settings, "home network setup", provider=QueryVector())
+    out = search(db, settings, "home network setup", provider=QueryVector())
     diverse = paths(out)
     assert diverse[:3] == ["memory/2026-02-10.md", "memory/network.md", "memory/2026-02-05.md"]
     assert "memory/2026-02-08.md" not in diverse[:3]
@@ -206,7 +215,7 @@ def test_mmr_applies_in_keyword_only_mode(ws: Path, make_settings) -> None:
              "memory/z.md": "kettle warranty card is in the blue folder"}
     on = {"hybrid": {"mmr": {"enabled": True, "lambda": 0.5}}}
     db, settings = build(ws, make_settings, notes, query=on)
-    ranked = paths(search_store(db, settings, "kettle descaling", min_score=0))
+    ranked = paths(search(db, settings, "kettle descaling", min_score=0))
     assert ranked[:2] == ["memory/x.md", "memory/z.md"] or ranked[:2] == ["memory/y.md",
                                                                           "memory/z.md"]
     db.close()
@@ -240,19 +249,19 @@ TODAY = dt.datetime(2026, 2, 10, tzinfo=dt.UTC).timestamp()
 
 def test_decay_worked_example_sinks_the_148_day_old_note(ws: Path, make_settings) -> None:
     db, settings = build(ws, make_settings, ROD, ROD_SCORES, query=VECTOR_ONLY)
-    plain = search_store(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY)
+    plain = search(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY)
     assert paths(plain) == ["memory/2025-09-15.md", "memory/2026-02-10.md", "MEMORY.md"]
     db.close()
     db, settings = build(ws, make_settings, ROD, ROD_SCORES, query={
         "hybrid": {"enabled": False, "temporalDecay": {"enabled": True, "halfLifeDays": 30}}})
-    out = search_store(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY,
+    out = search(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY,
                        min_score=0)
     assert paths(out) == ["memory/2026-02-10.md", "MEMORY.md", "memory/2025-09-15.md"]
     scores = [r["score"] for r in out["results"]]
     assert scores[:2] == pytest.approx([0.82, 0.80], abs=1e-5)  # today and evergreen: intact
     assert scores[2] == pytest.approx(0.91 * 0.5 ** (148 / 30), abs=1e-5)  # about 0.03
     # With the default minScore the stale note does not make the cut at all.
-    cut = search_store(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY)
+    cut = search(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY)
     assert paths(cut) == ["memory/2026-02-10.md", "MEMORY.md"]
     db.close()
 
@@ -262,7 +271,7 @@ def test_decay_applies_in_keyword_only_mode(ws: Path, make_settings) -> None:
              "memory/2026-02-09.md": "passport renewal form"}
     on = {"hybrid": {"temporalDecay": {"enabled": True}}}
     db, settings = build(ws, make_settings, notes, query=on)
-    assert paths(search_store(db, settings, "passport renewal", now=TODAY))[0] == \
+    assert paths(search(db, settings, "passport renewal", now=TODAY))[0] == \
         "memory/2026-02-09.md"
     db.close()
 
@@ -297,7 +306,7 @@ def test_files_outside_memory_age_by_mtime(tmp_path: Path, make_settings) -> Non
                              {"memory/2026-02-10.md": "gearbox oil change done"},
                              extraPaths=[str(extra)], store={"path": str(folder / "s.sqlite")},
                              query={"hybrid": {"temporalDecay": {"enabled": enabled}}})
-        out = search_store(db, settings, "gearbox oil change", now=TODAY, min_score=0)
+        out = search(db, settings, "gearbox oil change", now=TODAY, min_score=0)
         scores.append({Path(r["path"]).name: r["score"] for r in out["results"]})
         db.close()
     plain, decayed = scores
@@ -337,12 +346,12 @@ def test_source_filter_does_not_starve_the_wanted_source(ws: Path, make_settings
     add_session_chunks(db, 30)
     if cached:
         hold_in_memory(db)
-    out = search_store(db, settings, "q", provider=QueryVector(), max_results=4,
+    out = search(db, settings, "q", provider=QueryVector(), max_results=4,
                        min_score=0, in_memory=cached)
     assert sorted(paths(out)) == sorted(notes)
     assert all(r["source"] == "memory" for r in out["results"])
-    assert paths(search_store(db, settings, "session talk", min_score=0)) == []
-    assert len(paths(search_store(db, settings, "memory note", min_score=0))) == 4
+    assert paths(search(db, settings, "session talk", min_score=0)) == []
+    assert len(paths(search(db, settings, "memory note", min_score=0))) == 4
     db.close()
 
 
@@ -363,7 +372,7 @@ def test_results_identical_with_and_without_sqlite_vec_and_the_in_memory(
         for cached in (True, False):
             if cached:  # load the in-memory copies first: without them vec0 and FTS5 answer
                 hold_in_memory(db)
-            outs.append(search_store(db, settings, "home network setup", provider=QueryVector(),
+            outs.append(search(db, settings, "home network setup", provider=QueryVector(),
                                      now=TODAY, min_score=0, in_memory=cached)["results"])
         db.close()
     assert all(out == outs[0] for out in outs[1:]) and len(outs[0]) == len(NETWORK)
@@ -376,7 +385,7 @@ def test_large_wanted_source_over_fetches_then_falls_back_to_a_scan(
     scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
     db, settings = build(ws, make_settings, notes, scores, query=VECTOR_ONLY)
     add_session_chunks(db, 40)  # crowd the over-fetched top k
-    out = search_store(db, settings, "q", provider=QueryVector(), max_results=3, min_score=0,
+    out = search(db, settings, "q", provider=QueryVector(), max_results=3, min_score=0,
                        in_memory=False)  # the over-fetch is vec0's; the cache scans exactly
     assert paths(out) == ["memory/n3.md", "memory/n2.md", "memory/n1.md"]
     db.close()

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.embeddings.registry import choose_provider
+from pipeline.errors import MemoryPathError
 from pipeline.ingest.producer import index_once
 from pipeline.ingest.sessions import transcript
-from pipeline.query import MemoryPathError, memory_get, memory_search
+from pipeline.query import memory_get, memory_search
 from pipeline.store.engine import connect
 from workers.indexing import run_index
 

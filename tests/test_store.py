@@ -194,7 +194,7 @@ def test_write_batch_commits_in_groups_and_units_stay_atomic(db, tmp_path) -> No
 
 
 def test_held_chunk_stays_pending_until_a_later_result(db) -> None:
-    from workers.indexing import pending_count
+    from pipeline.store.reads import waiting_count as pending_count
 
     writer.replace_file(db, record(), chunk_markdown("held text\n", 400, 80))
     (cid, digest), = pending(db)
@@ -211,7 +211,7 @@ def test_held_chunk_stays_pending_until_a_later_result(db) -> None:
 
 
 def test_a_version_2_store_gains_the_source_index_and_keeps_its_full_text_rows(db) -> None:
-    from pipeline.search.retrievers import present_sources
+    from pipeline.store.reads import present_sources
 
     with schema.transaction(db):
         writer.replace_file(db, record("memory/a.md"), chunk_markdown(TEXT, 400, 80))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import jobs
+from pipeline.dispatch import InlineDispatcher
+from pipeline.embeddings.providers import ProviderPool
 from pipeline.embeddings.registry import choose_provider
 from pipeline.ingest.producer import index_once
 from pipeline.query import memory_search
@@ -15,12 +16,11 @@ from pipeline.store.engine import connect
 
 def _index(settings) -> None:
     db = connect(settings.store.path)
+    inline = InlineDispatcher(settings, ProviderPool())
     try:
-        queued: list[jobs.Job] = []
-        index_once(db, settings, choose_provider(settings), queued.append)
-        for job in queued:
-            jobs.apply_result(jobs.embed_job(job, settings), settings)
+        index_once(db, settings, choose_provider(settings), inline.embed)
     finally:
+        inline.close()
         db.close()
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.query import search_store
+from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.search.retrievers import cosine_for
 from pipeline.store import schema
 from pipeline.store.engine import connect
-from pipeline.store.matrix import MATRICES, MatrixCache
+from pipeline.store.matrix import MatrixCache
 from pipeline.store.vectors import (
     delete_vectors,
     drop_vectors,
@@ -28,9 +28,14 @@ NOTES = {f"memory/n{i}.md": f"garden note number {i}" for i in range(4)}
 SCORES = {p: 0.5 + i / 100 for i, p in enumerate(sorted(NOTES))}
 
 
+#: The copies this module's searches hold, as a long-running reader's ``Memory`` does.
+HELD = HeldCopies()
+MATRICES = HELD.matrices
+
+
 def top(db, settings) -> list[str]:
-    out = search_store(db, settings, "garden", provider=QueryVector(), min_score=0)
-    return [r["path"] for r in out["results"]]
+    hits = search_store(db, settings, "garden", provider=QueryVector(), min_score=0, held=HELD)
+    return [h.path for h in hits]
 
 
 def rowid_of(db, path: str) -> int:
@@ -157,8 +162,8 @@ def test_a_store_without_vectors_gives_an_empty_matrix(ws: Path, make_settings) 
     db, settings = build(ws, make_settings, NOTES)  # keyword-only: no vector table at all
     matrix = MatrixCache().get(db)
     assert len(matrix.ids) == 0 and matrix.knn(np.ones(4, np.float32), 3) == []
-    out = search_store(db, settings, "garden", provider=QueryVector(), min_score=0)
-    assert sorted(r["path"] for r in out["results"]) == sorted(NOTES)  # keyword side still
+    hits = search_store(db, settings, "garden", provider=QueryVector(), min_score=0, held=HELD)
+    assert sorted(h.path for h in hits) == sorted(NOTES)  # keyword side still
     db.close()
 
 

@@ -8,19 +8,18 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import pytest
 
 from pipeline.embeddings.registry import choose_provider
+from pipeline.fleet import FleetDispatcher
 from pipeline.ingest.reindex import rebuild_step
 from pipeline.status import index_status
 from tests.fakes.tiny_gguf import write_tiny_gguf
 from tests.indexcheck import index_vs_disk, wait_until
 from workers.app import app
 from workers.indexing import run_index
-from workers.tasks import submit_embed_job
 from workers.watching import WatchService
 
 pytestmark = pytest.mark.integration
@@ -36,10 +35,9 @@ def local_settings(workspace: Path, make_settings, tiny_model, broker_url):
 def service(local_settings, broker_url) -> Iterator[WatchService]:
     """A watch service (observer not started) with a real broker connection."""
     choice = choose_provider(local_settings)
-    with app.connection_for_write(broker_url) as connection:
-        yield WatchService(local_settings, choice, partial(submit_embed_job,
-                                                           connection=connection),
-                           connection, reconcile_s=3600, lost_after_s=0.0, debounce_s=0.3)
+    with FleetDispatcher(broker_url) as fleet:
+        yield WatchService(local_settings, choice, fleet, reconcile_s=3600, lost_after_s=0.0,
+                           debounce_s=0.3)
 
 
 @pytest.fixture
@@ -133,9 +131,9 @@ def test_lost_messages_of_a_rebuild_are_queued_again(local_settings, make_settin
     new = make_settings(workspace, provider="local", brokerUrl=broker_url,
                         local={"modelPath": str(other)})
     choice = choose_provider(new)
-    with app.connection_for_write(broker_url) as connection:
-        service = WatchService(new, choice, partial(submit_embed_job, connection=connection),
-                               connection, reconcile_s=3600, lost_after_s=0.0)
+    with app.connection_for_write(broker_url) as connection, \
+            FleetDispatcher(broker_url) as dispatcher:
+        service = WatchService(new, choice, dispatcher, reconcile_s=3600, lost_after_s=0.0)
         service.reconcile()  # sees the new model: starts a rebuild, whose first pass queues
         queued = index_status(new)["reindex"]["pending"]
         assert queued > 0 and index_status(new)["reindex"]["chunksQueued"] == queued

@@ -13,8 +13,9 @@ import psutil
 import pytest
 
 from pipeline.embeddings.default_model import default_model_path
+from pipeline.embeddings.runner import MAX_DELIVERIES, after_crash
 from pipeline.errors import ProviderUnavailable
-from pipeline.jobs import MAX_DELIVERIES, after_crash
+from pipeline.messages import ChunkText, EmbedJob, ProviderSpec
 from pipeline.status import index_status
 from workers.indexing import run_index
 
@@ -22,17 +23,18 @@ pytestmark = pytest.mark.integration
 
 
 def test_after_crash_splits_then_gives_up() -> None:
-    job = {"spec": {}, "store": "s", "chunks": [["a", "h1", "x"], ["b", "h2", "y"]], "attempt": 0}
+    a, b = ChunkText("a", "h1", "x"), ChunkText("b", "h2", "y")
+    job = EmbedJob("main", ProviderSpec("local", "m", "k"), "s", (a, b))
     retries, failure = after_crash(job)
-    assert failure is None and [r["chunks"] for r in retries] == [[["a", "h1", "x"]],
-                                                                  [["b", "h2", "y"]]]
+    assert failure is None and [r.chunks for r in retries] == [(a,), (b,)]
     single = retries[0]
     for _ in range(MAX_DELIVERIES - 2):
         (single,), failure = after_crash(single)
         assert failure is None
     again, failure = after_crash(single)
     assert again == []
-    assert failure["failed"] == [["a", "worker crashed 3 times embedding this chunk"]]
+    assert failure is not None
+    assert failure.failed == (("a", "worker crashed 3 times embedding this chunk"),)
 
 
 def _kill_pool_child_when_busy(main_pid: int, stop: threading.Event) -> list[int]:

@@ -3,6 +3,7 @@
 With no broker configured, ``memq index`` starts these so the whole pipeline runs on a laptop
 with nothing installed but the package; the queues, acks and redelivery are the same as in a
 deployed fleet. A worker that dies (a native crash in llama.cpp kills its process) is restarted.
+:class:`EmbeddedFleet` is the :class:`~pipeline.dispatch.Dispatcher` of such a run.
 """
 
 from __future__ import annotations
@@ -16,9 +17,32 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workers.app import STORE_QUEUE, batch_queue, embed_queue
+from pipeline.config import Settings
+from pipeline.errors import FleetError
+from pipeline.fleet import FleetDispatcher
+from pipeline.routing import STORE_QUEUE, batch_queue, embed_queue
 from workers.orphans import BROKER_DIR_ENV, BROKER_PID_ENV, PARENT_ENV
 from workers.single_writer import CHECK_ENV
+
+#: Restarts of a dying embedded worker before the run gives up.
+MAX_RESTARTS = 20
+
+
+class IndexingFailed(FleetError):
+    """The run could not finish (a worker keeps dying, no worker consumes the queue, …)."""
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """What a spawned worker needs to build the same provider as this process."""
+    env = {"MEMQ_WORKSPACE": str(settings.workspace), "MEMQ_STORE_PATH": str(settings.store.path),
+           "MEMQ_AGENT_ID": settings.agent_id}
+    if settings.config_file is not None:
+        env["MEMQ_CONFIG"] = str(settings.config_file)
+    if settings.local.model_cache_dir is not None:
+        env["MEMQ_CACHE_DIR"] = str(settings.local.model_cache_dir)
+    if settings.local.threads is not None:
+        env["MEMQ_LOCAL_THREADS"] = str(settings.local.threads)
+    return env
 
 
 class EmbeddedBroker:
@@ -100,9 +124,11 @@ class WorkerProcess:
             self._proc.wait()
 
 
-class EmbeddedFleet:
+class EmbeddedFleet(FleetDispatcher):
     """A broker plus one worker on ``embed.<provider>``, ``batch.<provider>`` and ``store``, for
-    the length of a run."""
+    the length of a run; its messages die with it (``durable`` is False)."""
+
+    durable = False
 
     def __init__(self, provider: str, env_overrides: dict[str, str]) -> None:
         self.broker = EmbeddedBroker()
@@ -115,6 +141,21 @@ class EmbeddedFleet:
         self.worker = WorkerProcess(
             worker_argv(queues, f"memq-embedded-{os.getpid()}@%h", quiet_cluster=True),
             env, self.log_path)
+        super().__init__(self.broker.url)
+
+    @classmethod
+    def for_settings(cls, settings: Settings, provider: str) -> EmbeddedFleet:
+        """The embedded fleet of a run over ``settings`` with ``provider``."""
+        return cls(provider, worker_env(settings))
+
+    def check(self) -> None:
+        """Restart the worker when it died; give up when it keeps dying."""
+        if self.worker.ensure_alive() and self.worker.restarts > MAX_RESTARTS:
+            raise IndexingFailed(f"the embedded worker died {self.worker.restarts} times; "
+                                 f"last log:\n{self.log_tail()}")
+
+    def consumers(self, queue: str) -> int | None:
+        return 1  # its own worker, restarted when it dies
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -126,11 +167,9 @@ class EmbeddedFleet:
         # The broker dies with the run anyway and every store write is one SQLite transaction:
         # anything unfinished stays pending for the next run, so a warm shutdown (about 2 s of
         # pool teardown) would only cost time.
+        super().close()
         self.worker.stop(kill=True)
         self.broker.close()
 
     def __enter__(self) -> EmbeddedFleet:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

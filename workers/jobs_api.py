@@ -16,10 +16,12 @@ from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
 from pipeline.errors import FleetError
+from pipeline.fleet import FleetDispatcher
+from pipeline.memory import POLL_S, wait_for_vectors
+from pipeline.messages import IndexRequest
+from pipeline.routing import CONTROL_QUEUE
 from pipeline.store import joblog
 from pipeline.store.engine import connect
-from workers.app import CONTROL_QUEUE, app
-from workers.indexing import POLL_S, wait_for_vectors
 from workers.monitor import broker_status
 
 UNKNOWN_AFTER_S = 15.0
@@ -38,16 +40,12 @@ def enqueue_index(settings: Settings, *, retry_failed: bool = False) -> str:
     if not settings.broker_url:
         raise EnqueueFailed("enqueueing an index job needs the fleet's broker: set MEMQ_BROKER_URL "
                        "(or brokerUrl) and run `memq worker --role writer`")
-    from workers.tasks import index_workspace
-
     try:
-        with app.connection_for_write(settings.broker_url) as connection:
-            result = index_workspace.apply_async(args=[{"retry_failed": retry_failed}],
-                                                 queue=CONTROL_QUEUE, connection=connection)
+        with FleetDispatcher(settings.broker_url) as fleet:
+            return fleet.index(IndexRequest(settings.agent_id, retry_failed))
     except OperationalError as exc:
         raise EnqueueFailed(f"broker {redact_url(settings.broker_url)} did not take the job: "
                             f"{exc}") from exc
-    return result.id
 
 
 def follow_job(settings: Settings, job_id: str, *,

@@ -10,37 +10,21 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import redis
-from celery import Celery
 from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
+from pipeline.fleet import DEFAULT_TIMEOUT_S, FleetDispatcher, queue_consumers, redis_client
+from pipeline.routing import CONTROL_QUEUE, STORE_QUEUE, embed_queue
 from pipeline.status import index_status
-from workers.app import CONTROL_QUEUE, STORE_QUEUE, app, embed_queue
+from pipeline.store import schema
 
 # kombu's Redis transport keeps a queue's messages of priority p > 0 in "<queue>\x06\x16<p>".
 PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)
 BINDING_PREFIX = "_kombu.binding."
 UNACKED_KEY = "unacked"
-DEFAULT_TIMEOUT_S = 1.0
-
-
-def redis_client(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
-    """A redis-py client for a kombu broker URL (``redis://``, ``rediss://``,
-    ``redis+socket:///path``); raises ValueError for anything else."""
-    parts = urlsplit(broker_url)
-    if parts.scheme == "redis+socket":
-        query = parse_qs(parts.query)
-        db = int((query.get("virtual_host") or query.get("db") or ["0"])[0] or 0)
-        return redis.Redis(unix_socket_path=parts.path, db=db, password=parts.password,
-                           socket_timeout=timeout, socket_connect_timeout=timeout)
-    if parts.scheme in ("redis", "rediss"):
-        return redis.Redis.from_url(broker_url, socket_timeout=timeout,
-                                    socket_connect_timeout=timeout)
-    raise ValueError(f"queue depths need a Redis broker, not {parts.scheme}://")
 
 
 def queue_depths(client: redis.Redis) -> dict[str, int]:
@@ -74,28 +58,6 @@ def waiting_tasks(client: redis.Redis, queue: str, limit: int = 50) -> list[dict
     return out
 
 
-def queue_consumers(broker_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
-                    ) -> dict[str, list[str]]:
-    """Live worker nodes on ``broker_url`` (default: the app's) and the queues each consumes.
-
-    A throwaway app is used because Celery's broadcasts go out through the app's own producer
-    pool, i.e. to the app's configured broker whatever connection is passed in.
-    """
-    probe = Celery("memq", broker=broker_url or app.conf.broker_url, set_as_current=False)
-    probe.conf.broker_transport_options = app.conf.broker_transport_options
-    try:
-        # The replies are read on a connection of our own, closed here: one lent by the shared
-        # pool would go back to it mid-read, and kombu's after-fork cleanup would then block
-        # every pool process this worker forks later (a writer could never replace its pool
-        # process; found when a memory cap recycled it).
-        with probe.connection_for_write() as connection:
-            replies = probe.control.inspect(timeout=timeout,
-                                            connection=connection).active_queues() or {}
-    finally:
-        probe.close()
-    return {node: sorted(q["name"] for q in queues) for node, queues in replies.items()}
-
-
 def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
     """Queue depths, in-flight count and workers; ``reachable`` False (and None counts) when
     the broker does not answer in time."""
@@ -125,18 +87,16 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[s
     return out
 
 
-def _resume_batches(settings: Settings) -> int | None:
+def resume_batches(settings: Settings) -> int | None:
     """Restart polling of live batch jobs whose message chain died (a Redis flush, a killed
-    worker): ``memq status`` is one of the places that notices."""
-    from pipeline.query import open_store
-    from workers.batch_tasks import resume_batches
-
-    db = open_store(settings)
-    if db is None:
+    worker): ``memq status`` is one of the places that notices. None: no store, or the broker
+    did not answer."""
+    db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+    if db is None or not settings.broker_url:
         return None
     try:
-        with app.connection_for_write(settings.broker_url) as connection:
-            return resume_batches(db, settings.broker_url, connection)
+        with FleetDispatcher(settings.broker_url) as fleet:
+            return fleet.resume_batches(db, settings.agent_id)
     except (redis.RedisError, OSError, OperationalError):
         return None
     finally:
@@ -151,8 +111,6 @@ def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict
     status = index_status(settings)
     if settings.broker_url:
         status["fleet"] = broker_status(settings.broker_url, timeout)
-        if status["fleet"]["reachable"] and status["batch"]["live"]:
-            status["batch"]["resumed"] = _resume_batches(settings)
     else:
         status["fleet"] = {"url": None, "reachable": False, "queues": None, "unacked": None,
                            "workers": None, "nodes": None, "waiting_jobs": None,

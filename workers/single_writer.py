@@ -26,7 +26,8 @@ from typing import Any
 
 from celery.signals import worker_init, worker_shutdown
 
-from workers.app import STORE_QUEUE
+from pipeline.fleet import queue_consumers, redis_client
+from pipeline.routing import STORE_QUEUE
 
 log = logging.getLogger(__name__)
 CHECK_ENV = "MEMQ_WRITER_CHECK"
@@ -48,8 +49,6 @@ def _refuse(node: str, why: str) -> SecondWriter:
 
 
 def _live_store_consumers(broker_url: str) -> list[str]:
-    from workers.monitor import queue_consumers
-
     nodes = queue_consumers(broker_url)
     return sorted(node for node, queues in nodes.items() if STORE_QUEUE in queues)
 
@@ -72,8 +71,6 @@ def refuse_second_writer(sender: Any = None, **_: Any) -> None:
 
 
 def _take_lease(broker_url: str, node: str) -> None:
-    from workers.monitor import redis_client
-
     try:
         client = redis_client(broker_url)
     except ValueError:  # not a Redis broker: the live check above is all there is

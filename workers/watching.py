@@ -17,19 +17,18 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-
-from amqp.exceptions import ChannelError
-from kombu import Connection
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.ingest.producer import REQUEUE_AFTER_S, EmbedJob, IndexReport, index_once
+from pipeline.fleet import FleetDispatcher
+from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
 from pipeline.ingest.watcher import Watcher
+from pipeline.memory import Memory
+from pipeline.routing import STORE_QUEUE, embed_queue
 from pipeline.store.engine import connect
-from workers.app import STORE_QUEUE, app, embed_queue
+from workers.indexing import fleet_dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +36,6 @@ DEFAULT_RECONCILE_MINUTES = 10
 LOST_AFTER_S = 60.0
 REBUILD_POLL_S = 1.0
 HEARTBEAT_S = 5.0
-
-
-def queued_messages(connection: Connection, queue: str) -> int:
-    """Messages waiting in ``queue`` on the broker (0 when the queue does not exist)."""
-    try:
-        return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
-    except ChannelError:
-        connection.close()  # a refused passive declare closes the channel on AMQP brokers
-        return 0
 
 
 @dataclass
@@ -64,15 +54,13 @@ class WatchService:
     """The producer side of ``memq watch``; ``run`` blocks until ``stop``."""
 
     def __init__(self, settings: Settings, choice: ProviderChoice,
-                 submit: Callable[[EmbedJob], None] | None, connection: Connection | None, *,
+                 dispatcher: FleetDispatcher | None, *,
                  reconcile_s: float, lost_after_s: float = LOST_AFTER_S,
                  polling: bool | None = None, debounce_s: float | None = None,
-                 check_workers: Callable[[], None] | None = None,
                  heartbeat: Path | None = None) -> None:
-        self.settings, self.choice, self.submit = settings, choice, submit
-        self.connection = connection
+        self.settings, self.choice, self.dispatcher = settings, choice, dispatcher
+        self.submit = dispatcher.embed if dispatcher is not None else None
         self.reconcile_s, self.lost_after_s = reconcile_s, lost_after_s
-        self.check_workers = check_workers
         self.heartbeat = heartbeat
         self._next_beat = 0.0
         self.stats = WatchStats()
@@ -105,9 +93,9 @@ class WatchService:
         self._pass(paths)
 
     def queues_idle(self) -> bool:
-        if self.choice.spec is None or self.connection is None:
+        if self.choice.spec is None or self.dispatcher is None:
             return False
-        return not any(queued_messages(self.connection, q)
+        return not any(self.dispatcher.queued(q)
                        for q in (embed_queue(self.choice.spec.name), STORE_QUEUE))
 
     def reconcile(self) -> IndexReport:
@@ -128,8 +116,8 @@ class WatchService:
             # Touched from the loop itself: a loop stuck in a pass goes stale, and unhealthy.
             self.heartbeat.touch()
             self._next_beat = now + HEARTBEAT_S
-        if self.check_workers is not None:
-            self.check_workers()
+        if self.dispatcher is not None:
+            self.dispatcher.check()
         if now >= self._next_reconcile:
             self.reconcile()
             self._next_reconcile = now + self.reconcile_s
@@ -157,29 +145,24 @@ def run_watch(settings: Settings, *, polling: bool | None = None,
     ``polling`` None follows ``watch.polling``; ``heartbeat`` is a file touched every few
     seconds by the loop, for a container health check.
     """
-    from workers.indexing import _embedded_check, _forget_queued, _worker_env
-
     choice = choose_provider(settings)
     minutes = reconcile_minutes or settings.sync.interval_minutes or DEFAULT_RECONCILE_MINUTES
     with ExitStack() as stack:
-        submit, connection, check = None, None, None
+        dispatcher: FleetDispatcher | None = None
         if choice.spec is not None:
-            from workers.tasks import submit_embed_job
-
-            broker_url = settings.broker_url
-            if not broker_url:
-                from workers.embedded import EmbeddedFleet
-
-                fleet = stack.enter_context(EmbeddedFleet(choice.spec.name,
-                                                          _worker_env(settings)))
-                broker_url, check = fleet.broker.url, _embedded_check(fleet)
+            dispatcher = fleet_dispatcher(settings, choice.spec.name, durable=False)
+            stack.callback(dispatcher.close)
+            if not dispatcher.durable:  # its jobs die with it: let the next run queue them
                 stack.callback(_forget_queued, settings)
-            connection = stack.enter_context(app.connection_for_write(broker_url))
-            submit = partial(submit_embed_job, connection=connection)
-        service = WatchService(settings, choice, submit, connection,
+        service = WatchService(settings, choice, dispatcher,
                                reconcile_s=minutes * 60, polling=polling, debounce_s=debounce_s,
-                               check_workers=check, heartbeat=heartbeat)
+                               heartbeat=heartbeat)
         if on_start is not None:
             on_start(service)
         service.run()
         return service.stats
+
+
+def _forget_queued(settings: Settings) -> None:
+    with Memory(settings=settings, in_memory=False) as memory:
+        memory.forget_queued()

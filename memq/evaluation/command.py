@@ -67,7 +67,7 @@ def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
         data = beir.load_collection(collection, split, limit)
         work = EvalWorkspace(work_dir, base)
         indexed, figures = beir.run(work, data, modes, fused, log=log)
-        indexed.db.close()
+        indexed.close()
         tuned = json.dumps(fused) if fused else "defaults"
         title = (f"{data.name} {split}: {len(data.qrels)} queries, {indexed.chunks} chunks, "
                  f"model {indexed.model}; fused modes: {tuned}")

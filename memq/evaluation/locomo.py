@@ -129,6 +129,6 @@ def run(work_dir: Path, base: dict[str, Any] | None, conversations: list[Convers
                     for group in (CATEGORIES.get(q.category, str(q.category)), "all"):
                         per_mode[name].setdefault(group, []).append(row)
         finally:
-            indexed.db.close()
+            indexed.close()
     return {m: {g: {**mean(rows), "questions": len(rows)} for g, rows in groups.items()}
             for m, groups in per_mode.items()}

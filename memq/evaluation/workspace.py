@@ -17,7 +17,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,11 @@ import numpy as np
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.default_model import cache_root
-from pipeline.jobs import provider_for
-from pipeline.query import index_spec, open_store, search_store
+from pipeline.embeddings.providers import ProviderPool
+from pipeline.search.hybrid import HeldCopies, search_store
+from pipeline.store import reads, schema
 from pipeline.store.engine import Database
+from workers.indexing import run_index
 
 #: memq.json keys per mode; every mode runs on the same store with no score floor.
 MODES: dict[str, dict[str, Any]] = {
@@ -80,12 +82,20 @@ class CachedQueries:
 
 @dataclass
 class Indexed:
-    """An open, fully indexed evaluation store and what it was indexed with."""
+    """An open, fully indexed evaluation store, what it was indexed with, and the copies of it
+    held in memory for the queries; :meth:`close` releases them all."""
 
     db: Database
     provider: CachedQueries | None
     model: str | None
     chunks: int
+    providers: ProviderPool = field(default_factory=ProviderPool)
+    held: HeldCopies = field(default_factory=HeldCopies)
+
+    def close(self) -> None:
+        self.db.close()
+        self.held.close()
+        self.providers.close()
 
 
 class EvalWorkspace:
@@ -120,19 +130,18 @@ class EvalWorkspace:
 
     def index(self, warn: Callable[[str], None] | None = None) -> Indexed:
         """Run ``memq index`` on the workspace (waiting for every vector) and open the store."""
-        from workers.indexing import run_index
-
         settings = self.settings()
         run = run_index(settings, wait=True, warn=warn)
         if run.failed_chunks:
             raise RuntimeError(f"{run.failed_chunks} chunks failed to embed; see `memq status "
                                f"--workspace {self.root} --config {self.work_dir}/memq-base.json`")
-        db = open_store(settings)
+        db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
         assert db is not None  # run_index created it
-        spec = index_spec(db)
-        provider = CachedQueries(provider_for(spec, settings)) if spec is not None else None
-        chunks = db.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        return Indexed(db, provider, spec.model if spec else None, chunks)
+        spec = schema.index_spec(db)
+        providers = ProviderPool()
+        provider = (CachedQueries(providers.get(spec, settings)) if spec is not None else None)
+        chunks = sum(reads.state_counts(db).values())
+        return Indexed(db, provider, spec.model if spec else None, chunks, providers)
 
 
 def mode_settings(work: EvalWorkspace, modes: Iterable[str], fused: dict[str, Any] | None = None
@@ -157,6 +166,6 @@ def search(indexed: Indexed, settings: Settings, mode: str, query: str, depth: i
     if provider is None and mode != KEYWORD_ONLY:
         raise RuntimeError("the store has no vectors (keyword-only index): only the keyword "
                            "mode can run")
-    out = search_store(indexed.db, settings, query, max_results=depth, min_score=0.0,
-                       provider=provider)  # type: ignore[arg-type]
-    return out["results"]
+    hits = search_store(indexed.db, settings, query, max_results=depth, min_score=0.0,
+                        provider=provider, held=indexed.held)  # type: ignore[arg-type]
+    return [hit.to_dict() for hit in hits]

@@ -7,24 +7,27 @@ from typing import Any
 from pipeline.batch.api import BATCH_PROVIDERS, RemoteBatch, batch_api_for
 from pipeline.batch.policy import enable, provider_policy
 from pipeline.config import Settings
-from pipeline.embeddings.registry import ProviderSpec
 from pipeline.errors import RequestRefused
-from pipeline.query import open_store
-from pipeline.status import batch_job_summary
-from pipeline.store import batches
+from pipeline.messages import ProviderSpec
+from pipeline.store import batches, schema
+from pipeline.store.engine import Database
 
 
 class BatchCommandError(RequestRefused):
     """A batch command that cannot do what was asked (unknown job, nothing to cancel, ...)."""
 
 
+def _open(settings: Settings) -> Database | None:
+    return schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+
+
 def list_jobs(settings: Settings, limit: int = 20) -> list[dict[str, Any]]:
     """Live jobs first, then the newest finished ones."""
-    db = open_store(settings)
+    db = _open(settings)
     if db is None:
         return []
     try:
-        return [batch_job_summary(job) for job in batches.recent_jobs(db, limit)]
+        return [batches.batch_job_summary(job) for job in batches.recent_jobs(db, limit)]
     finally:
         db.close()
 
@@ -35,7 +38,7 @@ def cancel_job(settings: Settings, job_id: str) -> RemoteBatch:
     The job's poll task then sees it stop, keeps whatever lines finished, and sends the rest
     to the sync path; a cancel by hand does not count against the provider's batch mode.
     """
-    db = open_store(settings)
+    db = _open(settings)
     if db is None:
         raise BatchCommandError(f"no store at {settings.store.path}")
     try:
@@ -60,7 +63,7 @@ def enable_provider(settings: Settings, provider: str) -> dict[str, Any]:
     """Turn a provider's batch mode back on after the failure policy turned it off."""
     if provider not in BATCH_PROVIDERS:
         raise BatchCommandError(f"{provider} has no batch mode (only {', '.join(BATCH_PROVIDERS)})")
-    db = open_store(settings)
+    db = _open(settings)
     if db is None:
         raise BatchCommandError(f"no store at {settings.store.path}")
     try:

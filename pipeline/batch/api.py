@@ -25,7 +25,7 @@ from pipeline.errors import BatchUnavailable, ProviderRetryable
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
-    from pipeline.embeddings.registry import ProviderSpec
+    from pipeline.messages import ProviderSpec
 
 __all__ = [
     "BATCH_PROVIDERS",

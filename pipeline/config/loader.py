@@ -31,11 +31,12 @@ def load_settings(
     config_file: Path | str | None = None,
     workspace: Path | str | None = None,
     env: Mapping[str, str] | None = None,
+    agent: str | None = None,
 ) -> Settings:
-    """Resolve memq's settings.
+    """Resolve memq's settings (of ``agent``, the OpenClaw agent id, when given).
 
-    Precedence, highest first: the ``workspace`` argument, environment variables, the config
-    file, defaults. The file is ``config_file``, else ``$MEMQ_CONFIG``, else
+    Precedence, highest first: the ``workspace`` and ``agent`` arguments, environment
+    variables, the config file, defaults. The file is ``config_file``, else ``$MEMQ_CONFIG``, else
     ``<workspace or cwd>/memq.toml`` / ``memq.json``, else ``$XDG_CONFIG_HOME/memq/config.toml``
     (see :func:`find_config_file`). ``env`` replaces ``os.environ`` (API keys are not read here).
     """
@@ -44,6 +45,8 @@ def load_settings(
     cwd = Path.cwd()
     warnings: list[str] = []
     entries, redis = env_entries(env)
+    if agent is not None:
+        entries["agentId"] = Entry(agent, "agent", "(argument)", "argument", cwd)
 
     ws_for_discovery: Path | None = None
     if workspace is not None:

@@ -23,13 +23,14 @@ import importlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.errors import EmbeddingError, MissingApiKey, ProviderUnavailable
+from pipeline.messages import ProviderSpec
 
 KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama")
 IMPLEMENTED = KNOWN_PROVIDERS
@@ -41,23 +42,6 @@ _REMOTE_CLASSES = {
     "mistral": ("pipeline.embeddings.mistral", "MistralProvider"),
     "ollama": ("pipeline.embeddings.ollama", "OllamaProvider"),
 }
-
-
-@dataclass(frozen=True)
-class ProviderSpec:
-    """Names a provider and model in task messages and in the index. Never holds a secret."""
-
-    name: str
-    model: str
-    provider_key: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProviderSpec:
-        return cls(data["name"], data["model"], data["provider_key"], dict(data.get("options", {})))
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The note goes to today's daily log (``memory/YYYY-MM-DD.md``) or to the curated 
 (``MEMORY.md``). The file is opened with ``O_APPEND | O_NOFOLLOW`` and written with a single
 ``write``, so concurrent appends interleave whole notes, a symlink planted at the target is
 refused, and the file always ends with a newline. Indexing the new text is the caller's job
-(:mod:`pipeline.ingest.refresh`).
+(:meth:`pipeline.Memory.append` does it).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 from pipeline.config import Settings
 from pipeline.errors import AppendError
 from pipeline.ingest.producer import MAX_FILE_BYTES
-from pipeline.query import resolve_memory_path
+from pipeline.ingest.sources import resolve_memory_path
+from pipeline.results import Appended
 
 TARGETS = ("daily", "longterm")
 MAX_NOTE_BYTES = 64 * 1024
@@ -49,8 +50,8 @@ def _encode(text: Any) -> bytes:
     return data
 
 
-def memory_append(text: str, target: str = "daily", *, settings: Settings,
-                  today: date | None = None) -> dict[str, Any]:
+def append_note(text: str, target: str = "daily", *, settings: Settings,
+                today: date | None = None) -> Appended:
     """Append ``text`` to a memory file; return where it landed (path and line range)."""
     data = _encode(text)
     rel = _target_path(settings, target, today or date.today())
@@ -81,5 +82,4 @@ def memory_append(text: str, target: str = "daily", *, settings: Settings,
         os.fsync(fd)
     finally:
         os.close(fd)
-    return {"path": rel, "target": target, "startLine": start,
-            "endLine": start + data.count(b"\n") - 1, "bytes": len(data)}
+    return Appended(rel, target, start, start + data.count(b"\n") - 1, len(data))

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pipeline.config import MultimodalSettings
 from pipeline.ingest.chunking import Chunk, hash_text
+from pipeline.messages import MediaPart
 
 __all__ = ["MediaFile", "MediaSource", "classify", "file_chunks", "label", "media_chunk",
            "read_media", "sniff_mime"]
@@ -149,8 +150,8 @@ class MediaSource:
         """Is this store path a media file (its chunk needs its bytes to be embedded)?"""
         return classify(rel_path, self.settings) is not None
 
-    def inline(self, rel_path: str, text_hash: str) -> dict[str, str] | None:
-        """``{"mimeType", "data"}`` (base64) for the chunk, read now, or None when the file
+    def inline(self, rel_path: str, text_hash: str) -> MediaPart | None:
+        """The file's bytes (base64) and MIME type for the chunk, read now, or None when the file
         changed or vanished since its chunk was written: the chunk then waits for the pass
         that re-syncs the file, and is never embedded from its label alone."""
         modality = classify(rel_path, self.settings)
@@ -164,4 +165,4 @@ class MediaSource:
         raw, media, _ = read_media(path, rel_path, modality, size, self.settings)
         if raw is None or media is None or media.chunk_hash != text_hash:
             return None
-        return {"mimeType": media.mime_type, "data": base64.b64encode(raw).decode("ascii")}
+        return MediaPart(media.mime_type, base64.b64encode(raw).decode("ascii"))

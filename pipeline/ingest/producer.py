@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pipeline.batch import workflow
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
-from pipeline.embeddings.registry import ProviderChoice, ProviderSpec
+from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.chunking import chunk_markdown, enforce_input_limit
 from pipeline.ingest.multimodal import MediaSource, classify, file_chunks, read_media
 from pipeline.ingest.sessions import (
@@ -29,22 +30,18 @@ from pipeline.ingest.sessions import (
     transcript_chunks,
 )
 from pipeline.ingest.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
-from pipeline.store import batches, cache, schema, writer
+from pipeline.messages import JOB_MAX_BYTES, ChunkText, EmbedJob, ProviderSpec, embed_jobs
+from pipeline.store import cache, reads, schema, writer
 from pipeline.store.engine import Database
 from pipeline.store.vectors import drop_vectors
 
-if TYPE_CHECKING:
-    from pipeline.batch.workflow import BatchRouting
-
 MAX_FILE_BYTES = 16 * 1024 * 1024
-JOB_MAX_CHUNKS = 32
-JOB_MAX_BYTES = 64 * 1024
 #: A remote provider's job is one HTTP request's worth (OpenClaw's 8000-byte request budget), so
 #: a 429 or 5xx retries one request, not a whole group of them.
 REMOTE_JOB_MAX_BYTES = HARD_MAX_INPUT_BYTES
 REQUEUE_AFTER_S = 3600.0  # a pending chunk queued longer ago than this is presumed lost
 
-EmbedJob = dict[str, Any]
+Submit = Callable[[EmbedJob], None]
 
 
 @dataclass
@@ -101,7 +98,7 @@ def adopt_identity(db: Database, identity: dict[str, Any]) -> bool:
     current = schema.get_meta(db, "index")
     if current == identity:
         return True
-    if current is not None and db.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
+    if current is not None and reads.has_files(db):
         return False
     with schema.transaction(db):
         if current is not None:
@@ -172,15 +169,6 @@ def _sync_file(batch: schema.WriteBatch, file: SourceFile,
         writer.replace_file(db, record, chunks)
 
 
-def _known_files(db: Database) -> dict[str, tuple[str, int, int, str | None]]:
-    return {
-        path: (h, m, s, e)
-        for path, h, m, s, e in db.conn.execute(
-            "SELECT path, hash, mtime_ns, size, error FROM files"
-        )
-    }
-
-
 def _in_scope(path: str, scopes: set[str]) -> bool:
     return path in scopes or any(path.startswith(s + "/") for s in scopes)
 
@@ -201,7 +189,7 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     with schema.transaction(db):
         schema.set_meta(db, "mode_reason", choice.reason)
     max_input = choice.provider.max_input_bytes if choice.provider else None
-    known = _known_files(db)
+    known = reads.known_files(db)
     if paths is None:
         unreadable: list[tuple[str, str]] = []
         on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
@@ -239,8 +227,7 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     Session transcripts are left out: they change on every turn and have their own delta
     thresholds.
     """
-    known = {path: (mtime, size) for path, mtime, size in db.conn.execute(
-        "SELECT path, mtime_ns, size FROM files WHERE source = ?", (MEMORY_SOURCE,))}
+    known = reads.file_stats(db, MEMORY_SOURCE)
     stale: list[Path] = []
     unreadable: list[tuple[str, str]] = []
     for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
@@ -257,38 +244,11 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     return stale
 
 
-def group_jobs(pending: Sequence[writer.PendingChunk], max_chunks: int = JOB_MAX_CHUNKS,
-               max_bytes: int = JOB_MAX_BYTES) -> list[list[writer.PendingChunk]]:
-    """Pack chunks into jobs of at most ``max_chunks`` and about ``max_bytes`` of text."""
-    groups: list[list[writer.PendingChunk]] = []
-    current: list[writer.PendingChunk] = []
-    size = 0
-    for chunk in pending:
-        weight = len(chunk.text.encode("utf-8"))
-        if current and (len(current) >= max_chunks or size + weight > max_bytes):
-            groups.append(current)
-            current, size = [], 0
-        current.append(chunk)
-        size += weight
-    if current:
-        groups.append(current)
-    return groups
-
-
-def embed_job_for(spec: ProviderSpec, store: str, group: Sequence[writer.PendingChunk],
-                  part: dict[str, str] | None = None) -> EmbedJob:
-    """The message of one sync embedding job (``embed.<provider>``); ``part`` is a media
-    file's inline bytes, for a job of that one chunk."""
-    extra = [] if part is None else [part]
-    return {"spec": spec.to_dict(), "store": store,
-            "chunks": [[p.id, p.hash, p.text, *extra] for p in group], "attempt": 0}
-
-
-def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob], None], *,
+def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: str,
                   retry_failed: bool = False, report: IndexReport | None = None,
                   requeue_after_s: float = REQUEUE_AFTER_S, media: MediaSource | None = None,
-                  batch: BatchRouting | None = None) -> IndexReport:
-    """Serve pending chunks from the cache and submit the rest as embedding jobs.
+                  batch: workflow.BatchRouting | None = None) -> IndexReport:
+    """Serve pending chunks from the cache and submit the rest as embedding jobs of ``memory``.
 
     Chunks queued less than ``requeue_after_s`` ago are left alone (their job is in flight);
     older ones are presumed lost with their message and queued again, which is safe because
@@ -300,20 +260,12 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
     (``media``) never does: it travels alone in a sync job with the file's bytes inline, read
     now; one whose file changed since it was written waits for the pass that re-syncs it.
     """
-    from pipeline.batch import workflow
-
     report = report or IndexReport()
-    states = ("pending", "failed") if retry_failed else ("pending",)
-    cutoff = time.time() - requeue_after_s
-    rows = db.conn.execute(
-        f"SELECT rowid, id, hash, text, queued_at, path FROM chunks WHERE state IN "
-        f"({','.join('?' * len(states))}) AND (queued_at IS NULL OR queued_at < ?) "
-        f"AND id NOT IN ({batches.LIVE_CHUNK_IDS}) ORDER BY path, start_line",
-        (*states, cutoff),
-    ).fetchall()
-    pending = [writer.PendingChunk(*row[:4]) for row in rows]
-    paths = {row[0]: row[5] for row in rows}
-    report.chunks_requeued += sum(1 for row in rows if row[4] is not None)
+    rows = reads.pending_rows(db, retry_failed=retry_failed,
+                                queued_before=time.time() - requeue_after_s)
+    pending = [row.chunk for row in rows]
+    paths = {row.chunk.rowid: row.path for row in rows}
+    report.chunks_requeued += sum(1 for row in rows if row.queued)
     if not pending:
         return report
     hits = cache.get_cached(db, spec.name, spec.model, spec.provider_key, (p.hash for p in pending))
@@ -323,18 +275,18 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
     media_chunks = [p for p in remaining if media is not None and media.covers(paths[p.rowid])]
     texts = [p for p in remaining if media is None or not media.covers(paths[p.rowid])]
     if texts and batch is not None and workflow.uses_batch(db, spec, batch):
-        jobs, chunks = workflow.queue_batches(db, spec, store, texts, batch.options,
+        jobs, chunks = workflow.queue_batches(db, memory, spec, store, texts, batch.options,
                                               batch.submit)
         report.batch_jobs += jobs
         report.chunks_queued += chunks
         texts = []
     max_bytes = JOB_MAX_BYTES if spec.name == "local" else REMOTE_JOB_MAX_BYTES
-    sync_jobs = [(group, embed_job_for(spec, store, group))
-                 for group in group_jobs(texts, max_bytes=max_bytes)]
+    sync_jobs = embed_jobs(memory, spec, store, texts, max_bytes=max_bytes)
     for p in media_chunks:
         part = media.inline(paths[p.rowid], p.hash) if media is not None else None
         if part is not None:
-            sync_jobs.append(([p], embed_job_for(spec, store, [p], part)))
+            sync_jobs.append(([p], EmbedJob(memory, spec, store,
+                                            (ChunkText(p.id, p.hash, p.text, part),))))
     for group, job in sync_jobs:
         submit(job)
         writer.mark_queued(db, [p.rowid for p in group])
@@ -344,9 +296,9 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Callable[[EmbedJob],
 
 
 def index_once(db: Database, settings: Settings, choice: ProviderChoice,
-               submit: Callable[[EmbedJob], None] | None, *, retry_failed: bool = False,
+               submit: Submit | None, *, retry_failed: bool = False,
                paths: Iterable[Path] | None = None, requeue_after_s: float = REQUEUE_AFTER_S,
-               batch: BatchRouting | None = None) -> IndexReport:
+               batch: workflow.BatchRouting | None = None) -> IndexReport:
     """One producer pass: sync chunk rows, then (with a provider) queue what needs vectors.
 
     ``paths`` limits the pass to what changed (a watcher's batch); ``requeue_after_s`` is how
@@ -359,7 +311,8 @@ def index_once(db: Database, settings: Settings, choice: ProviderChoice,
     if choice.spec is not None and submit is not None:
         media = (MediaSource(settings.workspace, settings.multimodal)
                  if settings.multimodal.active else None)
-        queue_pending(db, choice.spec, submit, retry_failed=retry_failed, report=report,
+        queue_pending(db, choice.spec, submit, memory=settings.agent_id,
+                      retry_failed=retry_failed, report=report,
                       requeue_after_s=requeue_after_s, media=media, batch=batch)
     with schema.transaction(db):
         cache.prune_cache(db, settings.cache.max_entries)

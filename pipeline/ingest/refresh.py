@@ -1,84 +1,44 @@
 """Keep the index following the disk from a long-running reader (the MCP server).
 
-A search must never wait for indexing: the reader asks which files are stale, answers from the
-index as it is, and leaves the sync to a background thread. A refresh is one producer pass
-under the index's own identity (the provider and model it was built with): a reader never
-switches models, which would drop every vector. It makes new text keyword-searchable at once
-and queues embeddings only when a broker is configured; without one, new chunks stay pending
-(and searches say so) until ``memq index`` runs.
+A search must never wait for indexing: the reader asks which files are stale
+(:func:`find_stale`), answers from the index as it is, and leaves the sync to a background
+thread (:class:`BackgroundRefresher`, which runs :meth:`pipeline.Memory.sync`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from pipeline.config import Settings
-from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths
+from pipeline.ingest.producer import stale_memory_paths
 from pipeline.ingest.sources import memory_files, relative_path
-from pipeline.jobs import provider_for
-from pipeline.query import index_spec
 from pipeline.store import schema
-from pipeline.store.engine import Database, connect
 
 log = logging.getLogger(__name__)
-
-
-def index_choice(db: Database, settings: Settings) -> ProviderChoice:
-    """The provider choice the index already made; a store never indexed chooses afresh
-    (without fetching the default model: a reader must not start a download)."""
-    spec = index_spec(db)
-    reason = schema.get_meta(db, "mode_reason")
-    if spec is not None:
-        return ProviderChoice(provider_for(spec, settings), spec, reason)
-    if schema.get_meta(db, "index") is not None:
-        return ProviderChoice(None, None, reason)  # a keyword-only index stays keyword-only
-    return choose_provider(settings, fetch_default_model=False)
-
-
-VECTORS_QUEUED = "queued"
-VECTORS_WAITING = "waiting for `memq index` (no broker configured)"
-VECTORS_NONE = "none (keyword-only index)"
-
-
-def refresh_index(settings: Settings) -> tuple[IndexReport, str]:
-    """One producer pass: chunk rows follow the disk; vectors are queued if a broker is set.
-
-    Returns the pass's report and what happens to the new chunks' vectors.
-    """
-    db = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
-    try:
-        schema.ensure_schema(db)
-        choice = index_choice(db, settings)
-        if choice.spec is None or not settings.broker_url:
-            report = index_once(db, settings, choice, None)
-            return report, VECTORS_NONE if choice.spec is None else VECTORS_WAITING
-    finally:
-        db.close()
-    from workers.indexing import run_index
-
-    return run_index(settings, wait=False, choice=choice).report, VECTORS_QUEUED
+T = TypeVar("T")
 
 
 def find_stale(settings: Settings) -> list[str]:
     """Memory files the index does not reflect yet (all of them when nothing is indexed)."""
-    if not settings.store.path.exists():
+    db = schema.open_store(settings.store.path, want_vectors=False)
+    if db is None:
         return [f.path for f in memory_files(settings.workspace, settings.extra_paths,
                                              settings.multimodal)]
-    db = connect(settings.store.path, want_vectors=False)
     try:
-        schema.ensure_schema(db)
         return [relative_path(settings.workspace, p) for p in stale_memory_paths(db, settings)]
     finally:
         db.close()
 
 
-class BackgroundRefresher:
-    """Runs refreshes one at a time; triggers that arrive during a run coalesce into one more."""
+class BackgroundRefresher(Generic[T]):
+    """Runs ``refresh`` one at a time; triggers that arrive during a run coalesce into one
+    more run after it."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, refresh: Callable[[], T]) -> None:
+        self.refresh = refresh
         self.last_error: str | None = None
         self._run_lock = threading.Lock()
         self._state = threading.Lock()
@@ -90,11 +50,11 @@ class BackgroundRefresher:
         with self._state:
             return self._thread is not None
 
-    def refresh_now(self) -> tuple[IndexReport, str]:
-        """A synchronous pass (after an append); waits for a background pass in flight."""
+    def refresh_now(self) -> T:
+        """A synchronous run (after an append); waits for a background run in flight."""
         with self._run_lock:
             try:
-                outcome = refresh_index(self.settings)
+                outcome = self.refresh()
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 raise
@@ -102,13 +62,20 @@ class BackgroundRefresher:
             return outcome
 
     def trigger(self) -> None:
-        """Start a background pass unless one is running (which then runs once more)."""
+        """Start a background run unless one is running (which then runs once more)."""
         with self._state:
             self._again = True
             if self._thread is not None:
                 return
             self._thread = threading.Thread(target=self._loop, name="memq-refresh", daemon=True)
             self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the background run in flight, if any (tests, and closing)."""
+        with self._state:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def _loop(self) -> None:
         while True:
@@ -119,5 +86,5 @@ class BackgroundRefresher:
                 self._again = False
             try:
                 self.refresh_now()
-            except Exception:
+            except Exception:  # a background run has no caller: its error is kept and logged
                 log.exception("background index refresh failed")

@@ -34,7 +34,7 @@ from pipeline.ingest.producer import (
     index_identity,
     index_once,
 )
-from pipeline.store import schema
+from pipeline.store import cache, reads, schema
 from pipeline.store.engine import Database, connect
 
 REINDEX_META = "reindex"
@@ -125,14 +125,7 @@ def _start_locked(live: Database, settings: Settings, choice: ProviderChoice,
     path = generation_path(store_path)
     new = _open(settings, path)
     try:
-        new.conn.execute("ATTACH DATABASE ? AS live", (os.path.realpath(store_path),))
-        try:
-            with schema.transaction(new) as conn:
-                schema.set_meta(new, "index", identity)
-                conn.execute("INSERT OR IGNORE INTO main.embedding_cache "
-                             "SELECT * FROM live.embedding_cache")
-        finally:
-            new.conn.execute("DETACH DATABASE live")
+        cache.seed_from(new, os.path.realpath(store_path), meta={"index": identity})
     finally:
         new.close()
     with schema.transaction(live):
@@ -149,7 +142,7 @@ def progress_of(info: dict[str, Any], settings: Settings) -> RebuildProgress:
     db = _open(settings, info["target"])
     try:
         has_provider = bool((schema.get_meta(db, "index") or {}).get("provider"))
-        states = dict(db.conn.execute("SELECT state, count(*) FROM chunks GROUP BY state"))
+        states = reads.state_counts(db)
         progress.chunks = sum(states.values())
         progress.ready = states.get("ready", 0)
         progress.pending = states.get("pending", 0) if has_provider else 0
@@ -213,15 +206,10 @@ def _count_work(target: Database, report: IndexReport) -> None:
         schema.set_meta(target, "rebuild_work", totals)
 
 
-def _checkpoint(db: Database) -> None:
-    with contextlib.suppress(Exception):  # a busy reader only delays it; the data is safe
-        db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-
 def swap_in(store_path: Path, live: Database, new: Database) -> None:
     """Make ``store_path`` name ``new`` in one atomic rename, then delete the old generation."""
-    _checkpoint(new)
-    _checkpoint(live)
+    schema.checkpoint(new)
+    schema.checkpoint(live)
     old_real = Path(os.path.realpath(store_path))
     legacy = not store_path.is_symlink()  # a plain file: the store before its first rebuild
     link = store_path.with_name(f"{store_path.name}.swap")

@@ -26,6 +26,7 @@ from typing import Any
 from pipeline.config import Settings
 from pipeline.ingest.chunking import Chunk, chunk_markdown
 from pipeline.ingest.sources import SourceFile
+from pipeline.results import MemoryText
 
 SESSIONS_SOURCE = "sessions"
 ROLES = {"user": "User", "assistant": "Assistant"}
@@ -124,7 +125,7 @@ def needs_sync(raw: bytes, known_hash: str, known_size: int, settings: Settings)
 
 
 def session_get(settings: Settings, requested: str, from_line: int | None,
-                lines: int | None) -> dict[str, Any] | None:
+                lines: int | None) -> MemoryText | None:
     """``memory_get`` for a session hit (``sessions/<file>.jsonl``), or None for other paths.
 
     The window is in JSONL lines, as a hit's ``startLine``/``endLine`` are; the text is the
@@ -139,10 +140,10 @@ def session_get(settings: Settings, requested: str, from_line: int | None,
         return None
     path = Path(settings.sessions_dir) / name
     if path.is_symlink() or not path.is_file():
-        return {"path": requested, "text": ""}
+        return MemoryText(requested, "")
     t = transcript(path.read_text(encoding="utf-8", errors="replace"))
     start = max(1, int(from_line or 1))
     end = None if lines is None else start - 1 + max(0, int(lines))
     picked = [text for text, number in zip(t.text.split("\n"), t.line_map, strict=False)
               if number >= start and (end is None or number <= end)]
-    return {"path": requested, "text": "\n".join(picked), "from": start, "lines": len(picked)}
+    return MemoryText(requested, "\n".join(picked), start, len(picked))

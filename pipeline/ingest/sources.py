@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.config import MultimodalSettings
+from pipeline.config import MultimodalSettings, Settings
+from pipeline.errors import MemoryPathError
 from pipeline.ingest.multimodal import classify
 
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
@@ -190,3 +191,49 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Itera
         elif path.is_file() and wanted(path.name):
             found[rel] = SourceFile(rel, str(path), MEMORY_SOURCE)
     return sorted(found.values(), key=lambda f: f.path), scopes
+
+
+_PATH_REQUIRED = "path required: a memory .md file (MEMORY.md, memory/…, or an extra path)"
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _could_be_memory(settings: Settings, path: Path) -> bool:
+    """Is ``path`` where a memory file lives, whether or not it exists yet? No part of it may be
+    a symlink or an ignored folder."""
+    workspace = settings.workspace
+    if os.path.realpath(path.parent) != str(path.parent):
+        return False
+    if path in (workspace / "MEMORY.md", workspace / "memory.md"):
+        return True
+    roots = [workspace / "memory", *(p if p.is_absolute() else workspace / p
+                                      for p in settings.extra_paths)]
+    for root in roots:
+        if _under(path, root) and path != root:
+            return not IGNORED_DIRS.intersection(path.relative_to(root).parts[:-1])
+    return False
+
+
+def resolve_memory_path(settings: Settings, requested: str) -> Path:
+    """The file ``requested`` names, if it is (or could be) a memory file; else raise."""
+    if not requested or "\x00" in requested:
+        raise MemoryPathError(_PATH_REQUIRED)
+    candidate = Path(requested)
+    if not candidate.is_absolute():
+        candidate = settings.workspace / candidate
+    candidate = Path(os.path.normpath(candidate))
+    if candidate.suffix.lower() != ".md":
+        raise MemoryPathError(_PATH_REQUIRED)
+    listed = {Path(os.path.normpath(f.abs_path))
+              for f in memory_files(settings.workspace, settings.extra_paths)}
+    if candidate in listed:
+        return candidate
+    # Not listed: a file that does not exist yet, or that a concurrent append created after the
+    # listing, is fine where memory files live; a symlink or anything but a file is not.
+    if candidate.is_symlink() or not _could_be_memory(settings, candidate):
+        raise MemoryPathError(_PATH_REQUIRED)
+    if candidate.exists() and not candidate.is_file():
+        raise MemoryPathError(_PATH_REQUIRED)
+    return candidate

@@ -8,7 +8,10 @@ memq has no chat context, so ``auto`` behaves as ``on``.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+
+from pipeline.errors import RequestRefused
+from pipeline.results import SearchHit
 
 CITATION_MODES = ("auto", "on", "off")
 
@@ -18,17 +21,19 @@ def citation_for(path: str, start: int, end: int) -> str:
 
 
 def check_mode(mode: str) -> str:
-    """``mode`` if it is a citations mode; else a clear ValueError."""
+    """``mode`` if it is a citations mode; else a clear RequestRefused."""
     if mode not in CITATION_MODES:
-        raise ValueError(f"citations must be one of {', '.join(CITATION_MODES)}, got {mode!r}")
+        raise RequestRefused(f"citations must be one of {', '.join(CITATION_MODES)}, got {mode!r}")
     return mode
 
 
-def apply_citations(results: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
-    """``results`` with citations added (``auto``/``on``) or left alone (``off``)."""
+def apply_citations(hits: list[SearchHit], mode: str) -> list[SearchHit]:
+    """``hits`` with citations added (``auto``/``on``) or left alone (``off``)."""
     if check_mode(mode) == "off":
-        return results
-    for hit in results:
-        hit["citation"] = citation_for(hit["path"], hit["startLine"], hit["endLine"])
-        hit["snippet"] = f"{hit['snippet']}\n\nSource: {hit['citation']}"
-    return results
+        return hits
+    cited = []
+    for hit in hits:
+        citation = citation_for(hit.path, hit.start_line, hit.end_line)
+        cited.append(replace(hit, citation=citation,
+                             snippet=f"{hit.snippet}\n\nSource: {citation}"))
+    return cited

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Sequence
 
+from pipeline.store import reads
 from pipeline.store.engine import Database
 
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_. ][^/]*)?\.md$", re.IGNORECASE)
@@ -54,11 +55,5 @@ def multiplier(written_at: float | None, now: float, half_life_days: float) -> f
 def multipliers(db: Database, rowids: Sequence[int], now: float, half_life_days: float
                 ) -> dict[int, float]:
     """Decay multiplier per chunk rowid."""
-    if not rowids:
-        return {}
-    marks = ",".join("?" * len(rowids))
-    rows = db.conn.execute(
-        f"SELECT c.rowid, c.path, f.mtime_ns FROM chunks c LEFT JOIN files f ON f.path = c.path "
-        f"WHERE c.rowid IN ({marks})", [int(r) for r in rowids]).fetchall()
-    return {int(r): multiplier(note_time(path, mtime), now, half_life_days)
-            for r, path, mtime in rows}
+    return {r: multiplier(note_time(path, mtime), now, half_life_days)
+            for r, path, mtime in reads.chunk_files(db, rowids)}

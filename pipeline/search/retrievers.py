@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.search.fts import build_match_query, match_terms
+from pipeline.store import reads
 from pipeline.store.engine import Database
 from pipeline.store.matrix import VectorMatrix
 from pipeline.store.postings import TextStats
@@ -30,28 +31,9 @@ EXACT_SCAN_MAX = 20_000  # wanted chunks scanned exactly; above this, vec0 over-
 OVERFETCH = 8
 
 
-def present_sources(db: Database) -> set[str]:
-    """The sources that have chunks, one index seek per source (``idx_chunks_source``), not a
-    scan of every chunk."""
-    found: set[str] = set()
-    row = db.conn.execute("SELECT min(source) FROM chunks").fetchone()
-    while row[0] is not None:
-        found.add(row[0])
-        row = db.conn.execute("SELECT min(source) FROM chunks WHERE source > ?",
-                              (row[0],)).fetchone()
-    return found
-
-
 def source_filter(db: Database, sources: Sequence[str]) -> list[str] | None:
     """The sources to filter on, or None when every chunk belongs to a wanted source."""
-    return None if present_sources(db) <= set(sources) else list(sources)
-
-
-def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int]:
-    """Chunk rowids of the wanted sources, ascending."""
-    marks = ",".join("?" * len(sources))
-    return [r for (r,) in db.conn.execute(
-        f"SELECT rowid FROM chunks WHERE source IN ({marks}) ORDER BY rowid", list(sources))]
+    return None if reads.present_sources(db) <= set(sources) else list(sources)
 
 
 def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | None,
@@ -72,7 +54,7 @@ def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | 
         return {}
     if stats is not None:
         if sources is not None and among is None:
-            among = allowed_rowids(db, sources)
+            among = reads.allowed_rowids(db, sources)
         try:
             found = stats.top(db, terms, limit, among)
         except db.database_error as exc:  # the copy is a shortcut: FTS5 still answers
@@ -80,18 +62,7 @@ def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | 
             found = None
         if found is not None:
             return {rowid: -score for rowid, score in found}
-    match = build_match_query(query)
-    if sources is None:
-        rows = db.conn.execute(
-            "SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "ORDER BY r, rowid LIMIT ?", (match, limit)).fetchall()
-    else:
-        marks = ",".join("?" * len(sources))
-        rows = db.conn.execute(
-            "SELECT f.rowid, bm25(chunks_fts) AS r FROM chunks_fts f JOIN chunks c "
-            f"ON c.rowid = f.rowid WHERE chunks_fts MATCH ? AND c.source IN ({marks}) "
-            "ORDER BY r, f.rowid LIMIT ?", (match, *sources, limit)).fetchall()
-    return {int(r): float(rank) for r, rank in rows}
+    return reads.bm25_ranks(db, build_match_query(query), limit, sources)
 
 
 def _similarities(found: list[tuple[int, float]], limit: int) -> dict[int, float]:
@@ -111,7 +82,7 @@ def vector_hits(db: Database, query_vector: np.ndarray, limit: int,
     if sources is None:
         found = knn(db, query_vector, limit)
     else:
-        allowed = allowed_rowids(db, sources)
+        allowed = reads.allowed_rowids(db, sources)
         if len(allowed) <= EXACT_SCAN_MAX:
             found = knn_among(db, query_vector, limit, allowed)
         else:

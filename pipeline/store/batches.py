@@ -87,6 +87,15 @@ def job_chunks(db: Database, job_id: str) -> list[PendingChunk]:
     return [PendingChunk(*row) for row in rows]
 
 
+def chunk_hashes(db: Database, chunk_ids: Sequence[str]) -> dict[str, str]:
+    """chunk id -> hash of its text, for the ids still in the store."""
+    if not chunk_ids:
+        return {}
+    marks = ",".join("?" * len(chunk_ids))
+    return dict(db.conn.execute(f"SELECT id, hash FROM chunks WHERE id IN ({marks})",
+                                list(chunk_ids)).fetchall())
+
+
 def job_chunk_ids(db: Database, job_id: str) -> list[str]:
     """Every chunk id the job was submitted with (the custom ids of its requests)."""
     return [cid for (cid,) in db.conn.execute(
@@ -124,3 +133,10 @@ def finish_job(db: Database, job_id: str, state: str, *, raw_state: str | None,
              json.dumps(remote, sort_keys=True) if remote else None, embedded, to_sync,
              error[:1000] if error else None, now, now, job_id))
     return cur.rowcount == 1
+
+
+def batch_job_summary(job: dict[str, Any]) -> dict[str, Any]:
+    """A batch job row for people and programs (the spec and remote blobs left out)."""
+    return {key: job[key] for key in (
+        "id", "provider", "state", "raw_state", "remote_id", "chunks", "attempts", "created_at",
+        "deadline", "finished_at", "embedded", "to_sync", "last_error")}

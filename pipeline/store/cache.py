@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from pipeline.store.engine import Database
+from pipeline.store.schema import set_meta, transaction
 from pipeline.store.vectors import from_blob, to_blob
 
 LOOKUP_BATCH = 400
@@ -66,3 +68,17 @@ def prune_cache(db: Database, max_entries: int | None) -> int:
         (excess,),
     )
     return excess
+
+
+def seed_from(db: Database, source: str, *, meta: Mapping[str, Any]) -> None:
+    """Copy every cached vector of the store file ``source`` into ``db`` (a new generation),
+    with ``meta`` set, in one transaction: texts embedded before cost nothing again."""
+    db.conn.execute("ATTACH DATABASE ? AS seed", (source,))
+    try:
+        with transaction(db) as conn:
+            for key, value in meta.items():
+                set_meta(db, key, value)
+            conn.execute("INSERT OR IGNORE INTO main.embedding_cache "
+                         "SELECT * FROM seed.embedding_cache")
+    finally:
+        db.conn.execute("DETACH DATABASE seed")

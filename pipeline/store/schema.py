@@ -18,13 +18,16 @@ keep ``meta.text_version`` (below); an older store gains them in place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from pipeline.store.engine import Database
+from pipeline.messages import ProviderSpec
+from pipeline.store.engine import Database, connect
 
 SCHEMA_VERSION = 4
 #: The last version whose full-text table differs from today's (older stores rebuild it).
@@ -241,3 +244,34 @@ def set_meta(db: Database, key: str, value: Any) -> None:
         "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         (key, json.dumps(value, sort_keys=True)),
     )
+
+
+def open_store(path: Path, *, want_vectors: bool = True) -> Database | None:
+    """The store at ``path`` with its schema up to date, or None when nothing was indexed
+    there yet (the file does not exist)."""
+    if not path.exists():
+        return None
+    db = connect(path, want_vectors=want_vectors)
+    try:
+        ensure_schema(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def index_spec(db: Database) -> ProviderSpec | None:
+    """The embedding model the store's index was built with (None: keyword-only, or never
+    indexed)."""
+    index = get_meta(db, "index") or {}
+    if not index.get("provider"):
+        return None
+    return ProviderSpec(index["provider"], index["model"], index["provider_key"],
+                        index.get("options") or {})
+
+
+def checkpoint(db: Database) -> None:
+    """Move the WAL's pages into the database file (best effort: a busy reader only delays
+    it; the data is safe either way)."""
+    with contextlib.suppress(Exception):
+        db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

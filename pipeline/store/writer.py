@@ -11,14 +11,27 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from pipeline.ingest.chunking import Chunk
 from pipeline.store.cache import put_cached
 from pipeline.store.engine import Database
 from pipeline.store.schema import get_meta, transaction
 from pipeline.store.vectors import delete_vectors, put_vectors, vector_dims
+
+
+class Chunk(Protocol):
+    """What the writer stores of a chunk (:class:`pipeline.ingest.chunking.Chunk` has it)."""
+
+    @property
+    def start_line(self) -> int: ...
+    @property
+    def end_line(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
 
 
 @dataclass(frozen=True)

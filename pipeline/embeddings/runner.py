@@ -1,0 +1,158 @@
+"""Embedding one job's chunks, as plain functions (the embed task only moves the messages).
+
+A crash while embedding (a native abort in llama.cpp kills the worker) redelivers the job: it
+is then split into single-chunk jobs, and a single chunk that keeps crashing is given up as
+failed instead of killing workers forever (:func:`after_crash`).
+
+Provider failures: a :class:`~pipeline.errors.ProviderRetryable` error (429, 5xx, timeout) is
+retried by the task after :func:`retry_delay`; :class:`~pipeline.errors.InputTooLong` on
+several chunks splits them in halves until the one chunk that is too long is isolated and
+marked failed, the others embedded; a 429 waits in place (:func:`embed_paced`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from pipeline.embeddings.base import DocumentInput, EmbeddingProvider, MediaInput
+from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
+from pipeline.errors import EmbeddingError, InputTooLong, ProviderThrottled
+from pipeline.messages import ChunkVector, EmbedJob, EmbedResult
+
+MAX_DELIVERIES = 3
+
+
+def max_retries(env: Mapping[str, str] = os.environ) -> int:
+    """``MEMQ_EMBED_MAX_RETRIES``: retries of a retryable provider error before a job's chunks
+    are marked failed (default 8: with a 30% error rate the chance of 9 failures in a row is
+    2e-5 per job)."""
+    raw = env.get("MEMQ_EMBED_MAX_RETRIES", "").strip()
+    if not raw:
+        return 8
+    if not raw.isdigit():
+        raise ValueError(f"MEMQ_EMBED_MAX_RETRIES must be a whole number >= 0; got {raw!r}")
+    return int(raw)
+
+
+MAX_RETRIES = max_retries()
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 8.0
+#: The longest provider-requested wait honoured (a daily-quota Retry-After is not retried).
+MAX_RETRY_AFTER_S = 300.0
+THROTTLE_BUDGET_S = 60.0  # waiting in place on 429s per attempt; then the task's retry policy
+THROTTLE_DEFAULT_S = 1.0  # a 429 that did not say how long
+
+
+def retry_delay(retries: int, retry_after: float | None = None) -> float:
+    """Seconds before retry number ``retries + 1``: about 0.5 s doubling to an 8 s cap with up
+    to 20% jitter (OpenClaw's schedule), but never sooner than the provider asked."""
+    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**retries) * (1 + random.random() * 0.2)
+    if retry_after is not None:
+        delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_S))
+    return delay
+
+
+def embed_splitting(provider: EmbeddingProvider, texts: Sequence[DocumentInput]
+                    ) -> list[np.ndarray | InputTooLong]:
+    """Embed ``texts``; an :class:`InputTooLong` error splits them in halves and retries each.
+
+    Returns one vector per text, or the error for a text that is too long on its own. Any other
+    error is raised for the caller's retry policy.
+    """
+    try:
+        return list(provider.embed_documents(texts))
+    except InputTooLong as exc:
+        if len(texts) == 1:
+            return [exc]
+    mid = len(texts) // 2
+    return embed_splitting(provider, texts[:mid]) + embed_splitting(provider, texts[mid:])
+
+
+def embed_paced(provider: EmbeddingProvider, inputs: Sequence[DocumentInput],
+                pause: FleetPause | None) -> list[np.ndarray | InputTooLong]:
+    """:func:`embed_splitting`, waiting out the provider's rate limit in place.
+
+    A throttled request (429, not a spent quota) pauses the whole fleet for the wait the
+    provider asked (:class:`~pipeline.embeddings.ratelimit.FleetPause`; 1 s when it did not
+    say) and is tried again here, without spending one of the job's retries, for at most
+    ``THROTTLE_BUDGET_S`` of wall-clock time from the first try (requests and waits alike);
+    then the error goes to the task's retry policy (the job is re-queued with a countdown), so
+    a worker never runs into its task time limit however short the provider's waits are.
+    Measured in bench/remote_throughput.py against a double limited to 20 requests/s.
+    """
+    deadline = time.monotonic() + THROTTLE_BUDGET_S
+    while True:
+        if pause is not None:
+            pause.wait(limit=deadline - time.monotonic())
+        try:
+            return embed_splitting(provider, inputs)
+        except ProviderThrottled as exc:
+            if pause is None:
+                raise
+            wait = min(exc.retry_after or THROTTLE_DEFAULT_S, THROTTLE_BUDGET_S)
+            pause.hold(wait)
+            if time.monotonic() + wait >= deadline:
+                raise
+
+
+def attach_rate_limit(provider: EmbeddingProvider, job: EmbedJob, redis_client: Any) -> None:
+    """Hang the fleet-wide limiter the job's spec asks for on its provider (once)."""
+    limits = job.spec.options.get("rate_limit")
+    if not limits or redis_client is None or getattr(provider, "before_request", None):
+        return
+    limiter = FleetRateLimiter(redis_client, job.spec.provider_key,
+                               requests=limits.get("requests"), tokens=limits.get("tokens"))
+    provider.before_request = limiter.acquire  # type: ignore[attr-defined]
+
+
+def job_inputs(job: EmbedJob) -> list[DocumentInput]:
+    """A job's documents: a chunk's text, or (a media chunk) its label with its inline bytes."""
+    return [MediaInput(c.text, c.media.mime_type, c.media.data) if c.media is not None
+            else c.text for c in job.chunks]
+
+
+def embed_job(job: EmbedJob, provider: EmbeddingProvider, redis_client: Any = None
+              ) -> EmbedResult:
+    """Embed a job's chunks with ``provider``; raises :class:`EmbeddingError` when it fails.
+
+    ``redis_client`` (the fleet's broker) carries the shared rate limit, if the spec has one,
+    and the fleet's pause when the provider throttles (:func:`embed_paced`).
+    """
+    attach_rate_limit(provider, job, redis_client)
+    inputs = job_inputs(job)
+    if not getattr(provider, "accepts_media", False) and any(
+            isinstance(i, MediaInput) for i in inputs):
+        raise EmbeddingError(f"{job.spec.name} model {job.spec.model!r} cannot embed image or "
+                             "audio files (multimodal needs gemini-embedding-2-preview)")
+    pause = FleetPause(redis_client, job.spec.provider_key) if job.spec.name != "local" else None
+    outcomes = embed_paced(provider, inputs, pause)
+    vectors: list[ChunkVector] = []
+    failed: list[tuple[str, str]] = []
+    for chunk, out in zip(job.chunks, outcomes, strict=True):
+        if isinstance(out, InputTooLong):
+            failed.append((chunk.id, f"input too long for the model: {out}"))
+        else:
+            vectors.append(ChunkVector(chunk.id, chunk.hash, out))
+    return job.result(vectors, failed)
+
+
+def after_crash(job: EmbedJob) -> tuple[list[EmbedJob], EmbedResult | None]:
+    """What to do with a job that was redelivered because its worker died mid-task.
+
+    A group is split so the one chunk that crashes cannot sink its neighbours; a single chunk
+    is retried until it has been delivered ``MAX_DELIVERIES`` times, then given up as failed.
+    Returns (jobs to submit, failure result to store or None).
+    """
+    attempt = job.attempt + 1
+    if job.size > 1:
+        return [replace(job, chunks=(c,), attempt=attempt) for c in job.chunks], None
+    if attempt < MAX_DELIVERIES:
+        return [replace(job, attempt=attempt)], None
+    return [], job.failed(f"worker crashed {attempt} times embedding this chunk")

@@ -1,0 +1,317 @@
+"""Talking to the worker fleet through its broker: sending work, and asking who is there.
+
+Work is sent by task name (:mod:`pipeline.routing`), so this side needs none of the task code
+(``workers`` registers the tasks under the same names). :class:`FleetDispatcher` is the
+:class:`~pipeline.dispatch.Dispatcher` of a producer pass whose vectors come from the fleet; the
+workers use it too, to pass results on. :func:`celery_settings` is the configuration every
+memq Celery app shares (the workers' app and the throwaway client apps made here).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import redis
+from amqp.exceptions import ChannelError
+from celery import Celery
+from kombu import Connection, Queue
+
+from pipeline.batch import workflow
+from pipeline.config import BatchSettings
+from pipeline.errors import FleetError
+from pipeline.messages import (
+    BatchPoll,
+    BatchSubmit,
+    BatchUpdate,
+    EmbedJob,
+    EmbedResult,
+    IndexRequest,
+)
+from pipeline.routing import (
+    BATCH_POLL_TASK,
+    BATCH_SUBMIT_TASK,
+    BATCH_UPDATE_TASK,
+    CONTROL_QUEUE,
+    EMBED_TASK,
+    INDEX_TASK,
+    REINDEX_STEP_TASK,
+    STORE_QUEUE,
+    WRITE_TASK,
+    batch_queue,
+    embed_queue,
+)
+from pipeline.store import batches
+from pipeline.store.engine import Database
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+DEFAULT_TIMEOUT_S = 1.0
+# No task may run longer than this (embedding jobs take seconds; the limit catches a hang).
+# The soft limit comes first, so an embedding job can hand its chunks back to be retried.
+TASK_TIME_LIMIT_S = float(os.environ.get("MEMQ_TASK_TIME_LIMIT") or 300)
+TASK_SOFT_TIME_LIMIT_S = TASK_TIME_LIMIT_S - min(20.0, TASK_TIME_LIMIT_S / 10)
+# How long Redis keeps a message of a dead consumer before handing it out again: the time a
+# hard-killed worker's job waits to be redone. It must stay above every task's run time and
+# retry countdown, or a live task would run twice (harmless, as writes are idempotent, but
+# wasted work).
+VISIBILITY_TIMEOUT_S = int(os.environ.get("MEMQ_VISIBILITY_TIMEOUT") or 2 * TASK_TIME_LIMIT_S)
+# kombu looks for such messages only every unacked_restore_interval x unacked_restore_throttle
+# seconds (10 x 10 by default): up to 100 s more. Looking every tenth of the timeout (1 to 10 s)
+# bounds the wait near the timeout itself; a look is one Redis range query.
+RESTORE_SWEEP_S = max(1, min(10, VISIBILITY_TIMEOUT_S // 10))
+
+#: A submit message may wait in its queue a while (and comes back after the visibility
+#: timeout if its worker dies): its lease outlives both.
+SUBMIT_LEASE_S = VISIBILITY_TIMEOUT_S + 60.0
+#: A poll chain's lease lasts two poll intervals plus this; a chain silent for longer (its
+#: worker was killed, Redis was flushed) is replaced by the next reconcile.
+POLL_GRACE_S = float(os.environ.get("MEMQ_BATCH_POLL_GRACE", "60"))
+LEASE_PREFIX = "memq:batch-lease:"
+
+
+def broker_url_from_env() -> str:
+    """``MEMQ_BROKER_URL``, else ``REDIS_URL``, else Redis on localhost."""
+    return os.environ.get("MEMQ_BROKER_URL") or os.environ.get("REDIS_URL") or DEFAULT_BROKER
+
+
+def celery_settings(broker_url: str) -> dict[str, Any]:
+    """The Celery configuration every memq app shares: JSON messages, acknowledged after they
+    run and handed back when their worker dies (so every task is idempotent), one message at a
+    time per worker process, events on, and the time limits above."""
+    return {
+        "broker_url": broker_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_S,
+                                     "unacked_restore_interval": RESTORE_SWEEP_S,
+                                     "unacked_restore_throttle": 1},
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        "task_ignore_result": True,
+        "task_time_limit": TASK_TIME_LIMIT_S,
+        "task_soft_time_limit": TASK_SOFT_TIME_LIMIT_S,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_default_queue": CONTROL_QUEUE,
+        "task_queues": [Queue(STORE_QUEUE), Queue(CONTROL_QUEUE)],
+        "task_create_missing_queues": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_soft_shutdown_timeout": 30.0,
+        "worker_enable_soft_shutdown_on_idle": True,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_hijack_root_logger": False,
+    }
+
+
+def client_app(broker_url: str) -> Celery:
+    """A Celery app that only sends and asks (never the current app of the process)."""
+    app = Celery("memq", set_as_current=False)
+    app.conf.update(celery_settings(broker_url))
+    return app
+
+
+def redis_client(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
+    """A redis-py client for a kombu broker URL (``redis://``, ``rediss://``,
+    ``redis+socket:///path``); raises ValueError for anything else."""
+    parts = urlsplit(broker_url)
+    if parts.scheme == "redis+socket":
+        query = parse_qs(parts.query)
+        db = int((query.get("virtual_host") or query.get("db") or ["0"])[0] or 0)
+        return redis.Redis(unix_socket_path=parts.path, db=db, password=parts.password,
+                           socket_timeout=timeout, socket_connect_timeout=timeout)
+    if parts.scheme in ("redis", "rediss"):
+        return redis.Redis.from_url(broker_url, socket_timeout=timeout,
+                                    socket_connect_timeout=timeout)
+    raise ValueError(f"queue depths need a Redis broker, not {parts.scheme}://")
+
+
+def queue_consumers(broker_url: str, *, timeout: float = DEFAULT_TIMEOUT_S
+                    ) -> dict[str, list[str]]:
+    """Live worker nodes on ``broker_url`` and the queues each consumes.
+
+    A throwaway app is used because Celery's broadcasts go out through the app's own producer
+    pool, i.e. to the app's configured broker whatever connection is passed in.
+    """
+    probe = client_app(broker_url)
+    try:
+        # The replies are read on a connection of our own, closed here: one lent by the shared
+        # pool would go back to it mid-read, and kombu's after-fork cleanup would then block
+        # every pool process this worker forks later (a writer could never replace its pool
+        # process; found when a memory cap recycled it).
+        with probe.connection_for_write() as connection:
+            replies = probe.control.inspect(timeout=timeout,
+                                            connection=connection).active_queues() or {}
+    finally:
+        probe.close()
+    return {node: sorted(q["name"] for q in queues) for node, queues in replies.items()}
+
+
+def queued_messages(connection: Connection, queue: str) -> int:
+    """Messages waiting in ``queue`` on the broker (0 when the queue does not exist)."""
+    try:
+        return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
+    except ChannelError:
+        connection.close()  # a refused passive declare closes the channel on AMQP brokers
+        return 0
+
+
+_HOLD = """
+local held = redis.call('GET', KEYS[1])
+if held == false or held == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+class RedisLeases:
+    """:class:`pipeline.batch.workflow.Leases` in the broker's Redis (one key per job)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._hold = client.register_script(_HOLD)
+
+    def claim(self, job_id: str, token: str, ttl: float) -> bool:
+        return bool(self.client.set(LEASE_PREFIX + job_id, token, nx=True, px=int(ttl * 1000)))
+
+    def hold(self, job_id: str, token: str, ttl: float) -> bool:
+        return bool(self._hold(keys=[LEASE_PREFIX + job_id], args=[token, int(ttl * 1000)]))
+
+
+class FleetDispatcher:
+    """Sends work to the fleet on ``broker_url``: embedding jobs to ``embed.<provider>``,
+    results and batch news to the writer's ``store``, batch jobs to ``batch.<provider>``, index
+    jobs and rebuild steps to the writer.
+
+    ``app`` is the Celery app to send with (a worker passes its own, so its connection pool is
+    reused); by default a client app of its own, with one connection opened on first use and
+    closed by :meth:`close` (or the ``with`` block).
+    """
+
+    durable = True
+
+    def __init__(self, broker_url: str, *, app: Celery | None = None) -> None:
+        self.broker_url = broker_url
+        self._own_app = app is None
+        self.app = app or client_app(broker_url)
+        self._connection: Connection | None = None
+        self._leases: RedisLeases | None = None
+        self._lock = threading.Lock()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(self, task: str, message: dict[str, Any], queue: str, countdown: float = 0.0
+              ) -> str:
+        with self._lock:
+            if self._own_app and self._connection is None:
+                self._connection = self.app.connection_for_write(self.broker_url)
+            result = self.app.send_task(task, args=[message], queue=queue,
+                                        countdown=countdown or None,
+                                        connection=self._connection)
+        return str(result.id)
+
+    def embed(self, job: EmbedJob) -> None:
+        """Queue an embedding job on its provider's queue."""
+        self._send(EMBED_TASK, job.to_json(), embed_queue(job.spec.name))
+
+    def write(self, result: EmbedResult) -> None:
+        """Send an embedding result to the memory's writer."""
+        self._send(WRITE_TASK, result.to_json(), STORE_QUEUE)
+
+    def index(self, request: IndexRequest) -> str:
+        """Queue an index job for the writer host that owns the memory's store; its id."""
+        return self._send(INDEX_TASK, request.to_json(), CONTROL_QUEUE)
+
+    def rebuild_later(self, memory: str, countdown: float = 0.0) -> bool:
+        """Queue the next step of a rebuild on the writer's queue."""
+        self._send(REINDEX_STEP_TASK, IndexRequest(memory).to_json(), STORE_QUEUE, countdown)
+        return True
+
+    def batch_submit(self, msg: BatchSubmit) -> None:
+        """The producer's hand-off of a batch job: take its lease, then queue its submit."""
+        self.leases().claim(msg.job, msg.token, SUBMIT_LEASE_S)
+        self.send_submit(msg)
+
+    def send_submit(self, msg: BatchSubmit) -> None:
+        self._send(BATCH_SUBMIT_TASK, msg.to_json(), batch_queue(msg.spec.name))
+
+    def batch_poll(self, msg: BatchPoll, countdown: float = 0.0) -> None:
+        self._send(BATCH_POLL_TASK, msg.to_json(), batch_queue(msg.spec.name), countdown)
+
+    def batch_update(self, update: BatchUpdate) -> None:
+        self._send(BATCH_UPDATE_TASK, update.to_json(), STORE_QUEUE)
+
+    def batch_routing(self, settings: BatchSettings) -> workflow.BatchRouting | None:
+        return workflow.routing_for(settings, self.batch_submit)
+
+    # -- batch jobs' leases and resumption ---------------------------------------------------
+
+    def leases(self) -> RedisLeases:
+        """The batch jobs' leases, in the broker's Redis."""
+        if self._leases is None:
+            self._leases = RedisLeases(redis_client(self.broker_url, timeout=10.0))
+        return self._leases
+
+    def resume_batches(self, db: Database, memory: str) -> int:
+        """Restart the message chain of every live batch job that lost it (reconcile).
+
+        Chains die with a killed worker or a flushed Redis. A flush also forgets kombu's queue
+        bindings, without which a process that declared a queue before publishes into the void,
+        so while batch jobs are live the fleet's queues are declared again first (a few SADDs).
+        """
+        providers = {job["provider"] for job in batches.live_jobs(db)}
+        if not providers:
+            return 0
+        names = [STORE_QUEUE, CONTROL_QUEUE, *(queue(p) for p in sorted(providers)
+                                               for queue in (embed_queue, batch_queue))]
+        with self.app.connection_for_write(self.broker_url) as fresh:
+            channel = fresh.default_channel
+            for name in names:
+                self.app.amqp.queues[name].bind(channel).declare()
+        return workflow.reconcile(
+            db, memory, os.path.realpath(db.path), self.leases(), submit=self.send_submit,
+            poll=self.batch_poll, submit_ttl=SUBMIT_LEASE_S, poll_grace_s=POLL_GRACE_S)
+
+    # -- asking ------------------------------------------------------------------------------
+
+    def consumers(self, queue: str) -> int | None:
+        """How many live workers consume ``queue`` (a 1 s broadcast)."""
+        try:
+            nodes = queue_consumers(self.broker_url)
+        except Exception:  # a hint only: the broker may be busy or gone
+            return None
+        return sum(1 for queues in nodes.values() if queue in queues)
+
+    def queued(self, queue: str) -> int:
+        """Messages waiting in ``queue``."""
+        with self.app.connection_for_write(self.broker_url) as connection:
+            return queued_messages(connection, queue)
+
+    def check(self) -> None:
+        return None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.release()
+                self._connection = None
+        if self._own_app:
+            self.app.close()
+
+    def __enter__(self) -> FleetDispatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def require_broker(broker_url: str | None, what: str) -> str:
+    """``broker_url``, or a :class:`FleetError` saying ``what`` needs one."""
+    if not broker_url:
+        raise FleetError(f"{what} needs the fleet's broker: set MEMQ_BROKER_URL (or brokerUrl) "
+                         "and run `memq worker --role writer`")
+    return broker_url

@@ -1,0 +1,509 @@
+"""``Memory``: one agent's memory, its settings and its store, and everything done with them.
+
+    from pipeline import Memory
+
+    with Memory("~/agent-workspace") as memory:
+        memory.index()
+        for hit in memory.search("which database did we pick?"):
+            print(hit.path, hit.start_line, hit.score)
+        memory.get("memory/2026-11-18.md", from_line=3, lines=2)
+        memory.append("Decided: Postgres for billing.", target="longterm")
+
+A ``Memory`` owns what it uses: the embedding providers it built (a local model loads once),
+its in-memory copies of the store (vectors and BM25 statistics, for fast repeated searches),
+the connections and background threads it started, and, unless one is given, the
+:class:`~pipeline.dispatch.Dispatcher` its index passes send their embedding work to: the
+fleet's broker when ``brokerUrl`` is configured, else this very process. ``close()`` (or the
+``with`` block) releases them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Settings, load_settings
+from pipeline.dispatch import Dispatcher, InlineDispatcher
+from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.embeddings.providers import ProviderPool
+from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.errors import EmbeddingError, StoreError
+from pipeline.ingest.append import append_note
+from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
+from pipeline.ingest.refresh import BackgroundRefresher, find_stale
+from pipeline.ingest.reindex import (
+    RebuildProgress,
+    progress_of,
+    rebuild_info,
+    rebuild_step,
+    start_rebuild,
+)
+from pipeline.ingest.sessions import session_get
+from pipeline.ingest.sources import relative_path, resolve_memory_path
+from pipeline.messages import ProviderSpec
+from pipeline.results import Appended, MemoryText, SearchResults
+from pipeline.routing import embed_queue
+from pipeline.search.citations import apply_citations, check_mode
+from pipeline.search.hybrid import HeldCopies, search_store
+from pipeline.status import index_status
+from pipeline.store import batches, joblog, reads, schema
+from pipeline.store.engine import Database, as_store_error, connect
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2
+STALL_HINT_S = 30.0
+#: What happens to a pass's new chunks' vectors (``IndexRun.vectors``).
+VECTORS_EMBEDDED = "embedded"
+VECTORS_QUEUED = "queued"
+VECTORS_NONE = "none (keyword-only index)"
+
+
+@dataclass
+class IndexRun:
+    """What one index pass did (``report``), with which provider (``mode``, ``provider``,
+    ``model``, ``reason``), whether it waited for every vector, how long it took, the chunks
+    left without a vector (``failed_chunks``), a rebuild's progress, and its job id."""
+
+    report: IndexReport
+    mode: str
+    provider: str | None
+    model: str | None
+    reason: str | None
+    waited: bool = False
+    seconds: float = 0.0
+    failed_chunks: int = 0
+    warnings: list[str] = field(default_factory=list)
+    rebuild: RebuildProgress | None = None
+    job_id: str | None = None
+    batch_resumed: int = 0  # live batch jobs whose polling this run started again
+    vectors: str | None = None  # VECTORS_EMBEDDED, VECTORS_QUEUED or VECTORS_NONE
+
+
+def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
+                     check: Callable[[], None] | None = None,
+                     warn: Callable[[str], None] | None = None) -> None:
+    """Block until no chunk is pending and no provider batch job is still finishing;
+    ``check`` runs between polls (:meth:`Dispatcher.check`)."""
+    total = reads.waiting_count(db)
+    last_change, last_left = time.monotonic(), total
+    hinted = False
+    while True:
+        left = reads.waiting_count(db)
+        if on_progress:
+            on_progress(total - left, total)
+        if left == 0 and not batches.live_jobs(db):
+            return
+        if left != last_left:
+            last_change, last_left = time.monotonic(), left
+        elif not hinted and warn and time.monotonic() - last_change > STALL_HINT_S:
+            warn("no progress for 30 s: is a worker consuming the embed and store queues? "
+                 "(memq worker --role embed / --role writer)")
+            hinted = True
+        if check:
+            check()
+        time.sleep(POLL_S)
+
+
+def wait_for_submission(db: Database, *, check: Callable[[], None] | None = None) -> None:
+    """Block until every live batch job was created at its provider (``remote.batch.wait``
+    false: the run returns then, and the vectors land later, or in the next run)."""
+    while any(job["remote"] is None for job in batches.live_jobs(db)):
+        if check:
+            check()
+        time.sleep(POLL_S)
+
+
+class Memory:
+    """One agent's memory: its workspace, resolved settings and SQLite store.
+
+    Build it from a workspace folder (``Memory("~/agent-workspace")``), a config file
+    (``config=``: memq.toml/.json or an OpenClaw ``openclaw.json``) and the OpenClaw agent
+    whose memory it is (``agent=``), or from resolved ``settings``. ``dispatcher`` is where
+    index passes send their embedding work (default: the fleet's broker when ``brokerUrl`` is
+    set, else this process). ``in_memory`` (default) keeps the store's vectors and BM25
+    statistics in memory for fast repeated searches; pass False for a single search.
+    """
+
+    def __init__(self, workspace: str | os.PathLike[str] | None = None, *,
+                 config: str | os.PathLike[str] | None = None, agent: str | None = None,
+                 settings: Settings | None = None, dispatcher: Dispatcher | None = None,
+                 in_memory: bool = True) -> None:
+        if settings is None:
+            settings = load_settings(config_file=config, workspace=workspace, agent=agent)
+        self.settings = settings
+        self._providers = ProviderPool()
+        self._held = HeldCopies() if in_memory else None
+        self._dispatcher = dispatcher
+        self._owned: Any = None  # the default dispatcher, built on first use, closed with us
+        self._lock = threading.Lock()
+        self._refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
+
+    @property
+    def name(self) -> str:
+        """The memory's name (its OpenClaw agent id; ``main`` by default)."""
+        return self.settings.agent_id
+
+    @property
+    def workspace(self) -> Path:
+        return self.settings.workspace
+
+    def __repr__(self) -> str:
+        return f"Memory({self.name!r}, workspace={str(self.workspace)!r})"
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def search(self, query: str, *, max_results: int | None = None,
+               min_score: float | None = None, sync: bool | None = None,
+               citations: str | None = None) -> SearchResults:
+        """Search the memory by meaning and keywords; the hits, best first.
+
+        Never raises for the content of ``query``: any text gives results or none.
+        ``max_results`` and ``min_score`` default to ``query.maxResults`` (6) and
+        ``query.minScore`` (0.35). ``sync`` (default ``sync.onSearch``) first brings changed
+        files' text up to date (their vectors follow with the next index pass); a long-running
+        server passes False and calls :meth:`sync_in_background` instead. ``citations`` (auto,
+        on, off; default: the ``citations`` setting) adds a ``Source: path#Ls-Le`` line to each
+        snippet. A store that cannot be opened gives ``mode == "unavailable"`` and the reason.
+        """
+        citations = check_mode(citations or self.settings.citations)
+        try:
+            db = self._open_store()
+        except StoreError as exc:  # OpenClaw's "unavailable" shape: the agent is told
+            return SearchResults(mode="unavailable", error=str(exc),
+                                 action="rebuild the index with `memq index` after moving the "
+                                        "store aside")
+        if db is None:
+            return SearchResults(warning=f"nothing indexed yet at {self.settings.store.path}: "
+                                         "run `memq index`")
+        try:
+            return self._search(db, str(query), max_results, min_score, sync, citations)
+        finally:
+            db.close()
+
+    def _search(self, db: Database, query: str, max_results: int | None,
+                min_score: float | None, sync: bool | None, citations: str) -> SearchResults:
+        spec = schema.index_spec(db)
+        provider, warning = None, None
+        if spec is not None:
+            try:
+                provider = self._providers.get(spec, self.settings)
+            except EmbeddingError as exc:
+                warning = f"query embedding unavailable, keyword results only: {exc}"
+        synced = 0
+        if self.settings.sync.on_search if sync is None else sync:
+            synced = self._sync_rows(db, spec, provider)
+        try:
+            hits = search_store(db, self.settings, query, max_results=max_results,
+                                min_score=min_score, provider=provider, held=self._held)
+        except EmbeddingError as exc:
+            provider, warning = None, f"query embedding failed, keyword results only: {exc}"
+            hits = search_store(db, self.settings, query, max_results=max_results,
+                                min_score=min_score, provider=None, held=self._held)
+        reason = schema.get_meta(db, "mode_reason")
+        rebuild = rebuild_info(db)
+        return SearchResults(
+            hits=apply_citations(hits, citations),
+            provider=spec.name if spec else None, model=spec.model if spec else None,
+            mode="hybrid" if provider is not None else "keyword-only", citations=citations,
+            reason=reason if spec is None and reason else None,
+            pending=reads.pending_count(db) if spec is not None else None,
+            warning=warning, synced=synced,
+            # answered from the live index while its successor is built
+            rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)
+
+    def _sync_rows(self, db: Database, spec: ProviderSpec | None,
+                   provider: EmbeddingProvider | None) -> int:
+        """``sync.onSearch``: bring the chunk rows of changed memory files up to date before
+        answering, so a search never answers silently from old text. Returns the files synced.
+
+        Only rows are written (keyword search sees the new text at once); their vectors follow
+        with the next index pass, and the result says they are pending. Nothing happens while
+        the index is being rebuilt for another configuration, or when the index's provider
+        cannot be built here (its input limit decides how chunks are cut).
+        """
+        if spec is not None and provider is None:
+            return 0
+        stale = stale_memory_paths(db, self.settings)
+        if not stale:
+            return 0
+        choice = ProviderChoice(provider, spec, schema.get_meta(db, "mode_reason"))
+        report = sync_files(db, self.settings, choice, paths=stale)
+        return report.changed + report.deleted
+
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None
+            ) -> MemoryText:
+        """Read lines of a memory file (OpenClaw's ``memory_get``), only inside the memory files.
+
+        ``from_line`` is 1-based (default 1), ``lines`` how many (default: to the end). A file
+        that does not exist yet (but could) reads as empty text; anything outside the memory
+        files, a symlink or a non-``.md`` path raises
+        :class:`~pipeline.errors.MemoryPathError`. With session memory on, session hits
+        (``sessions/<file>.jsonl``) open too, by JSONL line.
+        """
+        session = session_get(self.settings, str(path), from_line, lines)
+        if session is not None:
+            return session
+        target = resolve_memory_path(self.settings, str(path))
+        rel = relative_path(self.settings.workspace, target)
+        if not target.exists():
+            return MemoryText(rel, "")
+        start = max(1, int(from_line or 1))
+        content = target.read_text(encoding="utf-8", errors="replace").split("\n")
+        end = len(content) if lines is None else min(len(content),
+                                                     start - 1 + max(0, int(lines)))
+        return MemoryText(rel, "\n".join(content[start - 1 : end]), start, max(0, end - start + 1))
+
+    def stale_files(self) -> list[str]:
+        """Memory files the index does not reflect yet (all of them when nothing is indexed):
+        a stat-only check, cheap enough before every search."""
+        return find_stale(self.settings)
+
+    def status(self) -> dict[str, Any]:
+        """What is indexed, pending and failed, with which provider and why, the rebuild under
+        way, recent index jobs and provider batch jobs (``memq status --json``'s index part)."""
+        return index_status(self.settings)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, text: str, target: str = "daily") -> Appended:
+        """Remember ``text``: append it to today's ``memory/YYYY-MM-DD.md`` (``daily``) or to
+        ``MEMORY.md`` (``longterm``), then index it before returning.
+
+        Raises :class:`~pipeline.errors.AppendError` or
+        :class:`~pipeline.errors.MemoryPathError` (nothing written) for a refused note or
+        target. Once the note is on disk, a failure to index it is reported in ``warning``,
+        never raised: a caller that retried would write the note twice.
+        """
+        note = append_note(text, target, settings=self.settings)
+        try:
+            run = self._refresher.refresh_now()
+        except Exception as exc:  # on disk already: report, never raise (see above)
+            log.exception("indexing after memory_append failed")
+            return replace(note, warning=f"saved, but indexing it failed: "
+                                         f"{type(exc).__name__}: {exc}")
+        return replace(note, indexed=True, vectors=run.vectors)
+
+    def index(self, *, wait: bool = True, retry_failed: bool = False,
+              rebuild: str | None = None, choice: ProviderChoice | None = None,
+              on_progress: Callable[[int, int], None] | None = None,
+              warn: Callable[[str], None] | None = None, job_id: str | None = None,
+              origin: str = "local", host: str | None = None) -> IndexRun:
+        """One index pass: bring the store in line with the files and embed what is new.
+
+        ``wait`` returns only when every vector is written (else once the work is sent).
+        ``retry_failed`` queues failed chunks again. ``rebuild`` names a reason to build a new
+        index beside the live one and swap it in when complete (``memq reindex``); a
+        configuration whose fingerprint no longer matches the store's does the same.
+        ``choice`` is the provider to index with (default: chosen from the settings).
+        ``on_progress(done, total)`` follows the vectors; ``warn`` gets hints for a person.
+        The pass is logged as a job (``job_id``, ``origin`` and ``host`` say what ran it).
+        """
+        started = time.monotonic()
+        choice = choice or choose_provider(self.settings)
+        run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
+                       choice.spec.model if choice.spec else None, choice.reason,
+                       job_id=job_id or uuid.uuid4().hex)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        try:
+            schema.ensure_schema(db)
+            with joblog.opened(self.settings.store.path) as log_db, \
+                    joblog.logged(log_db, run.job_id, origin,
+                                  host or socket.gethostname()) as counts:
+                self._produce(run, db, choice, wait=wait, retry_failed=retry_failed,
+                              rebuild=rebuild, on_progress=on_progress, warn=warn)
+                counts.update(run.report.counts())
+            return run
+        except db.operational_error as exc:
+            raise as_store_error(exc, db.path) or exc from exc
+        finally:
+            run.seconds = time.monotonic() - started
+            db.close()
+
+    def reindex(self, *, wait: bool = True, on_progress: Callable[[int, int], None] | None = None,
+                warn: Callable[[str], None] | None = None) -> IndexRun:
+        """Build a new index beside the live one (searches keep using the live one) and swap
+        it in when complete: :meth:`index` with ``rebuild="memq reindex"``."""
+        return self.index(wait=wait, rebuild="memq reindex", on_progress=on_progress, warn=warn)
+
+    def sync(self) -> IndexRun:
+        """Bring the index in line with the files under its own provider and model (never a
+        switch, which would drop every vector): new text is keyword-searchable at once, its
+        vectors embedded here or queued to the fleet (``run.vectors`` says which)."""
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        try:
+            schema.ensure_schema(db)
+            choice = self._index_choice(db)
+            if choice.spec is None:
+                report = index_once(db, self.settings, choice, None)
+                return IndexRun(report, choice.mode, None, None, choice.reason,
+                                vectors=VECTORS_NONE)
+        finally:
+            db.close()
+        return self.index(choice=choice, wait=False)
+
+    def sync_in_background(self) -> None:
+        """Start :meth:`sync` on a thread unless one runs (which then runs once more)."""
+        self._refresher.trigger()
+
+    @property
+    def syncing(self) -> bool:
+        """A background sync is running."""
+        return self._refresher.running
+
+    @property
+    def sync_error(self) -> str | None:
+        """Why the last sync failed (None after a good one)."""
+        return self._refresher.last_error
+
+    # -- the parts ---------------------------------------------------------------------------
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """Where index passes send embedding work: the one given, else the fleet's broker
+        (``brokerUrl``), else this process."""
+        if self._dispatcher is not None:
+            return self._dispatcher
+        with self._lock:
+            if self._owned is None:
+                if self.settings.broker_url:
+                    from pipeline.fleet import FleetDispatcher  # Celery loads only when used
+
+                    self._owned = FleetDispatcher(self.settings.broker_url)
+                else:
+                    self._owned = InlineDispatcher(self.settings, self._providers)
+            return self._owned
+
+    def _open_store(self) -> Database | None:
+        return schema.open_store(self.settings.store.path,
+                                 want_vectors=self.settings.store.vector_enabled)
+
+    def _index_choice(self, db: Database) -> ProviderChoice:
+        """The provider choice the index already made; a store never indexed chooses afresh
+        (without fetching the default model: a reader must not start a download)."""
+        spec = schema.index_spec(db)
+        reason = schema.get_meta(db, "mode_reason")
+        if spec is not None:
+            return ProviderChoice(self._providers.get(spec, self.settings), spec, reason)
+        if schema.get_meta(db, "index") is not None:
+            return ProviderChoice(None, None, reason)  # a keyword-only index stays so
+        return choose_provider(self.settings, fetch_default_model=False)
+
+    def _produce(self, run: IndexRun, db: Database, choice: ProviderChoice, *, wait: bool,
+                 retry_failed: bool, rebuild: str | None,
+                 on_progress: Callable[[int, int], None] | None,
+                 warn: Callable[[str], None] | None) -> None:
+        settings = self.settings
+        if choice.spec is None:
+            run.report = index_once(db, settings, choice, None)
+            run.vectors = VECTORS_NONE
+            if run.report.rebuild_needed or rebuild:
+                run.rebuild = self._rebuild(choice, None, wait=True,
+                                            reason=rebuild or "configuration changed")
+            return
+        dispatcher = self.dispatcher
+        if not dispatcher.durable:  # jobs queued by an earlier run died with it
+            self.forget_queued()
+        try:
+            batch = dispatcher.batch_routing(settings.remote.batch)
+            run.report = index_once(db, settings, choice, dispatcher.embed,
+                                    retry_failed=retry_failed, batch=batch)
+            run.vectors = VECTORS_QUEUED if dispatcher.durable else VECTORS_EMBEDDED
+            run.batch_resumed = dispatcher.resume_batches(db, self.name)
+            resume = wait and rebuild_info(db) is not None  # finish one left unfinished
+            if run.report.rebuild_needed or rebuild or resume:
+                run.rebuild = self._rebuild(choice, dispatcher, wait=wait,
+                                            reason=rebuild or "configuration changed",
+                                            on_progress=on_progress)
+                run.waited = wait
+            elif wait and batch is not None and not settings.remote.batch.wait \
+                    and batches.live_jobs(db):
+                wait_for_submission(db, check=dispatcher.check)
+            elif wait:
+                wait_for_vectors(db, on_progress=on_progress, warn=warn, check=dispatcher.check)
+                run.waited = True
+            elif warn and dispatcher.consumers(embed_queue(choice.spec.name)) == 0:
+                warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
+                     "there until one starts")
+        finally:
+            if not dispatcher.durable:
+                self.forget_queued()
+        live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+        try:  # after a swap the live store is another file than ``db``
+            run.failed_chunks = reads.failed_count(live)
+        finally:
+            live.close()
+
+    def _rebuild(self, choice: ProviderChoice, dispatcher: Dispatcher | None, *, wait: bool,
+                 reason: str, on_progress: Callable[[int, int], None] | None = None
+                 ) -> RebuildProgress:
+        """Build a new index beside the live one; with ``wait`` (or a dispatcher that cannot
+        take the steps), drive it to the swap here, else hand its steps to the writer."""
+        start_rebuild(self.settings, choice, reason)
+        if not wait and dispatcher is not None and dispatcher.rebuild_later(self.name):
+            live = self._open_store()
+            try:
+                info = rebuild_info(live) if live is not None else None
+            finally:
+                if live is not None:
+                    live.close()
+            return progress_of(info, self.settings) if info else RebuildProgress("", reason, 0.0)
+        while True:
+            progress = rebuild_step(self.settings, choice,
+                                    dispatcher.embed if dispatcher is not None else None)
+            if progress is None or progress.done:
+                return progress or RebuildProgress("", reason, 0.0, done=True)
+            if on_progress:
+                on_progress(progress.ready, progress.chunks)
+            if dispatcher is not None:
+                dispatcher.check()
+            time.sleep(POLL_S)
+
+    def forget_queued(self) -> None:
+        """Jobs sent to a dispatcher that does not outlive this process died with it: let the
+        next pass queue the pending chunks again (in the live store and a rebuild's target)."""
+        paths = [self.settings.store.path]
+        live = self._open_store()
+        if live is None:
+            return
+        try:
+            info = rebuild_info(live)
+            if info is not None and Path(info["target"]).exists():
+                paths.append(Path(info["target"]))
+        finally:
+            live.close()
+        for path in paths:
+            db = connect(path, want_vectors=self.settings.store.vector_enabled)
+            try:
+                reads.forget_queued(db)
+            finally:
+                db.close()
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release what this memory holds: background syncs (waited for), the default
+        dispatcher, built providers (a local model's memory) and in-memory copies."""
+        self._refresher.wait()
+        with self._lock:
+            owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
+        self._providers.close()
+        if self._held is not None:
+            self._held.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

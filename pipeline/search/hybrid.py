@@ -1,0 +1,155 @@
+"""Hybrid search over one store: OpenClaw's ranking pipeline, as a plain function.
+
+A vec0 k-nearest-neighbour query and an FTS5 BM25 query (:mod:`pipeline.search.retrievers`),
+merged by weighted fusion or reciprocal rank fusion (:mod:`pipeline.search.fusion`), then
+temporal decay, sort, MMR, ``minScore`` and ``maxResults``. Unlike OpenClaw, decay and MMR apply
+in every mode (hybrid, vector-only and keyword-only), keyword search covers
+Chinese/Japanese/Korean, and a keyword hit without a vector is not capped below ``minScore``.
+See docs/search.md.
+
+A long-running reader passes :class:`HeldCopies`: the store's vectors and BM25 statistics held
+in its memory (:mod:`pipeline.store.matrix`, :mod:`pipeline.store.postings`), which give the
+same results faster; a one-shot caller passes none and SQLite answers.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import Settings
+from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.results import SearchHit
+from pipeline.search import decay, fusion
+from pipeline.search.fusion import Candidate
+from pipeline.search.mmr import mmr_order
+from pipeline.search.retrievers import (
+    cosine_for,
+    keyword_hits,
+    matrix_hits,
+    source_filter,
+    vector_hits,
+)
+from pipeline.store import reads
+from pipeline.store.engine import Database
+from pipeline.store.matrix import MatrixCache, VectorMatrix
+from pipeline.store.postings import TextStats, TextStatsCache
+
+SNIPPET_CHARS = 700
+MAX_CANDIDATES = 200
+
+
+@dataclass
+class HeldCopies:
+    """A long-running reader's copies of its stores, each reloaded in the background whenever
+    the store changed (never stale; see :mod:`pipeline.store.snapshots`): the vectors as one
+    matrix, the BM25 statistics, and a thread that scans the matrix while the keyword side
+    ranks."""
+
+    matrices: MatrixCache = field(default_factory=MatrixCache)
+    text_stats: TextStatsCache = field(default_factory=TextStatsCache)
+    scans: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=2, thread_name_prefix="memq-vector-scan"))
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the background loads started so far (tests and benchmarks)."""
+        self.matrices.wait(timeout)
+        self.text_stats.wait(timeout)
+
+    def close(self) -> None:
+        """Drop the copies and stop the scan threads."""
+        self.matrices.clear()
+        self.text_stats.clear()
+        self.scans.shutdown(wait=False)
+
+
+def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: int,
+              sources: list[str] | None, use_text: bool, held: HeldCopies | None,
+              stats: TextStats | None
+              ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
+    """Both retrievers' hits (vector, text) and the in-memory vectors if used.
+
+    The in-memory scan needs no connection, so it runs on another thread while the keyword
+    side ranks on this one (NumPy and SQLite both release the GIL): hybrid costs the slower
+    side, not the sum.
+    """
+    matrix = held.matrices.current(db) if held is not None else None
+    if matrix is None or held is None:
+        text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
+        return vector_hits(db, query_vector, candidates, sources), text, None
+    among = None if sources is None else reads.allowed_rowids(db, sources)
+    if not use_text:  # nothing to overlap with: a thread hop would only add a wake-up
+        return matrix_hits(matrix, query_vector, candidates, among), {}, matrix
+    scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
+    text = keyword_hits(db, query, candidates, sources, stats, among)
+    return scan.result(), text, matrix
+
+
+def _rank(db: Database, settings: Settings, query: str, candidates: int,
+          provider: EmbeddingProvider | None, held: HeldCopies | None
+          ) -> tuple[list[Candidate], dict[int, float]]:
+    """Fused candidates, best first, and the keyword side's hits (FTS5 ranks)."""
+    hybrid = settings.query.hybrid
+    sources = source_filter(db, settings.sources)
+    use_text = provider is None or hybrid.enabled
+    query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
+    # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
+    # fall under minScore), so keyword scores are relative to the best hit in every mode.
+    stats = held.text_stats.current(db) if held is not None and use_text else None
+    if query_vector is None or not np.any(query_vector):
+        text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
+        return fusion.weighted({}, fusion.relative(fusion.text_scores(text)), (0.0, 1.0)), text
+    vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
+                                     held, stats)
+    if not use_text:
+        return fusion.weighted(vector, {}, (1.0, 0.0)), text
+    weights = hybrid.normalized_weights()
+    if hybrid.fusion == "rrf":
+        return fusion.rrf(vector, fusion.text_scores(text), weights, hybrid.rrf_k), text
+    missing = cosine_for(db, [r for r in text if r not in vector], query_vector, matrix)
+    return fusion.weighted({**vector, **missing}, fusion.share_of_best(text), weights), text
+
+
+def search_store(db: Database, settings: Settings, query: str, *,
+                 max_results: int | None = None, min_score: float | None = None,
+                 provider: EmbeddingProvider | None = None, now: float | None = None,
+                 held: HeldCopies | None = None) -> list[SearchHit]:
+    """Search an open store; the hits, best first.
+
+    ``provider`` embeds the query (None: keyword-only; its errors are raised). ``now`` (epoch
+    seconds) is the moment temporal decay measures ages from. ``held``: the caller's in-memory
+    copies of the store, used when current (loaded in the background on first use and again
+    whenever the store changed, vec0 and FTS5 answering meanwhile); the results are the same.
+    """
+    max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
+    min_score = settings.query.min_score if min_score is None else float(min_score)
+    hybrid = settings.query.hybrid
+    candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
+    ranked, text = _rank(db, settings, query, candidates, provider, held)
+    if hybrid.temporal_decay.enabled and ranked:
+        factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
+                                    else now, hybrid.temporal_decay.half_life_days)
+        for c in ranked:
+            c.score *= factors.get(c.rowid, 1.0)
+        ranked.sort(key=lambda c: (-c.score, c.rowid))
+    picked = [c for c in ranked if c.score >= min_score]
+    if not picked and text:
+        # OpenClaw's relaxed fallback: when no fused score clears minScore, keyword hits whose
+        # own BM25 score clears min(minScore, textWeight) are still answers, not nothing.
+        floor = min(min_score, hybrid.normalized_weights()[1])
+        picked = [c for c in ranked if c.text_score >= floor]
+    rows = reads.chunk_rows(db, [c.rowid for c in picked])
+    picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
+    if hybrid.mmr.enabled:
+        picked = mmr_order(picked, [c.score for c in picked],
+                           [rows[c.rowid][3] for c in picked], hybrid.mmr.lambda_)
+    return [_hit(c, rows[c.rowid]) for c in picked[:max_results]]
+
+
+def _hit(c: Candidate, row: tuple[Any, ...]) -> SearchHit:
+    path, start, end, text, source = row
+    return SearchHit(path, start, end, round(c.score, 6), text[:SNIPPET_CHARS], source)

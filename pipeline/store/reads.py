@@ -1,0 +1,167 @@
+"""The reads the pipeline makes of a store's chunks and files (the writes are in
+:mod:`pipeline.store.writer`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.store.batches import LIVE_CHUNK_IDS
+from pipeline.store.engine import Database
+from pipeline.store.schema import transaction
+from pipeline.store.writer import PendingChunk
+
+
+@dataclass(frozen=True)
+class PendingRow:
+    """A chunk waiting for a vector, its file, and whether it was queued before."""
+
+    chunk: PendingChunk
+    path: str
+    queued: bool
+
+
+def pending_rows(db: Database, *, retry_failed: bool = False, queued_before: float
+                 ) -> list[PendingRow]:
+    """Chunks to queue for embedding, in file order: pending ones (and failed ones with
+    ``retry_failed``) never queued or queued before ``queued_before`` (epoch seconds), and not
+    held by a live provider batch job."""
+    states = ("pending", "failed") if retry_failed else ("pending",)
+    rows = db.conn.execute(
+        f"SELECT rowid, id, hash, text, queued_at, path FROM chunks WHERE state IN "
+        f"({','.join('?' * len(states))}) AND (queued_at IS NULL OR queued_at < ?) "
+        f"AND id NOT IN ({LIVE_CHUNK_IDS}) ORDER BY path, start_line",
+        (*states, queued_before),
+    ).fetchall()
+    return [PendingRow(PendingChunk(*row[:4]), row[5], row[4] is not None) for row in rows]
+
+
+def waiting_count(db: Database) -> int:
+    """Chunks still waiting for a vector that something is working on (held chunks, refused
+    until the configuration is fixed, are not waited for)."""
+    return db.conn.execute(
+        "SELECT count(*) FROM chunks WHERE state = 'pending' "
+        "AND (error IS NULL OR queued_at IS NOT NULL)").fetchone()[0]
+
+
+def state_counts(db: Database) -> dict[str, int]:
+    """Chunks per state (``pending``, ``ready``, ``failed``)."""
+    return dict(db.conn.execute("SELECT state, count(*) FROM chunks GROUP BY state"))
+
+
+def pending_count(db: Database) -> int:
+    """Chunks without a vector yet (held ones included)."""
+    return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending'").fetchone()[0]
+
+
+def failed_count(db: Database) -> int:
+    return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
+
+
+def forget_queued(db: Database) -> None:
+    """Let the next pass queue every pending chunk again (their messages died with a private
+    broker)."""
+    with transaction(db):
+        db.conn.execute("UPDATE chunks SET queued_at = NULL WHERE state = 'pending'")
+
+
+def chunk_rows(db: Database, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+    """(path, start_line, end_line, text, source) per chunk rowid still in the store."""
+    if not rowids:
+        return {}
+    marks = ",".join("?" * len(rowids))
+    return {r[0]: r[1:] for r in db.conn.execute(
+        f"SELECT rowid, path, start_line, end_line, text, source FROM chunks "
+        f"WHERE rowid IN ({marks})", list(rowids))}
+
+
+def file_counts(db: Database) -> tuple[int, int]:
+    """(files indexed, files skipped with an error)."""
+    ok, bad = db.conn.execute(
+        "SELECT count(*) FILTER (WHERE error IS NULL), count(*) FILTER (WHERE error IS NOT NULL) "
+        "FROM files").fetchone()
+    return ok, bad
+
+
+def file_errors(db: Database, limit: int) -> list[dict[str, str]]:
+    """Files skipped with an error (unreadable, not UTF-8, too large…), by path."""
+    return [{"path": p, "error": e} for p, e in db.conn.execute(
+        "SELECT path, error FROM files WHERE error IS NOT NULL ORDER BY path LIMIT ?",
+        (limit,))]
+
+
+def chunk_errors(db: Database, limit: int) -> list[dict[str, Any]]:
+    """The most common reasons chunks are failed or held, with their counts."""
+    return [{"state": s, "error": e, "chunks": n} for s, e, n in db.conn.execute(
+        "SELECT state, error, count(*) FROM chunks WHERE error IS NOT NULL "
+        "AND state IN ('failed', 'pending') GROUP BY state, error "
+        "ORDER BY count(*) DESC LIMIT ?", (limit,))]
+
+
+def known_files(db: Database) -> dict[str, tuple[str, int, int, str | None]]:
+    """path -> (hash, mtime_ns, size, error) of every file the store knows."""
+    return {path: (h, m, s, e) for path, h, m, s, e in db.conn.execute(
+        "SELECT path, hash, mtime_ns, size, error FROM files")}
+
+
+def file_stats(db: Database, source: str) -> dict[str, tuple[int, int]]:
+    """path -> (mtime_ns, size) of the files of ``source``."""
+    return {path: (mtime, size) for path, mtime, size in db.conn.execute(
+        "SELECT path, mtime_ns, size FROM files WHERE source = ?", (source,))}
+
+
+def has_files(db: Database) -> bool:
+    return db.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
+
+
+def present_sources(db: Database) -> set[str]:
+    """The sources that have chunks, one index seek per source (``idx_chunks_source``), not a
+    scan of every chunk."""
+    found: set[str] = set()
+    row = db.conn.execute("SELECT min(source) FROM chunks").fetchone()
+    while row[0] is not None:
+        found.add(row[0])
+        row = db.conn.execute("SELECT min(source) FROM chunks WHERE source > ?",
+                              (row[0],)).fetchone()
+    return found
+
+
+def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int]:
+    """Chunk rowids of the wanted sources, ascending."""
+    marks = ",".join("?" * len(sources))
+    return [r for (r,) in db.conn.execute(
+        f"SELECT rowid FROM chunks WHERE source IN ({marks}) ORDER BY rowid", list(sources))]
+
+
+def bm25_ranks(db: Database, match: str | None, limit: int, sources: Sequence[str] | None
+               ) -> dict[int, float]:
+    """FTS5 hits of the ``MATCH`` expression ``match`` as rowid -> ``bm25()`` rank (negative,
+    lower is better), best first, at most ``limit``; of the ``sources`` only, unless None.
+
+    Sorting by ``bm25()`` with a ``LIMIT`` lets SQLite keep only the best ``limit`` rows while
+    ranking; equal ranks go by rowid, so the cut is the same on every run.
+    """
+    if match is None:
+        return {}
+    if sources is None:
+        rows = db.conn.execute(
+            "SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "ORDER BY r, rowid LIMIT ?", (match, limit)).fetchall()
+    else:
+        marks = ",".join("?" * len(sources))
+        rows = db.conn.execute(
+            "SELECT f.rowid, bm25(chunks_fts) AS r FROM chunks_fts f JOIN chunks c "
+            f"ON c.rowid = f.rowid WHERE chunks_fts MATCH ? AND c.source IN ({marks}) "
+            "ORDER BY r, f.rowid LIMIT ?", (match, *sources, limit)).fetchall()
+    return {int(r): float(rank) for r, rank in rows}
+
+
+def chunk_files(db: Database, rowids: Sequence[int]) -> list[tuple[int, str, int | None]]:
+    """(rowid, path, its file's mtime_ns or None) per chunk."""
+    if not rowids:
+        return []
+    marks = ",".join("?" * len(rowids))
+    return [(int(r), path, mtime) for r, path, mtime in db.conn.execute(
+        f"SELECT c.rowid, c.path, f.mtime_ns FROM chunks c LEFT JOIN files f ON f.path = c.path "
+        f"WHERE c.rowid IN ({marks})", [int(r) for r in rowids])]

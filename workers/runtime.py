@@ -1,0 +1,117 @@
+"""What a worker process keeps between tasks, in one object: the settings of each memory it
+serves, the embedding providers it built, the stores it writes, and its clients of the broker.
+
+Celery's tasks are module-level functions, so they reach it through :data:`runtime`, the one
+instance per process (as they reach the app through ``workers.app.app``). Its parts are built on
+first use in the process that uses them, and thrown away in a freshly forked pool process
+(a connection or a native model must never be shared across a fork).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from typing import Any
+
+import redis
+from celery.signals import worker_process_init
+
+from pipeline.config import Settings, load_settings
+from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.embeddings.providers import ProviderPool
+from pipeline.fleet import FleetDispatcher, redis_client
+from pipeline.memory import Memory
+from pipeline.messages import ProviderSpec
+from pipeline.store.engine import Database
+from pipeline.store.results import StorePool
+from workers.app import app
+
+log = logging.getLogger(__name__)
+
+
+class WorkerRuntime:
+    """One worker process's state (thread-safe; built lazily, reset after a fork)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._settings: dict[str, Settings] = {}
+        self._providers = ProviderPool()
+        self._stores: StorePool | None = None
+        self._fleet: FleetDispatcher | None = None
+        self._redis: redis.Redis | None = None
+        self._redis_known = False
+
+    def settings_for(self, memory: str) -> Settings:
+        """The settings of ``memory``, from this worker's own environment and config file."""
+        with self._lock:
+            if memory not in self._settings:
+                own = load_settings()
+                self._settings[memory] = (own if own.agent_id == memory
+                                          else load_settings(agent=memory))
+            return self._settings[memory]
+
+    def default_memory(self) -> str:
+        """The memory this worker's own configuration names (``agentId``, ``main`` by default)."""
+        return load_settings().agent_id
+
+    def provider(self, spec: ProviderSpec, settings: Settings) -> EmbeddingProvider:
+        """The provider ``spec`` names, built once per process with this host's settings."""
+        return self._providers.get(spec, settings)
+
+    def store(self, path: str, settings: Settings) -> Database | None:
+        """The open store at ``path`` (None when that generation is gone)."""
+        with self._lock:
+            if self._stores is None:
+                self._stores = StorePool(want_vectors=settings.store.vector_enabled)
+        return self._stores.get(path)
+
+    def fleet(self) -> FleetDispatcher:
+        """Sends this worker's follow-up work (results, retries, polls) through its app."""
+        with self._lock:
+            if self._fleet is None:
+                self._fleet = FleetDispatcher(str(app.conf.broker_url), app=app)
+            return self._fleet
+
+    def redis(self) -> redis.Redis | None:
+        """The broker's Redis, where the fleet-wide rate limits are counted and a provider's
+        pause is shared; None (with a warning, once) on another broker."""
+        with self._lock:
+            if not self._redis_known:
+                url = str(app.conf.broker_url or "")
+                try:
+                    self._redis = redis_client(url, timeout=10.0)
+                except ValueError:
+                    log.warning("rate limits need a Redis broker; %s is not one: not enforced",
+                                url.split(":", 1)[0])
+                self._redis_known = True
+            return self._redis
+
+    def memory(self, name: str) -> Memory:
+        """A :class:`~pipeline.Memory` for an index job of ``name``, sending its work to the
+        fleet (the caller closes it)."""
+        return Memory(settings=self.settings_for(name), dispatcher=self.fleet(), in_memory=False)
+
+    def close(self) -> None:
+        """Free native models and connections (at process exit; llama.cpp's finalizer fails
+        after interpreter teardown)."""
+        self._providers.close()
+        if self._stores is not None:
+            self._stores.close()
+
+    def after_fork(self) -> None:
+        """Forget what the parent process built: a forked child builds its own."""
+        with self._lock:
+            self._reset()
+
+
+runtime = WorkerRuntime()
+
+
+@worker_process_init.connect
+def _fresh_runtime_in_pool_process(**_: Any) -> None:
+    runtime.after_fork()
+atexit.register(runtime.close)
