@@ -93,6 +93,21 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 _VALIDATORS = {name: Draft202012Validator(schema) for name, (_, schema) in TOOLS.items()}
 
+# MCP tool annotations: what a client may assume before it calls. OpenClaw runs a tool without
+# asking the operator when it is read-only, or neither destructive nor open-world; a server
+# whose tools carry no annotations needs approval for every call in prompting postures.
+ANNOTATIONS: dict[str, types.ToolAnnotations] = {
+    "memory_search": types.ToolAnnotations(
+        title="Search memory", read_only_hint=True, open_world_hint=False),
+    "memory_get": types.ToolAnnotations(
+        title="Read memory lines", read_only_hint=True, open_world_hint=False),
+    # Appends only (never rewrites or deletes), so not destructive; a repeated call writes the
+    # note twice, so not idempotent; it touches the workspace's memory files only.
+    "memory_append": types.ToolAnnotations(
+        title="Append to memory", read_only_hint=False, destructive_hint=False,
+        idempotent_hint=False, open_world_hint=False),
+}
+
 
 class ToolRefused(Exception):
     """A call the model can fix: bad arguments or a refused path. Becomes ``isError``."""
@@ -169,7 +184,8 @@ def build_server(settings: Settings) -> Server[Any]:
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
-            types.Tool(name=name, description=text, input_schema=schema)
+            types.Tool(name=name, title=ANNOTATIONS[name].title, description=text,
+                       input_schema=schema, annotations=ANNOTATIONS[name])
             for name, (text, schema) in TOOLS.items()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
