@@ -202,9 +202,8 @@ def build_server(settings: Settings) -> Server[Any]:
         except Exception:
             log.exception("%s crashed", name)
             return _error(f"{name} failed with an internal error (details in the server log)")
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(out, ensure_ascii=False))],
-            structured_content=out)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=_mirror(out))],
+                                    structured_content=out)
 
     def input_schema(name: str) -> dict[str, Any] | None:
         return TOOLS[name][1] if name in TOOLS else None
@@ -216,6 +215,26 @@ def build_server(settings: Settings) -> Server[Any]:
     if settings.sync.on_session_start:
         tools.refresher.trigger()
     return server
+
+
+def _mirror(out: dict[str, Any]) -> str:
+    """The structured answer as text, laid out as JavaScript's ``JSON.stringify(out, null, 2)``.
+
+    OpenClaw shows its model the structured content and drops a text block equal to that
+    layout, so the model reads the answer once instead of twice.
+    """
+    return json.dumps(_whole_floats_as_ints(out), ensure_ascii=False, indent=2)
+
+
+def _whole_floats_as_ints(value: Any) -> Any:
+    # JSON.stringify writes 1.0 as 1 (other floats in 1e-4..1e16 print alike in both languages).
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_floats_as_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_floats_as_ints(item) for item in value]
+    return value
 
 
 def _error(message: str) -> types.CallToolResult:

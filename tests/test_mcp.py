@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import date
 from pathlib import Path
@@ -57,16 +57,6 @@ async def refused(client: Client, tool: str, args: Any) -> str:
     result = await client.call_tool(tool, args)
     assert result.is_error, f"{tool}({args!r}) was accepted: {result.content}"
     return result.content[0].text
-
-
-@pytest.fixture
-def keyword_settings(workspace: Path, make_settings: Callable[..., Settings]) -> Settings:
-    """Keyword-only settings for the sample workspace, indexed once by the real CLI."""
-    settings = make_settings(workspace, provider="none")
-    done = run_memq("index", "--workspace", str(workspace), "--config", str(settings.config_file),
-                    timeout=120)
-    assert done.returncode == 0, done.stderr
-    return settings
 
 
 def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settings) -> None:
