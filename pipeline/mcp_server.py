@@ -4,7 +4,9 @@ Three tools over the library calls, with the library's result shapes: ``memory_s
 (:func:`pipeline.query.memory_search`), ``memory_get`` (:func:`pipeline.query.memory_get`) and
 ``memory_append`` (:func:`pipeline.append.memory_append`). Arguments are checked against the
 published JSON Schemas before any library call, and every refusal comes back as a tool error
-(``isError``) the model can read and correct, never as a crash of the server.
+(``isError``) the model can read and correct, never as a crash of the server. Every tool has a
+title and MCP annotations (``ANNOTATIONS``): clients such as OpenClaw run read-only and
+non-destructive closed-world tools without asking the operator.
 
 Searches never wait for indexing: a search whose index is behind the disk is answered from the
 index as it is, says so (``dirty``: how many files differ), and starts a background sync.
