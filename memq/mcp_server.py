@@ -5,7 +5,8 @@ Three tools over one :class:`pipeline.Memory`, with OpenClaw's result shapes:
 (:meth:`~pipeline.Memory.get`) and ``memory_append`` (:meth:`~pipeline.Memory.append`).
 Arguments are checked against the published JSON Schemas before any library call, and every
 refusal comes back as a tool error (``isError``) the model can read and correct, never as a
-crash of the server.
+crash of the server. Every tool has a title and MCP annotations (``ANNOTATIONS``): clients such
+as OpenClaw run read-only and non-destructive closed-world tools without asking the operator.
 
 Searches never wait for indexing: a search whose index is behind the disk is answered from the
 index as it is, says so (``dirty``: how many files differ), and starts a background sync.
@@ -93,6 +94,21 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 _VALIDATORS = {name: Draft202012Validator(schema) for name, (_, schema) in TOOLS.items()}
 
+# MCP tool annotations: what a client may assume before it calls. OpenClaw runs a tool without
+# asking the operator when it is read-only, or neither destructive nor open-world; a server
+# whose tools carry no annotations needs approval for every call in prompting postures.
+ANNOTATIONS: dict[str, types.ToolAnnotations] = {
+    "memory_search": types.ToolAnnotations(
+        title="Search memory", read_only_hint=True, open_world_hint=False),
+    "memory_get": types.ToolAnnotations(
+        title="Read memory lines", read_only_hint=True, open_world_hint=False),
+    # Appends only (never rewrites or deletes), so not destructive; a repeated call writes the
+    # note twice, so not idempotent; it touches the workspace's memory files only.
+    "memory_append": types.ToolAnnotations(
+        title="Append to memory", read_only_hint=False, destructive_hint=False,
+        idempotent_hint=False, open_world_hint=False),
+}
+
 
 class ToolRefused(RequestRefused):
     """A call the model can fix: bad arguments or a refused path. Becomes ``isError``."""
@@ -159,7 +175,8 @@ def build_server(memory: Memory) -> Server[Any]:
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
-            types.Tool(name=name, description=text, input_schema=schema)
+            types.Tool(name=name, title=ANNOTATIONS[name].title, description=text,
+                       input_schema=schema, annotations=ANNOTATIONS[name])
             for name, (text, schema) in TOOLS.items()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -176,9 +193,8 @@ def build_server(memory: Memory) -> Server[Any]:
         except Exception:
             log.exception("%s crashed", name)
             return _error(f"{name} failed with an internal error (details in the server log)")
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(out, ensure_ascii=False))],
-            structured_content=out)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=_mirror(out))],
+                                    structured_content=out)
 
     def input_schema(name: str) -> dict[str, Any] | None:
         return TOOLS[name][1] if name in TOOLS else None
@@ -190,6 +206,26 @@ def build_server(memory: Memory) -> Server[Any]:
     if settings.sync.on_session_start:
         memory.sync_in_background()
     return server
+
+
+def _mirror(out: dict[str, Any]) -> str:
+    """The structured answer as text, laid out as JavaScript's ``JSON.stringify(out, null, 2)``.
+
+    OpenClaw shows its model the structured content and drops a text block equal to that
+    layout, so the model reads the answer once instead of twice.
+    """
+    return json.dumps(_whole_floats_as_ints(out), ensure_ascii=False, indent=2)
+
+
+def _whole_floats_as_ints(value: Any) -> Any:
+    # JSON.stringify writes 1.0 as 1 (other floats in 1e-4..1e16 print alike in both languages).
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_floats_as_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_floats_as_ints(item) for item in value]
+    return value
 
 
 def _error(message: str) -> types.CallToolResult:

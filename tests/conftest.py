@@ -54,6 +54,16 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     return make
 
 
+@pytest.fixture
+def keyword_settings(workspace: Path, make_settings: Callable[..., Settings]) -> Settings:
+    """Keyword-only settings for the sample workspace, indexed once by the real CLI."""
+    settings = make_settings(workspace, provider="none")
+    done = run_memq("index", "--workspace", str(workspace), "--config", str(settings.config_file),
+                    timeout=120)
+    assert done.returncode == 0, done.stderr
+    return settings
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real GGUF (random-weight tiny BERT) that llama.cpp loads in milliseconds."""

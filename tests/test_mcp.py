@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import date
 from pathlib import Path
@@ -60,16 +60,6 @@ async def refused(client: Client, tool: str, args: Any) -> str:
     return result.content[0].text
 
 
-@pytest.fixture
-def keyword_settings(workspace: Path, make_settings: Callable[..., Settings]) -> Settings:
-    """Keyword-only settings for the sample workspace, indexed once by the real CLI."""
-    settings = make_settings(workspace, provider="none")
-    done = run_memq("index", "--workspace", str(workspace), "--config", str(settings.config_file),
-                    timeout=120)
-    assert done.returncode == 0, done.stderr
-    return settings
-
-
 def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settings) -> None:
     ws = keyword_settings.workspace
     memory_before = (ws / "MEMORY.md").read_text()
@@ -83,6 +73,17 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
             assert "before answering" in tools["memory_search"].description
             assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
             assert tools["memory_search"].input_schema["required"] == ["query"]
+            titles = {name: (t.title, t.annotations.title) for name, t in tools.items()}
+            assert titles == {"memory_search": ("Search memory", "Search memory"),
+                              "memory_get": ("Read memory lines", "Read memory lines"),
+                              "memory_append": ("Append to memory", "Append to memory")}
+            for name in ("memory_search", "memory_get"):
+                hints = tools[name].annotations
+                assert hints.read_only_hint is True and hints.open_world_hint is False
+                assert hints.destructive_hint is None and hints.idempotent_hint is None
+            hints = tools["memory_append"].annotations
+            assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint,
+                    hints.open_world_hint) == (False, False, False, False)
 
             found = await call(client, "memory_search", {"query": "PostgreSQL ledger tables"})
             assert found["mode"] == "keyword-only" and "dirty" not in found
