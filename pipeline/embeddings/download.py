@@ -35,13 +35,12 @@ from typing import Any
 from pipeline.embeddings.base import ProviderUnavailable
 from pipeline.embeddings.default_model import locked
 from pipeline.embeddings.http import Scrubber, shown_url
-from pipeline.embeddings.model_source import ModelSource
+from pipeline.embeddings.model_source import ModelSource, origin
 
 __all__ = ["ModelDownloadError", "fetch_model", "hf_token"]
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 20
 MAX_ATTEMPTS = 5
 CONNECT_TIMEOUT_S = 15.0
 READ_TIMEOUT_S = 60.0
@@ -226,11 +225,11 @@ class _Download:
     def _expected(self, resp: Any) -> _Expected:
         """Size and sha256 as the server states them, from the redirect chain and the answer."""
         out = _Expected()
-        hub_host = resp.history[0].url.host if resp.history else resp.url.host
+        hub = origin(self.source.url)
         for r in (*resp.history, resp):
             out.size = out.size or _int(r.headers.get("X-Linked-Size"))
             out.sha256 = out.sha256 or _sha256(r.headers.get("X-Linked-Etag"))
-            if self.source.hub and r.url.host == hub_host:
+            if self.source.hub and origin(str(r.url)) == hub:
                 out.sha256 = out.sha256 or _sha256(r.headers.get("ETag"))
         return out
 
@@ -254,7 +253,7 @@ class _Download:
     def _receive(self, resp: Any, have: int, total: int | None) -> None:
         bar = self._progress_bar(total, have)
         with open(self.part, "ab" if have else "wb") as fh:
-            for chunk in resp.iter_bytes(CHUNK_BYTES):
+            for chunk in resp.iter_bytes():  # as received: a buffer would be lost on a drop
                 fh.write(chunk)
                 self.received += len(chunk)
                 if bar is not None:

@@ -33,7 +33,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from pipeline.embeddings.base import ProviderUnavailable
 from pipeline.embeddings.default_model import cache_root
 
-__all__ = ["HF_PREFIXES", "ModelSource", "hf_endpoint", "is_downloadable", "model_source"]
+__all__ = [
+    "HF_PREFIXES", "ModelSource", "hf_endpoint", "is_downloadable", "model_source", "origin",
+]
 
 HF_PREFIXES = ("hf://", "huggingface://", "hf:", "huggingface:")
 URL_PREFIXES = ("http://", "https://")
@@ -117,22 +119,33 @@ def _hf_source(uri: str, cache: Path, env: Mapping[str, str] | None) -> ModelSou
     return ModelSource(uri, url, target, tuple(candidates), hub=True)
 
 
-def _is_hub_host(host: str, env: Mapping[str, str] | None) -> bool:
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port made explicit: what "same origin" compares."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(
+        scheme)
+
+
+def _on_hub(url: str, env: Mapping[str, str] | None) -> bool:
+    """Whether ``url`` is on the Hugging Face endpoint's origin (the only one sent HF_TOKEN)."""
     endpoint = hf_endpoint(env)
-    if host == (urlsplit(endpoint).hostname or ""):
+    if origin(url) == origin(endpoint):
         return True
-    return endpoint == DEFAULT_HF_ENDPOINT and host in _HF_HOSTS
+    scheme, host, port = origin(url)
+    return endpoint == DEFAULT_HF_ENDPOINT and scheme == "https" and port == 443 \
+        and host in _HF_HOSTS
 
 
 def _url_source(url: str, cache: Path, env: Mapping[str, str] | None) -> ModelSource:
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
+        hub = _on_hub(url, env)
     except ValueError as exc:
         raise ProviderUnavailable(f"{url.split('?', 1)[0]!r} is not a usable model URL") from exc
     if not host:
         raise ProviderUnavailable(f"{url.split('?', 1)[0]!r} is not a usable model URL (no host)")
-    hub = _is_hub_host(host, env)
     segments = parts.path.split("/")
     if hub and len(segments) > 3 and segments[3] == "blob":  # a page, not the file: /resolve/
         segments[3] = "resolve"
