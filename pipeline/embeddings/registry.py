@@ -207,7 +207,17 @@ def _local_model_present(settings: Settings) -> bool:
 def _downloadable_local(settings: Settings) -> bool:
     from pipeline.embeddings.model_source import is_downloadable
 
-    return bool(settings.local.model_path) and is_downloadable(settings.local.model_path or "")
+    path = settings.local.model_path
+    return path is not None and is_downloadable(path)
+
+
+def _fetch_local_model(provider: EmbeddingProvider) -> None:
+    """Have the local provider's GGUF on disk now (memq's default converted, an ``hf:``/URL
+    model downloaded), or raise ProviderUnavailable."""
+    from pipeline.embeddings.local import LocalProvider
+
+    if isinstance(provider, LocalProvider):
+        provider.model_file()
 
 
 def _explicit(settings: Settings, env: Mapping[str, str] | None,
@@ -218,7 +228,7 @@ def _explicit(settings: Settings, env: Mapping[str, str] | None,
     try:
         provider, spec = _build(settings.provider, settings, env=env)
         if fetch and settings.provider == "local" and _downloadable_local(settings):
-            provider.model_file()  # type: ignore[attr-defined]
+            _fetch_local_model(provider)
         return ProviderChoice(provider, spec)
     except EmbeddingError as primary:
         if settings.fallback in ("none", settings.provider):
@@ -256,7 +266,7 @@ def choose_provider(settings: Settings, *, fetch_default_model: bool = True,
             or (settings.local.model_path and not downloadable)):
         try:
             provider, spec = _build("local", settings)
-            provider.model_file()  # type: ignore[attr-defined]  # fetch/convert, or raise
+            _fetch_local_model(provider)
             return ProviderChoice(provider, spec, "auto: local model")
         except ProviderUnavailable as exc:
             reasons.append(f"local: {exc}")
