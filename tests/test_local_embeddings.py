@@ -37,7 +37,8 @@ from pipeline.embeddings.default_model import (
     find_minilm_source,
 )
 from pipeline.embeddings.gguf_bert import BertConversionError, convert_bert_to_gguf
-from pipeline.embeddings.local import LocalProvider, resolve_hf_uri, split_windows
+from pipeline.embeddings.local import LocalProvider, split_windows
+from pipeline.embeddings.model_source import model_source
 from pipeline.errors import ProviderUnavailable
 from tests.fakes.tiny_gguf import (
     default_model_path_in_child,
@@ -445,17 +446,19 @@ def test_provider_identity_and_paths(tmp_path: Path, tiny_gguf: Path) -> None:
     assert LocalProvider(cache_dir=tmp_path).model == DEFAULT_MODEL_ID
     with pytest.raises(ProviderUnavailable, match="not found"):
         LocalProvider(tmp_path / "missing.gguf")
-    with pytest.raises(ProviderUnavailable, match="not possible"):
-        LocalProvider("hf:ggml-org/embeddinggemma-300m-qat-q8_0-GGUF/e.gguf", cache_dir=tmp_path)
-    with pytest.raises(ProviderUnavailable, match="not possible"):
-        LocalProvider("https://example.com/m.gguf")
+    # an hf: URI or a URL is named by its file; nothing is fetched before the first embedding
+    lazy = LocalProvider("hf:ggml-org/embeddinggemma-300m-qat-q8_0-GGUF/e.gguf", cache_dir=tmp_path)
+    assert lazy.model == "e" and not (tmp_path / "models").exists()
+    assert LocalProvider("https://example.com/m.gguf?x=1", cache_dir=tmp_path).model == "m"
+    with pytest.raises(ProviderUnavailable, match="usable hf"):
+        LocalProvider("hf:only/two.gguf", cache_dir=tmp_path)
     with pytest.raises(ValueError):
         LocalProvider(tiny_gguf, threads=0)
-    # an hf: URI is fine once the file is in the cache
+    # an hf: URI is used from the cache without any network once the file is there
     cached = tmp_path / "models" / "hf" / "me" / "repo" / "tiny.gguf"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(tiny_gguf.read_bytes())
-    assert resolve_hf_uri("hf:me/repo/tiny.gguf", tmp_path) == cached
+    assert model_source("hf:me/repo/tiny.gguf", tmp_path).present() == cached
     hf = LocalProvider("hf:me/repo/tiny.gguf", cache_dir=tmp_path, threads=1)
     assert hf.model == "tiny" and hf.dims == 32
 

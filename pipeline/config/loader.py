@@ -219,11 +219,12 @@ def _api_key(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
 
 
 def _model_path(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
-    """Local paths are made absolute; ``hf:`` and URLs are kept as written."""
+    """Local paths are made absolute; ``hf:``/``huggingface:`` URIs and URLs are kept as
+    written."""
     if entry is None:
         return {}
     path = ld.checked("local.modelPath")
-    if path and not re.match(r"^(hf:|[A-Za-z][A-Za-z0-9+.-]*://)", path):
+    if path and not re.match(r"^(hf:|huggingface:|[A-Za-z][A-Za-z0-9+.-]*://)", path):
         path = str(resolve(path, entry.base, ld.env))
     return {"model_path": path or None}
 

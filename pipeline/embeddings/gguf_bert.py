@@ -36,12 +36,14 @@ import struct
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
 import numpy as np
 
 from pipeline.errors import ProviderUnavailable
+
+if TYPE_CHECKING:  # imported where converting needs it: importing gguf costs ~0.1 s
+    import gguf
 
 __all__ = ["BERT_SPECIAL_TOKENS", "BertConversionError", "convert_bert_to_gguf", "read_model_dir"]
 
@@ -105,6 +107,7 @@ def _json(files: Mapping[str, bytes], name: str) -> Any:
 
 def _pooling_type(files: Mapping[str, bytes]) -> gguf.PoolingType:
     """The sentence-transformers pooling mode, as llama.cpp's ``_try_set_pooling_type`` reads it."""
+    import gguf
     pooling_dir = _pooling_dir(_json(files, "modules.json"))
     cfg = _json(files, f"{pooling_dir}/config.json") if pooling_dir else None
     if not isinstance(cfg, dict):
@@ -139,6 +142,7 @@ def _build_vocab(
     files: Mapping[str, bytes], vocab_size: int
 ) -> tuple[list[str], list[int], dict[str, int], dict[str, bool]]:
     """Return (phantom-space tokens, token types, special ids, normaliser options)."""
+    import gguf
     if "vocab.txt" not in files:
         raise BertConversionError("vocab.txt is missing (a WordPiece vocabulary is required)")
     vocab_lines = _read_vocab(files["vocab.txt"])
@@ -230,6 +234,7 @@ def _dedupe(tokens: list[str], toktypes: list[int]) -> None:
     win), the last occurrence keeps the text; earlier ones become unused placeholders.
     llama.cpp itself renames empty tokens to ``[EMPTY_<id>]``, so those are compared that way.
     """
+    import gguf
     owner: dict[str, int] = {}
     for i, tok in enumerate(tokens):
         key = tok or f"[EMPTY_{i}]"
@@ -333,6 +338,8 @@ def convert_bert_to_gguf(
     ``name`` sets ``general.name``; ``pooling`` overrides the sentence-transformers pooling mode.
     The file is written to a temporary name next to ``out_path`` and renamed into place.
     """
+    import gguf
+
     if dtype not in ("f16", "f32"):
         raise ValueError(f"dtype must be 'f16' or 'f32', not {dtype!r}")
     if isinstance(model_files, (str, Path)):

@@ -20,6 +20,10 @@ Facts this module is built around (measured with llama-cpp-python 0.3.36 on CPU)
   for the model's own leading/trailing special tokens ([CLS] ... [SEP]); each window is embedded
   and the (pooled, unnormalised) window vectors are averaged weighted by their token counts,
   then L2-normalised. It never raises and never truncates.
+* A short query is decoded on one thread. ggml's threads meet at a barrier after every graph
+  node, so on a busy machine a descheduled thread stalls the others: a 10-token MiniLM query
+  took a median 42 ms on one thread and 349 ms on two (2 cores, load 12), while the work is
+  only a few milliseconds. Documents (throughput, often long) use all ``threads``.
 * Empty or whitespace-only text is embedded as the empty input (for BERT: just [CLS] [SEP]),
   which gives a valid unit vector, so every stored vector has unit length and cosine distances
   are always defined. Only a model that adds no special tokens at all yields a zero vector.
@@ -36,16 +40,20 @@ from typing import Any
 import numpy as np
 
 from pipeline.embeddings.base import l2_normalise
-from pipeline.embeddings.default_model import DEFAULT_MODEL_ID, cache_root, default_model_path
+from pipeline.embeddings.default_model import DEFAULT_MODEL_ID, default_model_path
+from pipeline.embeddings.gguf_header import trained_context_length
+from pipeline.embeddings.model_source import ModelSource, is_downloadable, model_source
 from pipeline.errors import EmbeddingError, ProviderUnavailable
 
-__all__ = ["MAX_CONTEXT", "LocalProvider", "resolve_hf_uri", "split_windows"]
+__all__ = ["MAX_CONTEXT", "LocalProvider", "split_windows"]
 
 # Largest context ever allocated. Non-causal attention over n tokens costs O(n^2) memory per
 # head, and memq's chunks are at most 2048 bytes anyway; longer inputs are windowed.
 MAX_CONTEXT = 2048
 # Used when a GGUF does not state its trained context.
 FALLBACK_CONTEXT = 512
+# Queries of at most this many tokens are decoded on one thread (see the module docstring).
+QUERY_ONE_THREAD_TOKENS = 64
 
 
 def split_windows(n_tokens: int, max_len: int) -> list[tuple[int, int]]:
@@ -66,56 +74,12 @@ def split_windows(n_tokens: int, max_len: int) -> list[tuple[int, int]]:
     return windows
 
 
-def resolve_hf_uri(uri: str, cache_dir: Path | str | None = None) -> Path:
-    """Map ``hf:<owner>/<repo>/<file>`` to an already-downloaded file in memq's cache.
-
-    memq cannot download from a model hub, so the URI is only usable if the file is present as
-    ``<cache>/models/hf/<owner>/<repo>/<file>``, ``<cache>/models/hf_<owner>_<name>``
-    (node-llama-cpp's naming) or ``<cache>/models/<name>``.
-    """
-    spec = uri[3:] if uri.startswith("hf:") else uri
-    parts = [p for p in spec.strip("/").split("/") if p]
-    if len(parts) < 3:
-        raise ProviderUnavailable(
-            f"{uri!r} is not a usable hf: model URI (expected hf:<owner>/<repo>/<file.gguf>)"
-        )
-    owner, repo, rel = parts[0], parts[1], parts[2:]
-    models = cache_root(cache_dir) / "models"
-    candidates = [
-        models.joinpath("hf", owner, repo, *rel),
-        models / f"hf_{owner}_{rel[-1]}",
-        models / rel[-1],
-    ]
-    for c in candidates:
-        if c.is_file():
-            return c
-    raise ProviderUnavailable(
-        f"{uri} would have to be downloaded from Hugging Face, which is not possible here; "
-        f"put the GGUF at {candidates[0]} (or {candidates[2]}), or set a local model path"
-    )
-
-
-def _gguf_context_length(path: Path) -> int:
-    """``{arch}.context_length`` from the GGUF header (0 if absent)."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path), "r")
-    try:
-        arch_field = reader.get_field("general.architecture")
-        if arch_field is None:
-            return 0
-        arch = str(arch_field.contents())
-        field = reader.get_field(f"{arch}.context_length")
-        return int(field.contents()) if field is not None else 0
-    finally:
-        del reader
-
-
 class LocalProvider:
     """Embeddings from a local GGUF model (default: all-MiniLM-L6-v2, converted on first use).
 
     ``model_path``: None for memq's default model; a path to a ``.gguf`` file; or an
-    ``hf:<owner>/<repo>/<file>`` URI, accepted only if that file is already in the cache.
+    ``hf:<owner>/<repo>/<file>`` URI or http(s) URL, downloaded into the cache on first use
+    (:mod:`pipeline.embeddings.model_source`, :mod:`pipeline.embeddings.download`).
     ``threads``: llama.cpp threads (default ``os.cpu_count()``).
 
     The model loads lazily on the first embedding (or ``dims``). One llama.cpp model per
@@ -137,29 +101,27 @@ class LocalProvider:
             raise ValueError("threads must be >= 1")
         self._threads = threads or os.cpu_count() or 1
         self._cache_dir = cache_dir
-        self._path: Path | None
+        self._path: Path | None = None
+        self._source: ModelSource | None = None
         if model_path is None:
-            self._path = None
             self.model = DEFAULT_MODEL_ID
         else:
             text = str(model_path)
-            if text.startswith("hf:"):
-                self._path = resolve_hf_uri(text, cache_dir)
-            elif text.startswith(("http://", "https://")):
-                raise ProviderUnavailable(
-                    f"{text}: downloading models is not possible here; use a local GGUF path"
-                )
+            if is_downloadable(text):
+                self._source = model_source(text, cache_dir)
+                name = self._source.file_name
             else:
                 self._path = Path(text).expanduser()
                 if not self._path.is_file():
                     raise ProviderUnavailable(f"local model file not found: {self._path}")
+                name = self._path.name
             # The stable id is the file name without ".gguf", so pointing at the cached default
             # model by path gives the same id ("all-MiniLM-L6-v2-f16") as model_path=None.
-            name = self._path.name
             self.model = name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._llm: Any = None
+        self._ctx_threads = 0
         self._dims = 0
         self._n_ctx = 0
         self._pooled = True
@@ -167,6 +129,21 @@ class LocalProvider:
         self._suffix: list[int] = []
 
     # -- loading ---------------------------------------------------------------------------
+
+    def model_file(self) -> Path:
+        """The GGUF this provider loads: the configured file, the downloaded one (downloaded
+        now if it is not in the cache yet) or memq's default model (converted on first use).
+        Raises ProviderUnavailable when it cannot be had."""
+        if self._source is not None:
+            found = self._source.present()
+            if found is not None:
+                return found
+            from pipeline.embeddings.download import fetch_model
+
+            return fetch_model(self._source)
+        if self._path is not None:
+            return self._path
+        return default_model_path(self._cache_dir)
 
     def _check_fork(self) -> None:
         if self._pid != os.getpid():
@@ -184,9 +161,9 @@ class LocalProvider:
             import llama_cpp
         except ImportError as exc:
             raise ProviderUnavailable(f"llama-cpp-python is not installed: {exc}") from exc
-        path = self._path if self._path is not None else default_model_path(self._cache_dir)
+        path = self.model_file()
         try:
-            n_ctx_train = _gguf_context_length(path)
+            n_ctx_train = trained_context_length(path)
         except Exception as exc:
             raise ProviderUnavailable(f"{path} is not a readable GGUF file: {exc}") from exc
         n_ctx = min(n_ctx_train or FALLBACK_CONTEXT, MAX_CONTEXT)
@@ -229,6 +206,7 @@ class LocalProvider:
             llm.close()
             raise ProviderUnavailable(f"{path}: context of {self._n_ctx} tokens is too small")
         self._llm = llm
+        self._ctx_threads = self._threads
         return llm
 
     # -- embedding ---------------------------------------------------------------------------
@@ -259,12 +237,19 @@ class LocalProvider:
         tokens = np.ctypeslib.as_array(ptr, shape=(len(ids), self._dims))
         return tokens.mean(axis=0, dtype=np.float64).astype(np.float32)
 
-    def _embed_one(self, text: str) -> np.ndarray:
+    def _use_threads(self, n: int) -> None:
+        if n != self._ctx_threads:
+            self._llm._ctx.set_n_threads(n, n)
+            self._ctx_threads = n
+
+    def _embed_one(self, text: str, *, query: bool = False) -> np.ndarray:
         self._check_fork()
         with self._lock:
             llm = self._ensure_loaded()
             data = text.encode("utf-8", errors="replace")  # lone surrogates cannot crash us
             ids = list(llm.tokenize(data, add_bos=False, special=False)) if data.strip() else []
+            short_query = query and len(ids) <= QUERY_ONE_THREAD_TOKENS
+            self._use_threads(1 if short_query else self._threads)
             room = self._n_ctx - len(self._prefix) - len(self._suffix)
             if len(ids) <= room:
                 seq = self._prefix + ids + self._suffix
@@ -310,8 +295,9 @@ class LocalProvider:
         return np.stack([self._embed_one(t) for t in texts]).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Float32 (dims,), L2-normalised. Long queries are windowed, never truncated."""
-        return self._embed_one(text)
+        """Float32 (dims,), L2-normalised. Long queries are windowed, never truncated; short
+        ones are decoded on one thread (``QUERY_ONE_THREAD_TOKENS``)."""
+        return self._embed_one(text, query=True)
 
     def close(self) -> None:
         """Free the llama.cpp model; the next embedding loads it again."""

@@ -20,8 +20,6 @@ import random
 import time
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from pipeline.errors import ProviderRetryable
 
 __all__ = ["MAX_WAIT_S", "WINDOW_S", "FleetPause", "FleetRateLimiter"]
@@ -32,6 +30,14 @@ WINDOW_S = 60.0
 MAX_WAIT_S = 120.0  # then the task's retry policy: well inside its soft time limit (280 s)
 KEY_PREFIX = "memq:ratelimit:"
 PAUSE_PREFIX = "memq:pause:"
+
+
+def _redis_error() -> type[Exception]:
+    """redis-py's base error, looked up only while an exception is being matched: importing
+    redis costs ~0.3 s, which a process that never talks to Redis (``memq search``) skips."""
+    from redis.exceptions import RedisError
+
+    return RedisError
 
 # KEYS[1] prefix; ARGV: requests limit (0 = none), tokens limit (0 = none), tokens, window ms.
 # Returns {granted (1/0), window number, ms to wait when refused}.
@@ -76,7 +82,7 @@ class FleetRateLimiter:
             granted, window, wait_ms = self._script(
                 keys=[self.key],
                 args=[self.requests, self.tokens, max(0, int(tokens)), int(self.window_s * 1000)])
-        except RedisError as exc:  # the budget cannot be checked: the job waits, it is not lost
+        except _redis_error() as exc:  # the budget cannot be checked: the job waits, it is not lost
             raise ProviderRetryable(f"fleet rate limit unavailable (Redis: {exc})") from exc
         if granted:
             self.last_window = int(window)
@@ -134,7 +140,7 @@ class FleetPause:
         if self._script is not None:
             try:
                 self._script(keys=[self.key], args=[ms])
-            except RedisError as exc:
+            except _redis_error() as exc:
                 log.warning("provider pause kept by this worker alone (Redis: %s)", exc)
 
     def wait(self, limit: float = math.inf) -> float:
@@ -144,7 +150,7 @@ class FleetPause:
         if self.client is not None:
             try:
                 remaining = max(remaining, int(self.client.pttl(self.key)) / 1000)
-            except RedisError as exc:
+            except _redis_error() as exc:
                 log.warning("fleet's provider pause unknown, this worker's own is kept "
                             "(Redis: %s)", exc)
         slept = min(remaining + random.random() * min(0.25, remaining), limit)

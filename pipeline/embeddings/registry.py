@@ -167,18 +167,49 @@ def _timeout_override(env: Mapping[str, str] | None) -> float | None:
 
 
 def _local_model_present(settings: Settings) -> bool:
+    """Is the local model on disk: the file, a finished download of an ``hf:``/URL model,
+    or memq's default model (or its weights)? Never downloads."""
     path = settings.local.model_path
     if path:
-        return not path.startswith(("hf:", "http:", "https:")) and Path(path).expanduser().is_file()
+        from pipeline.embeddings.model_source import is_downloadable, model_source
+
+        if not is_downloadable(path):
+            return Path(path).expanduser().is_file()
+        try:
+            return model_source(path, settings.local.model_cache_dir).present() is not None
+        except ProviderUnavailable:
+            return False
     from pipeline.embeddings.default_model import default_model_available
 
     return default_model_available(settings.local.model_cache_dir)
 
 
-def _explicit(settings: Settings, env: Mapping[str, str] | None) -> ProviderChoice:
-    """``provider: <name>``, with ``fallback`` (own default model) when it cannot be built."""
+def _downloadable_local(settings: Settings) -> bool:
+    from pipeline.embeddings.model_source import is_downloadable
+
+    path = settings.local.model_path
+    return path is not None and is_downloadable(path)
+
+
+def _fetch_local_model(provider: EmbeddingProvider) -> None:
+    """Have the local provider's GGUF on disk now (memq's default converted, an ``hf:``/URL
+    model downloaded), or raise ProviderUnavailable."""
+    from pipeline.embeddings.local import LocalProvider
+
+    if isinstance(provider, LocalProvider):
+        provider.model_file()
+
+
+def _explicit(settings: Settings, env: Mapping[str, str] | None,
+              fetch: bool) -> ProviderChoice:
+    """``provider: <name>``, with ``fallback`` (own default model) when it cannot be built.
+    With ``fetch``, a local model to download is downloaded now (here, where a progress bar
+    can be seen; its failure lets the fallback step in)."""
     try:
-        return ProviderChoice(*_build(settings.provider, settings, env=env))
+        provider, spec = _build(settings.provider, settings, env=env)
+        if fetch and settings.provider == "local" and _downloadable_local(settings):
+            _fetch_local_model(provider)
+        return ProviderChoice(provider, spec)
     except EmbeddingError as primary:
         if settings.fallback in ("none", settings.provider):
             raise
@@ -198,27 +229,30 @@ def choose_provider(settings: Settings, *, fetch_default_model: bool = True,
                     env: Mapping[str, str] | None = None) -> ProviderChoice:
     """Pick the provider for indexing, per ``provider`` and ``fallback``.
 
-    With ``fetch_default_model`` the default local model may be fetched and converted (once,
-    cached); without it, auto only takes a local model that is already on disk. ``env``
-    replaces ``os.environ`` for API keys.
+    With ``fetch_default_model`` the local model may be fetched: memq's default converted
+    (once, cached), an ``hf:``/URL ``local.modelPath`` downloaded into the cache; without it,
+    auto only takes a local model that is already on disk. ``env`` replaces ``os.environ``
+    for API keys.
     """
     if not settings.enabled:
         return ProviderChoice(None, None, "memory search embeddings disabled (enabled=false)")
     if settings.provider == "none":
         return ProviderChoice(None, None, "provider is 'none': keyword-only by configuration")
     if settings.provider != "auto":
-        return _explicit(settings, env)
+        return _explicit(settings, env, fetch_default_model)
     reasons: list[str] = []
-    if settings.local.model_path or fetch_default_model or _local_model_present(settings):
+    downloadable = _downloadable_local(settings)
+    if (fetch_default_model or _local_model_present(settings)
+            or (settings.local.model_path and not downloadable)):
         try:
             provider, spec = _build("local", settings)
-            if settings.local.model_path is None:
-                from pipeline.embeddings.default_model import default_model_path
-
-                default_model_path(settings.local.model_cache_dir)  # fetch + convert, or raise
+            _fetch_local_model(provider)
             return ProviderChoice(provider, spec, "auto: local model")
         except ProviderUnavailable as exc:
             reasons.append(f"local: {exc}")
+    elif downloadable:
+        reasons.append(f"local: {settings.local.model_path} is not downloaded yet "
+                       "(`memq index` downloads it)")
     else:
         reasons.append("local: no model on disk")
     for name in AUTO_REMOTE_ORDER:
