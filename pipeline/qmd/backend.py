@@ -420,11 +420,18 @@ class QmdBackend:
     # -----------------------------------------------------------------------------------------
     # health
 
-    def _raise_if_down(self) -> None:
+    def _down(self) -> dict[str, Any] | None:
+        """The current outage, with ``retryAt`` by this backend's cool-down, or None."""
         down = self.state.read().get("down")
-        if down and time.time() < float(down.get("retryAt") or 0):
+        if not isinstance(down, dict):
+            return None
+        return {**down, "retryAt": float(down.get("failedAt") or 0) + self.cooldown_s}
+
+    def _raise_if_down(self) -> None:
+        down = self._down()
+        if down and time.time() < down["retryAt"]:
             raise QmdUnavailable(down.get("kind") or "exit", down.get("reason") or "QMD is down",
-                                 since=down.get("since"), retry_at=down.get("retryAt"))
+                                 since=down.get("since"), retry_at=down["retryAt"])
 
     def _mark_down(self, exc: QmdUnavailable) -> None:
         now = time.time()
@@ -432,10 +439,10 @@ class QmdBackend:
 
         def change(s: dict[str, Any]) -> None:
             previous.update(s.get("down") or {})
-            s["down"] = {"since": previous.get("since") or now, "kind": exc.kind,
-                         "reason": exc.reason, "retryAt": now + self.cooldown_s}
+            s["down"] = {"since": previous.get("since") or now, "failedAt": now,
+                         "kind": exc.kind, "reason": exc.reason}
         state = self.state.update(change)
-        exc.since, exc.retry_at = state["down"]["since"], state["down"]["retryAt"]
+        exc.since, exc.retry_at = state["down"]["since"], now + self.cooldown_s
         if previous.get("reason") != exc.reason:
             log.warning("QMD unavailable, answering from memq's own index until it recovers "
                         "(retry in %.0f s): %s", self.cooldown_s, exc.reason)
@@ -468,14 +475,14 @@ class QmdBackend:
         counts = dict(self._index_rows("SELECT collection, count(*) FROM documents "
                                        "WHERE active = 1 GROUP BY collection"))
         bound = state.get("collections") or {}
-        down = state.get("down")
+        down = self._down()
         return {
             "backend": "qmd",
             "command": self.qmd.command,
             "search_mode": self.qmd.search_mode,
             "home": str(self.home.root),
             "index": str(self.home.index_path),
-            "available": not (down and time.time() < float(down.get("retryAt") or 0)),
+            "available": not (down and time.time() < down["retryAt"]),
             "down": down,
             "documents": sum(counts.get(c.name, 0) for c in self.collections),
             "collections": [{"name": c.name, "path": str(c.path), "pattern": c.pattern,
