@@ -121,6 +121,7 @@ def test_results_outside_the_workspace_are_qmd_urls(booted: QmdBackend) -> None:
 def test_search_ands_words_like_qmd(booted: QmdBackend) -> None:
     assert booted.search("kubernetes") and booted.search("kubernetes hetzner")
     assert booted.search("kubernetes PostgreSQL") == []  # no document has both
+    assert booted.search("-kubernetes") == []  # a query, not an option qmd would reject
 
 
 @pytest.mark.parametrize("path", [

@@ -71,6 +71,7 @@ def test_search_command_lines() -> None:
     assert search_args("vsearch", "budget", 3, names)[:5] == ["vsearch", "budget", "--json",
                                                               "-n", "3"]
     assert search_args("query", "budget", 3, [])[:2] == ["query", "budget"]
+    assert search_args("search", "--help me", 3, [])[:2] == ["search", " --help me"]
 
 
 def test_bm25_query_for_han_text() -> None:

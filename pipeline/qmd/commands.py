@@ -37,6 +37,8 @@ def bm25_query(query: str) -> str:
 def search_args(mode: str, query: str, limit: int, collections: Sequence[str]) -> list[str]:
     """``<mode> <query> --json -n <limit> -c <name>…`` (``search`` gets :func:`bm25_query`)."""
     text = bm25_query(query) if mode == "search" else query.strip()
+    if text.startswith("-"):  # qmd would read it as an option and fail; a space keeps it a query
+        text = " " + text
     args = [mode, text, "--json", "-n", str(limit)]
     for name in collections:
         args += ["-c", name]
