@@ -127,6 +127,7 @@ def test_search_ands_words_like_qmd(booted: QmdBackend) -> None:
 @pytest.mark.parametrize("path", [
     "qmd://notes-main/../ws/MEMORY.md",  # escapes the collection
     "qmd://nosuch-main/ops.md",  # no such collection
+    "qmd/nosuch-main/ops.md",  # OpenClaw's form: not a collection, so a workspace path
     "qmd://notes-main/link.md",  # a symlink out of the collection
     "qmd://notes-main/ops.txt",  # not Markdown
     "qmd://notes-main/",

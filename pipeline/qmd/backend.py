@@ -227,6 +227,8 @@ class QmdBackend:
             if requested.startswith(prefix):
                 name, _, rel = requested[len(prefix):].partition("/")
                 c = self._by_name.get(name)
+                if c is None and prefix == "qmd/":
+                    break  # OpenClaw's form names a collection; else a workspace folder "qmd"
                 if c is None:
                     raise QmdPathError(f"unknown qmd collection: {name!r}")
                 target = Path(os.path.normpath(c.path / rel)) if rel else c.path
