@@ -193,6 +193,8 @@ def test_status(booted: QmdBackend) -> None:
     assert all(c["bound"] for c in s["collections"])
     assert booted.search("symlinked") == []
     assert s["last_update_at"] and s["last_embed_at"] is None  # search mode never embeds
+    assert booted.due() == []  # the interval (5 min) has not passed; search mode never embeds
+    assert booted.due(now=s["last_update_at"] + 300) == ["update"]
 
 
 def test_command_lines_for_every_mode(booted: QmdBackend) -> None:
@@ -217,7 +219,9 @@ def test_update_after_a_file_change_finds_the_new_text(make: Callable[..., Any])
     with note.open("a") as fh:
         fh.write("- Saw a flamingo at the Tagus estuary.\n")
     assert backend.search("flamingo") == []  # qmd's index is stale until an update
-    assert backend.update("watch")["skipped"] == "debounced"  # 15 s after the boot update
+    skipped = backend.update("watch")  # within 15 s of the boot update
+    assert skipped["skipped"] == "debounced"
+    assert skipped["dueAt"] == pytest.approx(skipped["lastUpdateAt"] + 15)
     assert backend.update("watch", force=True)["updated"] is True
     (hit,) = backend.search("flamingo")
     assert hit["path"] == "memory/2026-11-25.md"

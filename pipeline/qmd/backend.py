@@ -292,10 +292,12 @@ class QmdBackend:
         """Export session transcripts (when on), ``qmd update``, then ``qmd embed`` when due
         (never in ``search`` mode; after ``embedInterval``, outside its failure back-off).
 
-        Skipped (``{"skipped": "debounced"}``) when the last update is less than
-        ``update.debounceMs`` old, unless ``force``. Returns ``{updated, seconds,
-        sessions?, embed?}``. Raises :class:`QmdUnavailable` when ``qmd update`` fails; an embed
-        failure is recorded (back-off, ``status()``) and reported, not raised. Slow (seconds
+        Skipped (``{"skipped": "debounced", "lastUpdateAt", "dueAt"}``) when the last update is
+        less than ``update.debounceMs`` old, unless ``force``: a minimum gap, as in OpenClaw, so
+        a caller that must not miss a change runs it again at ``dueAt`` (or forces it).
+        Returns ``{updated, seconds, sessions?, embed?}``. Raises :class:`QmdUnavailable` when
+        ``qmd update`` fails; an embed failure is recorded (back-off, ``status()``) and
+        reported, not raised. Slow (seconds
         to minutes): run it on the writer's queue.
         """
         with exclusive(self.home.write_lock, self._write):
@@ -303,7 +305,7 @@ class QmdBackend:
             last = self.state.read().get("lastUpdateAt")
             debounce = self.qmd.update.debounce_ms / 1000
             if not force and debounce > 0 and last and now - last < debounce:
-                return {"skipped": "debounced", "lastUpdateAt": last}
+                return {"skipped": "debounced", "lastUpdateAt": last, "dueAt": last + debounce}
             self._prepare()
             out: dict[str, Any] = {"updated": True}
             sessions = self.qmd.sessions
