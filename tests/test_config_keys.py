@@ -60,13 +60,17 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "extraPathPatterns", "rememberAcrossConversations", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
         "watch", "chunking", "query", "cache", "store", "sync", "remote", "local", "brokerUrl",
-        "agentId", "sessionsDir", "citations", "configFile", "warnings",
+        "agentId", "sessionsDir", "citations", "backend", "qmd", "configFile", "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["sync"]) == [
         "onSessionStart", "onSearch", "watch", "watchDebounceMs", "intervalMinutes", "sessions",
     ]  # fmt: skip
     assert list(d["remote"]) == ["baseUrl", "apiKey", "apiKeyEnv", "headers", "batch", "rateLimit"]
+    assert list(d["qmd"]) == [
+        "command", "searchMode", "includeDefaultMemory", "paths", "sessions", "update", "limits",
+        "scope",
+    ]  # fmt: skip
     assert d["store"]["driver"] == StoreSettings(path="x").driver == "sqlite"
 
 

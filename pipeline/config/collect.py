@@ -98,6 +98,9 @@ class _Collector:
         self.entries[key] = entry
 
     def _unknown(self, key: str, shown: str, display: str, top: bool) -> ConfigError:
+        if not top and any(p == key or p.startswith(key + ".") for p in _MEMORY_KEYS):
+            return ConfigError(f'"{shown}" is not a memorySearch key ({self.where}); OpenClaw '
+                               f"reads it from memory.{key}", key=key, source=str(self.path))
         prefix, _, leaf = key.rpartition(".")
         siblings = [
             c
@@ -130,6 +133,10 @@ class _Collector:
             known = ", ".join(siblings)
             text += f"; known keys{' in ' + display + prefix if prefix else ''}: {known}"
         return ConfigError(text, key=key, source=str(self.path))
+
+
+#: The keys an openclaw.json sets under ``memory`` (memory.backend, memory.qmd.*).
+_MEMORY_KEYS = [p for p, k in READ.items() if k.top_only and p.split(".")[0] in ("backend", "qmd")]
 
 
 def _is_openclaw(path: Path, data: Mapping[str, Any]) -> bool:
@@ -186,6 +193,10 @@ def _collect_openclaw(
     citations = _dict_at(data, "memory", "citations")
     if citations is not None:
         c.entries["citations"] = c.entry(citations, "memory.citations")
+    memory = _dict_at(data, "memory")
+    if isinstance(memory, Mapping):  # memory.backend and memory.qmd: top-level keys in memq's file
+        backend = {k: memory[k] for k in ("backend", "qmd") if k in memory}
+        c.walk(backend, display="memory.", top=True)
     if "store.path" in c.entries:
         ignored = c.entries.pop("store.path")
         c.warnings.append(

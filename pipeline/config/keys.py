@@ -21,6 +21,13 @@ from urllib.parse import urlsplit
 
 from pipeline.config.errors import Invalid, show
 from pipeline.config.paths import absolute
+from pipeline.config.qmd_values import (
+    BACKENDS,
+    QMD_SEARCH_MODES,
+    check_duration,
+    check_paths,
+    check_scope,
+)
 from pipeline.config.redact import REDACTED, Headers, is_sensitive_header, redact_url
 
 PROVIDERS: tuple[str, ...] = (
@@ -50,7 +57,8 @@ _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 #: The kinds Spec.check checks; the simple ones come first (see settings.checked_fields).
 SIMPLE_KINDS = ("bool", "int", "float", "enum", "str")
-_CHECKED = (*SIMPLE_KINDS, "auto_bool", "url", "headers", "secret", "file", "dir")
+_CHECKED = (*SIMPLE_KINDS, "auto_bool", "url", "headers", "secret", "file", "dir", "duration",
+            "qmd_paths", "qmd_scope")
 
 #: What "must be …" says for the kinds that are not numbers, booleans or choices.
 _DESCRIPTIONS = {
@@ -59,6 +67,7 @@ _DESCRIPTIONS = {
     "dir": "a directory path",
     "url": "a URL string",
     "auto_bool": '"auto", true or false',
+    "duration": 'a duration such as "5m"',
 }
 
 #: How settings_to_dict shows a (non-None) value of each kind; other kinds are shown as they are.
@@ -71,6 +80,8 @@ _TO_JSON = {
     "url": redact_url,
     "secret": lambda v: REDACTED,
     "headers": lambda v: Headers(v).redacted(),
+    "qmd_paths": lambda v: [p.to_json() for p in v],
+    "qmd_scope": lambda v: v.to_json(),
 }
 
 
@@ -79,7 +90,7 @@ class Spec:
     """The values a key takes.
 
     ``kind`` is bool, auto_bool (true, false or "auto" = None), int, float, enum, str, url,
-    secret, headers, file or dir (checked here),
+    secret, headers, file, dir, duration, qmd_paths or qmd_scope (checked here),
     or list, paths, pairs or any (normalised by the dataclass, which needs other keys for it).
     """
 
@@ -115,6 +126,8 @@ class Spec:
         if self.kind not in _CHECKED:
             return value  # the dataclass normalises it, with the keys it depends on
         if value is None:
+            if self.kind == "qmd_scope":
+                return check_scope(None)
             if self.nullable or self.kind == "auto_bool":
                 return None
             raise Invalid(key, f"must be {self.describe()}", "null")
@@ -160,6 +173,12 @@ class Spec:
             return _check_url(key, value, self.schemes)
         elif kind == "headers":
             return _check_headers(key, value)
+        elif kind == "duration":
+            return check_duration(key, value)
+        elif kind == "qmd_paths":
+            return check_paths(value)
+        elif kind == "qmd_scope":
+            return check_scope(value)
         elif kind == "secret":
             if isinstance(value, str):
                 return value
@@ -223,6 +242,7 @@ STR = Spec("str")
 OPT_STR = Spec("str", nullable=True)
 LIST = Spec("list")
 _RATE = _int(1, nullable=True, null_hint="null for no limit")
+_DURATION = Spec("duration")
 _AUTO = '"auto" (or null) to let llama.cpp decide'
 
 
@@ -328,6 +348,30 @@ KEYS: tuple[Key, ...] = (
     Key("sessionsDir", Spec("dir", nullable=True), env="MEMQ_SESSIONS_DIR", top_only=True),
     # OpenClaw's memory.citations (top level in memq's file)
     Key("citations", _enum(CITATIONS), top_only=True),
+    # OpenClaw's memory.backend and memory.qmd.* (top level in memq's file; see qmd_values.py)
+    Key("backend", _enum(BACKENDS), top_only=True),
+    Key("qmd.command", STR, top_only=True),
+    Key("qmd.searchMode", _enum(QMD_SEARCH_MODES), top_only=True),
+    Key("qmd.includeDefaultMemory", BOOL, top_only=True),
+    Key("qmd.paths", Spec("qmd_paths"), top_only=True),
+    Key("qmd.sessions.enabled", BOOL, top_only=True),
+    Key("qmd.sessions.retentionDays", _int(0, nullable=True, null_hint="null to keep all"),
+        top_only=True),
+    Key("qmd.sessions.exportDir", Spec("dir", nullable=True), top_only=True),
+    Key("qmd.update.interval", _DURATION, top_only=True),
+    Key("qmd.update.debounceMs", _int(0), top_only=True),
+    Key("qmd.update.onBoot", BOOL, top_only=True),
+    Key("qmd.update.waitForBootSync", BOOL, top_only=True),
+    Key("qmd.update.embedInterval", _DURATION, top_only=True),
+    Key("qmd.update.commandTimeoutMs", _int(0), top_only=True),
+    Key("qmd.update.updateTimeoutMs", _int(0), top_only=True),
+    Key("qmd.update.embedTimeoutMs", _int(0), top_only=True),
+    Key("qmd.limits.maxResults", _int(1), top_only=True),
+    Key("qmd.limits.maxSnippetChars", _int(1), top_only=True),
+    Key("qmd.limits.maxInjectedChars", _int(1), top_only=True),
+    Key("qmd.limits.timeoutMs", _int(0), top_only=True),
+    Key("qmd.scope", Spec("qmd_scope"), top_only=True),
+    Key("qmd.mcporter", Spec("any"), attr=None, ignored=True, top_only=True),
     Key("configFile", Spec("file", nullable=True), read=False),
     Key("warnings", LIST, read=False),
 )  # fmt: skip

@@ -24,6 +24,7 @@ from pipeline.config.errors import ConfigError, Entry, Invalid, message, show
 from pipeline.config.files import discover
 from pipeline.config.keys import MAX_CANDIDATE_MULTIPLIER, OPT_STR, READ, STR, Spec, keys_at
 from pipeline.config.paths import default_sessions_dir, default_store_path, expand, resolve
+from pipeline.config.qmd_values import command_word
 from pipeline.config.settings import Settings, nested
 
 
@@ -270,6 +271,40 @@ def _sources(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     return {"sources": entry.value}
 
 
+def _qmd_command(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+    """OpenClaw spawns the first shell word of ``memory.qmd.command`` and drops the rest; a
+    relative path with a folder is taken from the workspace (OpenClaw runs qmd there)."""
+    if entry is None:
+        return {}
+    text = ld.checked("qmd.command")
+    if not text:
+        raise entry.fail("qmd.command", "must name the qmd executable", '""')
+    word = command_word(text)
+    if word != text.strip().strip("'\""):
+        ld.warnings.append(f'{entry.name}: only the executable "{word}" is used; the rest of '
+                           f"the command is ignored (as in OpenClaw)")
+    expanded = expand(word, ld.env)
+    if os.sep in expanded:
+        expanded = str(resolve(expanded, ld.workspace, ld.env))
+    return {"command": expanded}
+
+
+def _qmd_paths(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+    """``memory.qmd.paths[].path`` is taken from the workspace, ``~`` from ``env``."""
+    if entry is None:
+        return {}
+    return {"paths": tuple(dataclasses.replace(p, path=resolve(p.path, ld.workspace, ld.env))
+                           for p in ld.checked("qmd.paths"))}
+
+
+def _qmd_export_dir(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+    """``memory.qmd.sessions.exportDir`` is taken from the workspace (OpenClaw)."""
+    if entry is None or entry.value is None:
+        return {}
+    text = ld.checked("qmd.sessions.exportDir", OPT_STR)
+    return {"export_dir": resolve(text, ld.workspace, ld.env) if text else None}
+
+
 #: In the order they run (which decides the first of several errors reported).
 _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "workspace": lambda ld, entry: {"workspace": ld.workspace},
@@ -281,5 +316,8 @@ _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "extraPaths": _extra_paths,
     "sessionsDir": _sessions_dir,
     "sources": _sources,
+    "qmd.command": _qmd_command,
+    "qmd.paths": _qmd_paths,
+    "qmd.sessions.exportDir": _qmd_export_dir,
     "configFile": lambda ld, entry: {"config_file": ld.config_path},
 }

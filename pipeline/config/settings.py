@@ -33,6 +33,12 @@ from pipeline.config.keys import (
     keys_at,
 )
 from pipeline.config.paths import absolute, default_sessions_dir, default_store_path, resolve
+from pipeline.config.qmd_values import (
+    DEFAULT_SCOPE,
+    QmdPath,
+    QmdScope,
+    duration_ms,
+)
 from pipeline.config.redact import Headers
 
 _AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -264,6 +270,102 @@ class MultimodalSettings(_Validated):
         return self.enabled and bool(self.modalities)
 
 
+@dataclass(frozen=True)
+class QmdSessionsSettings(_Validated):
+    """``qmd.sessions.*`` (OpenClaw's ``memory.qmd.sessions``): export transcripts for QMD.
+
+    ``retention_days`` None (or 0) keeps every transcript; ``export_dir`` None means the
+    ``sessions`` folder of the memory's QMD home.
+    """
+
+    enabled: bool = False
+    retention_days: int | None = None
+    export_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.retention_days == 0:  # OpenClaw: only a positive count limits retention
+            _set(self, "retention_days", None)
+
+
+#: OpenClaw 2026.3.24's defaults for the timeouts that take 0 (or nothing) to mean "default".
+QMD_TIMEOUT_DEFAULTS = {"command_timeout_ms": 30_000, "update_timeout_ms": 120_000,
+                        "embed_timeout_ms": 120_000}
+
+
+@dataclass(frozen=True)
+class QmdUpdateSettings(_Validated):
+    """``qmd.update.*``: when QMD's index is refreshed (``qmd update``, ``qmd embed``).
+
+    ``interval`` and ``embed_interval`` are duration strings (``"5m"``); :attr:`interval_ms`
+    and :attr:`embed_interval_ms` give milliseconds, 0 meaning off. A timeout of 0 means its
+    default, as in OpenClaw.
+    """
+
+    interval: str = "5m"
+    debounce_ms: int = 15_000
+    on_boot: bool = True
+    wait_for_boot_sync: bool = False
+    embed_interval: str = "60m"
+    command_timeout_ms: int = QMD_TIMEOUT_DEFAULTS["command_timeout_ms"]
+    update_timeout_ms: int = QMD_TIMEOUT_DEFAULTS["update_timeout_ms"]
+    embed_timeout_ms: int = QMD_TIMEOUT_DEFAULTS["embed_timeout_ms"]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name, default in QMD_TIMEOUT_DEFAULTS.items():
+            if getattr(self, name) == 0:
+                _set(self, name, default)
+
+    @property
+    def interval_ms(self) -> int:
+        return duration_ms(self.interval)
+
+    @property
+    def embed_interval_ms(self) -> int:
+        return duration_ms(self.embed_interval)
+
+
+@dataclass(frozen=True)
+class QmdLimitsSettings(_Validated):
+    """``qmd.limits.*``: how much a QMD search returns, and how long it may take."""
+
+    max_results: int = 6
+    max_snippet_chars: int = 700
+    max_injected_chars: int = 4000
+    timeout_ms: int = 4000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.timeout_ms == 0:  # OpenClaw: a non-positive timeout means the default
+            _set(self, "timeout_ms", 4000)
+
+
+@dataclass(frozen=True)
+class QmdSettings(_Validated):
+    """``qmd.*`` (OpenClaw's ``memory.qmd``): the QMD backend, used when ``backend`` is ``qmd``.
+
+    ``command`` is the executable (from a file, its first shell word, as OpenClaw spawns it);
+    a relative path with a folder is taken from the workspace. ``paths`` entries are made
+    absolute from the workspace by :class:`Settings`. ``scope`` says which chats may see
+    QMD results. :mod:`pipeline.qmd` reads these.
+    """
+
+    command: str = "qmd"  # the executable; the loader keeps a file's first shell word only
+    search_mode: str = "search"
+    include_default_memory: bool = True
+    paths: tuple[QmdPath, ...] = ()
+    sessions: QmdSessionsSettings = field(default_factory=QmdSessionsSettings)
+    update: QmdUpdateSettings = field(default_factory=QmdUpdateSettings)
+    limits: QmdLimitsSettings = field(default_factory=QmdLimitsSettings)
+    scope: QmdScope = DEFAULT_SCOPE
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.command:
+            _set(self, "command", "qmd")
+
+
 def _list_of(key: str, value: Any, allowed: tuple[str, ...], what: str) -> list[str]:
     """``value`` as a list, if it is a list (not a string) of ``allowed`` words."""
     if isinstance(value, str) or not isinstance(value, Iterable):
@@ -325,6 +427,8 @@ class Settings(_Validated):
     extra_path_patterns: tuple[tuple[Path, str], ...] = ()
     sessions_dir: Path = None  # type: ignore[assignment]  # filled by __post_init__
     citations: str = "auto"
+    backend: str = "builtin"
+    qmd: QmdSettings = field(default_factory=QmdSettings)
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -359,6 +463,7 @@ class Settings(_Validated):
         if self.config_file is not None:
             _set(self, "config_file", absolute(self.config_file))
         _set(self, "warnings", tuple(self.warnings))
+        _set(self, "qmd", _qmd_from_workspace(self.qmd, workspace))
         _check_multimodal(self)
 
 
@@ -381,6 +486,20 @@ def _normalize_extra_paths(value: Any, workspace: Path) -> tuple[Path, ...]:
             continue
         out[resolve(item, workspace)] = None
     return tuple(out)
+
+
+def _qmd_from_workspace(qmd: QmdSettings, workspace: Path) -> QmdSettings:
+    """``qmd`` with its paths absolute: ``paths[]``, ``sessions.exportDir`` and a relative
+    ``command`` with a folder (OpenClaw runs qmd in the workspace) are taken from it."""
+    command = qmd.command
+    if os.sep in command and not os.path.isabs(os.path.expanduser(command)):
+        command = str(resolve(command, workspace))
+    elif command.startswith("~"):
+        command = str(absolute(command))
+    paths = tuple(dataclasses.replace(p, path=resolve(p.path, workspace)) for p in qmd.paths)
+    if command == qmd.command and paths == qmd.paths:
+        return qmd
+    return dataclasses.replace(qmd, command=command, paths=paths)
 
 
 def _check_multimodal(s: Settings) -> None:
