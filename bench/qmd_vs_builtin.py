@@ -16,7 +16,7 @@ per query:
   (e) memq: ``search_store`` in-process on an open store (what ``memq mcp`` does per query),
       every test query.
 quality: nDCG@10, R@100 and the share of queries with at least one result, from (c) and (e),
-each asked for 100 documents with no score floor (``pipeline.evaluation`` metrics).
+each asked for 100 documents with no score floor (``memq.evaluation`` metrics).
 
     .venv/bin/python bench/qmd_vs_builtin.py [--collection ../shared/eval/scifact] [--limit 0]
                                              [--cli-queries 20] [--keep]
@@ -38,11 +38,12 @@ from pathlib import Path
 
 from harness import add_common_args, header, scratch
 
+from memq.evaluation.beir import DEPTH, load_collection, memory_files, rank_documents
+from memq.evaluation.metrics import beir_metrics, mean
 from pipeline.config import load_settings
-from pipeline.evaluation.beir import DEPTH, load_collection, memory_files, rank_documents
-from pipeline.evaluation.metrics import beir_metrics, mean
 from pipeline.qmd import QmdBackend
-from pipeline.query import open_store, search_store
+from pipeline.search.hybrid import search_store
+from pipeline.store.schema import open_store
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = Path(os.environ.get("MEMQ_TOOLS") or Path.home() / ".cache" / "memq-tools")
@@ -107,14 +108,14 @@ def main() -> None:
             qmd_found += bool(hits)
             qmd_rows.append(beir_metrics(rank_documents(hits, ids), coll.qrels[qid]))
 
-        db = open_store(settings)
+        db = open_store(settings.store.path)
         assert db is not None
         mem_times, mem_rows, mem_found = [], [], 0
         try:
             for qid, text in queries:
                 t = time.perf_counter()
-                hits = search_store(db, settings, text, max_results=3 * DEPTH, min_score=0.0,
-                                    provider=None)["results"]
+                hits = [h.to_dict() for h in search_store(
+                    db, settings, text, max_results=3 * DEPTH, min_score=0.0, provider=None)]
                 mem_times.append(time.perf_counter() - t)
                 mem_found += bool(hits)
                 mem_rows.append(beir_metrics(rank_documents(hits, ids), coll.qrels[qid]))

@@ -39,6 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline.ingest": {"pipeline.errors", "pipeline.messages", "pipeline.results",
                         "pipeline.config", "pipeline.embeddings", "pipeline.store",
                         "pipeline.batch"},
+    "pipeline.qmd": {"pipeline.errors", "pipeline.config", "pipeline.store", "pipeline.ingest"},
     "pipeline.status": {"pipeline.config", "pipeline.store", "pipeline.batch",
                         "pipeline.ingest"},
     "pipeline.dispatch": {"pipeline.errors", "pipeline.messages", "pipeline.config",

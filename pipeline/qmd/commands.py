@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.search.tokens import is_cjk, words
+from pipeline.store.tokens import is_cjk, words
 
 #: OpenClaw's ``QMD_BM25_HAN_KEYWORD_LIMIT``.
 HAN_KEYWORD_LIMIT = 12
@@ -25,7 +25,7 @@ HAN_KEYWORD_LIMIT = 12
 def bm25_query(query: str) -> str:
     """The text ``qmd search`` gets: a query with Chinese/Japanese/Korean text becomes at most
     12 distinct keywords of 2 or more characters (OpenClaw's ``normalizeHanBm25Query``;
-    **memq:** the keywords are the words and CJK bigrams of :mod:`pipeline.search.tokens`
+    **memq:** the keywords are the words and CJK bigrams of :mod:`pipeline.store.tokens`
     rather than OpenClaw's stop-word list). Other queries are kept as they are."""
     trimmed = query.strip()
     if not is_cjk(trimmed):

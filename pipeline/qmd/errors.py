@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.errors import MemoryPathError, MemqError
+
 #: Why QMD could not answer: the executable cannot run, it exited non-zero, was killed by a
 #: signal, timed out, printed too much, printed no JSON array, has no collections yet, or has
 #: no vectors for a ``vsearch``. A remembered outage keeps the kind of the failure that began it.
 KINDS = ("missing", "exit", "killed", "timeout", "output", "json", "collections", "no-vectors")
 
 
-class QmdUnavailable(RuntimeError):
+class QmdUnavailable(MemqError, RuntimeError):
     """QMD cannot answer now; the caller answers from memq's own index instead.
 
     ``kind`` is one of :data:`KINDS`; ``reason`` is a one-line explanation that names the qmd
@@ -37,5 +39,5 @@ class QmdUnavailable(RuntimeError):
         return out
 
 
-class QmdPathError(ValueError):
+class QmdPathError(MemoryPathError):
     """``get`` was asked for a path that is not a file of a QMD collection (or escapes one)."""

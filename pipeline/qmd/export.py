@@ -3,8 +3,8 @@
 As OpenClaw 2026.3.24 ``exportSessions`` (``dist/qmd-manager-CdVu0x02.js``), before every
 ``qmd update``: each ``<sessionsDir>/<name>.jsonl`` becomes ``<exportDir>/<name>.md`` holding
 ``# Session <name>``, a blank line and the transcript's user and assistant turns (``User: …`` /
-``Assistant: …``, text blocks only, whitespace collapsed; :func:`pipeline.sessions.transcript`),
-with secrets masked (:func:`pipeline.qmd.sanitize.redact_secrets`), or ``(empty)``.
+``Assistant: …``, text blocks only, whitespace collapsed;
+:func:`pipeline.ingest.sessions.transcript`), with secrets masked (:func:`pipeline.qmd.sanitize.redact_secrets`), or ``(empty)``.
 Transcripts older than ``retentionDays`` (by modification time) are not exported, and exports
 whose transcript is gone or too old are deleted. A file is rewritten only when its text changed.
 **memq:** only files memq exported (first line ``# Session ``) are ever deleted from the export
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.ingest.sessions import transcript
 from pipeline.qmd.sanitize import redact_secrets
-from pipeline.sessions import transcript
 
 HEADING = "# Session "
 
