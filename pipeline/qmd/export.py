@@ -4,7 +4,8 @@ As OpenClaw 2026.3.24 ``exportSessions`` (``dist/qmd-manager-CdVu0x02.js``), bef
 ``qmd update``: each ``<sessionsDir>/<name>.jsonl`` becomes ``<exportDir>/<name>.md`` holding
 ``# Session <name>``, a blank line and the transcript's user and assistant turns (``User: …`` /
 ``Assistant: …``, text blocks only, whitespace collapsed;
-:func:`pipeline.ingest.sessions.transcript`), with secrets masked (:func:`pipeline.qmd.sanitize.redact_secrets`), or ``(empty)``.
+:func:`pipeline.ingest.sessions.transcript`), with secrets masked
+(:func:`pipeline.qmd.sanitize.redact_secrets`), or ``(empty)``.
 Transcripts older than ``retentionDays`` (by modification time) are not exported, and exports
 whose transcript is gone or too old are deleted. A file is rewritten only when its text changed.
 **memq:** only files memq exported (first line ``# Session ``) are ever deleted from the export
