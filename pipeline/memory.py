@@ -256,11 +256,8 @@ class Memory:
         rel = relative_path(self.settings.workspace, target)
         if not target.exists():
             return MemoryText(rel, "")
-        start = max(1, int(from_line or 1))
-        content = target.read_text(encoding="utf-8", errors="replace").split("\n")
-        end = len(content) if lines is None else min(len(content),
-                                                     start - 1 + max(0, int(lines)))
-        return MemoryText(rel, "\n".join(content[start - 1 : end]), start, max(0, end - start + 1))
+        return MemoryText.window(rel, target.read_text(encoding="utf-8", errors="replace"),
+                                 from_line, lines)
 
     def stale_files(self) -> list[str]:
         """Memory files the index does not reflect yet (all of them when nothing is indexed):

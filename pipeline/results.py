@@ -105,6 +105,16 @@ class MemoryText:
     from_line: int | None = None
     lines: int | None = None
 
+    @classmethod
+    def window(cls, path: str, content: str, from_line: int | None, lines: int | None
+               ) -> MemoryText:
+        """``lines`` lines of ``content`` (default: to the end) from 1-based ``from_line``
+        (default 1), OpenClaw's ``memory_get`` window."""
+        rows = content.split("\n")
+        start = max(1, int(from_line or 1))
+        end = len(rows) if lines is None else min(len(rows), start - 1 + max(0, int(lines)))
+        return cls(path, "\n".join(rows[start - 1 : end]), start, max(0, end - start + 1))
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "text": self.text}
         if self.from_line is not None:

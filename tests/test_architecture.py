@@ -39,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline.ingest": {"pipeline.errors", "pipeline.messages", "pipeline.results",
                         "pipeline.config", "pipeline.embeddings", "pipeline.store",
                         "pipeline.batch"},
-    "pipeline.qmd": {"pipeline.errors", "pipeline.config", "pipeline.store", "pipeline.ingest"},
+    "pipeline.qmd": {"pipeline.errors", "pipeline.results", "pipeline.config", "pipeline.store",
+                     "pipeline.ingest"},
     "pipeline.status": {"pipeline.config", "pipeline.store", "pipeline.batch",
                         "pipeline.ingest"},
     "pipeline.dispatch": {"pipeline.errors", "pipeline.messages", "pipeline.config",
@@ -168,10 +169,14 @@ def test_each_part_of_the_library_imports_only_the_parts_below_it() -> None:
     assert wrong == []
 
 
+#: SQL that is not about memq's store, and why.
+FOREIGN_SQL = {"pipeline.qmd.backend": "reads qmd's own index (read-only), not memq's store"}
+
+
 def test_sql_is_written_only_in_the_store() -> None:
     found = []
     for module, path in modules().items():
-        if module.startswith("pipeline.store"):
+        if module.startswith("pipeline.store") or module in FOREIGN_SQL:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \

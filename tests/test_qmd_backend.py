@@ -24,6 +24,7 @@ import pytest
 
 from pipeline.config import load_settings
 from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
+from pipeline.results import MemoryText
 from pipeline.search.citations import apply_citations
 from tests.conftest import EXAMPLE_WORKSPACE
 from tests.secrets_scan import SENTINEL
@@ -98,24 +99,24 @@ def _lines(path: Path, start: int, end: int) -> str:
 def test_search_maps_results_to_workspace_paths(booted: QmdBackend) -> None:
     ws = booted.settings.workspace
     results = booted.search("Zigbee")
-    assert {r["path"] for r in results} == {"MEMORY.md", "memory/2026-11-10.md"}
+    assert {r.path for r in results} == {"MEMORY.md", "memory/2026-11-10.md"}
     for r in results:
-        assert r["source"] == "memory" and 0 < r["score"] < 1
-        assert "Zigbee" in r["snippet"]
-        assert "Zigbee" in _lines(ws / r["path"], r["startLine"], r["endLine"])
-        assert not r["snippet"].startswith("@@")
-    assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
+        assert r.source == "memory" and 0 < r.score < 1
+        assert "Zigbee" in r.snippet
+        assert "Zigbee" in _lines(ws / r.path, r.start_line, r.end_line)
+        assert not r.snippet.startswith("@@")
+    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
 
 
 def test_results_outside_the_workspace_are_qmd_urls(booted: QmdBackend) -> None:
     results = booted.search("kubernetes hetzner")
-    assert [r["path"] for r in results] == ["qmd://notes-main/ops.md"]
+    assert [r.path for r in results] == ["qmd://notes-main/ops.md"]
     got = booted.get("qmd://notes-main/ops.md")
-    assert got["text"] == (booted.settings.workspace.parent / "notes" / "ops.md").read_text()
+    assert got.text == (booted.settings.workspace.parent / "notes" / "ops.md").read_text()
     hit = results[0]
-    window = booted.get(hit["path"], hit["startLine"], hit["endLine"] - hit["startLine"] + 1)
-    assert "kubernetes on hetzner" in window["text"]
-    assert booted.get("qmd/notes-main/ops.md", 4, 1)["text"] == "Backups run nightly at 03:00 UTC."
+    window = booted.get(hit.path, hit.start_line, hit.end_line - hit.start_line + 1)
+    assert "kubernetes on hetzner" in window.text
+    assert booted.get("qmd/notes-main/ops.md", 4, 1).text == "Backups run nightly at 03:00 UTC."
 
 
 def test_search_ands_words_like_qmd(booted: QmdBackend) -> None:
@@ -144,10 +145,10 @@ def test_get_refuses_what_no_collection_covers(booted: QmdBackend, path: str) ->
 def test_get_reads_workspace_memory_and_missing_files(booted: QmdBackend) -> None:
     ws = booted.settings.workspace
     got = booted.get("memory/2026-11-03.md", 3, 2)
-    assert got == {"path": "memory/2026-11-03.md", "from": 3, "lines": 2,
-                   "text": _lines(ws / "memory/2026-11-03.md", 3, 4)}
-    assert booted.get(str(ws / "MEMORY.md"))["path"] == "MEMORY.md"
-    assert booted.get("memory/2099-01-01.md") == {"path": "memory/2099-01-01.md", "text": ""}
+    assert got == MemoryText("memory/2026-11-03.md", _lines(ws / "memory/2026-11-03.md", 3, 4),
+                             3, 2)
+    assert booted.get(str(ws / "MEMORY.md")).path == "MEMORY.md"
+    assert booted.get("memory/2099-01-01.md") == MemoryText("memory/2099-01-01.md", "")
 
 
 def test_limits_cap_results_and_snippets(booted: QmdBackend) -> None:
@@ -178,8 +179,8 @@ def test_concurrent_searches_agree(booted: QmdBackend) -> None:
 
 def test_citations_apply_as_for_the_builtin_backend(booted: QmdBackend) -> None:
     hit = apply_citations(booted.search("kubernetes hetzner"), "on")[0]
-    assert hit["citation"] == f"qmd://notes-main/ops.md#L{hit['startLine']}-L{hit['endLine']}"
-    assert hit["snippet"].endswith(f"\n\nSource: {hit['citation']}")
+    assert hit.citation == f"qmd://notes-main/ops.md#L{hit.start_line}-L{hit.end_line}"
+    assert hit.snippet.endswith(f"\n\nSource: {hit.citation}")
 
 
 def test_status(booted: QmdBackend) -> None:
@@ -224,8 +225,8 @@ def test_update_after_a_file_change_finds_the_new_text(make: Callable[..., Any])
     assert skipped["dueAt"] == pytest.approx(skipped["lastUpdateAt"] + 15)
     assert backend.update("watch", force=True)["updated"] is True
     (hit,) = backend.search("flamingo")
-    assert hit["path"] == "memory/2026-11-25.md"
-    assert "flamingo" in _lines(note, hit["startLine"], hit["endLine"])
+    assert hit.path == "memory/2026-11-25.md"
+    assert "flamingo" in _lines(note, hit.start_line, hit.end_line)
     note.unlink()
     backend.update("watch", force=True)
     assert backend.search("flamingo") == []
@@ -247,7 +248,7 @@ def test_collections_are_kept_or_rebound(make: Callable[..., Any], tmp_path: Pat
     assert sorted(report["removed"]) == ["memory-alt-main", "memory-dir-main",
                                          "memory-root-main"]
     moved.update(force=True)
-    assert [r["path"] for r in moved.search("callsign")] == ["qmd://notes-main/radio.md"]
+    assert [r.path for r in moved.search("callsign")] == ["qmd://notes-main/radio.md"]
     assert moved.search("kubernetes") == [] and moved.search("Zigbee") == []
 
 
@@ -280,8 +281,8 @@ def test_sessions_are_exported_and_searchable(make: Callable[..., Any], tmp_path
     assert text == ("# Session chat-1\n\nUser: Remember my espresso order, and my key ***\n"
                     "Assistant: Noted: a double espresso.\n")
     (hit,) = backend.search("espresso")
-    assert (hit["path"], hit["source"]) == ("qmd://sessions-main/chat-1.md", "sessions")
-    assert "espresso" in backend.get(hit["path"], hit["startLine"], 10)["text"]
+    assert (hit.path, hit.source) == ("qmd://sessions-main/chat-1.md", "sessions")
+    assert "espresso" in backend.get(hit.path, hit.start_line, 10).text
     (sessions / "chat-1.jsonl").unlink()
     assert backend.update(force=True)["sessions"]["removed"] == 1
     assert backend.search("espresso") == []
@@ -489,5 +490,5 @@ esac
     backend.ensure_collections()
     backend.update(force=True)
     results = backend.search("Zigbee")
-    assert {r["path"] for r in results} == {"MEMORY.md", "memory/2026-11-10.md"}
+    assert {r.path for r in results} == {"MEMORY.md", "memory/2026-11-10.md"}
     assert calls.read_text().split()[-2:] == ["vsearch", "query"]

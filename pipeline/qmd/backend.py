@@ -36,6 +36,7 @@ from pipeline.qmd.results import Location, parse_entries, to_results
 from pipeline.qmd.runner import QmdRunner, qmd_env
 from pipeline.qmd.scope import scope_allows
 from pipeline.qmd.state import StateFile, exclusive
+from pipeline.results import MemoryText, SearchHit
 
 log = logging.getLogger("memq.qmd")
 
@@ -94,11 +95,10 @@ class QmdBackend:
         return scope_allows(self.qmd.scope, session_key)
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
-               session_key: str | None = None) -> list[dict[str, Any]]:
-        """QMD's results for ``query`` in memq's shape, best first.
+               session_key: str | None = None) -> list[SearchHit]:
+        """QMD's results for ``query`` as memq's hits, best first.
 
-        Each result is ``{path, startLine, endLine, score, snippet, source}``; ``path`` is
-        workspace-relative for files inside the workspace and ``qmd://<collection>/<path>``
+        A hit's ``path`` is workspace-relative for files inside the workspace and ``qmd://<collection>/<path>``
         for others. At most ``min(limits.maxResults, max_results)`` results; ``min_score``
         defaults to 0 (OpenClaw: QMD results are not held to ``query.minScore``). An empty
         query, or a chat ``scope`` denies (logged), gives ``[]``. Raises
@@ -120,10 +120,12 @@ class QmdBackend:
             self._mark_down(exc)
             raise
         self._mark_up()
-        return to_results(entries, self._locate, limit=limit,
-                          min_score=0.0 if min_score is None else float(min_score),
-                          max_snippet_chars=self.qmd.limits.max_snippet_chars,
-                          max_injected_chars=self.qmd.limits.max_injected_chars)
+        results = to_results(entries, self._locate, limit=limit,
+                             min_score=0.0 if min_score is None else float(min_score),
+                             max_snippet_chars=self.qmd.limits.max_snippet_chars,
+                             max_injected_chars=self.qmd.limits.max_injected_chars)
+        return [SearchHit(r["path"], r["startLine"], r["endLine"], r["score"], r["snippet"],
+                          r["source"]) for r in results]
 
     def _limit(self, max_results: int | None) -> int:
         cap = self.qmd.limits.max_results
@@ -205,20 +207,17 @@ class QmdBackend:
     # get
 
     def get(self, path: str, from_line: int | None = None,
-            lines: int | None = None) -> dict[str, Any]:
+            lines: int | None = None) -> MemoryText:
         """Lines of a QMD document: ``qmd://<collection>/<path>`` (OpenClaw's
         ``qmd/<collection>/<path>`` too) from the collection's folder, or a workspace path that
-        a collection covers. ``{path, text, from, lines}``; a missing file gives
-        ``{path, text: ""}``. Raises :class:`QmdPathError` for anything else (not ``.md``, no
-        such collection, outside its folder, a symlink). Reads one file; thread-safe."""
+        a collection covers; a missing file gives empty text. Raises :class:`QmdPathError` for
+        anything else (not ``.md``, no such collection, outside its folder, a symlink). Reads
+        one file; thread-safe."""
         shown, target = self._read_target(str(path))
         if not target.exists():
-            return {"path": shown, "text": ""}
-        content = target.read_text(encoding="utf-8", errors="replace").split("\n")
-        start = max(1, int(from_line or 1))
-        end = len(content) if lines is None else min(len(content), start - 1 + max(0, int(lines)))
-        return {"path": shown, "text": "\n".join(content[start - 1 : end]), "from": start,
-                "lines": max(0, end - start + 1)}
+            return MemoryText(shown, "")
+        return MemoryText.window(shown, target.read_text(encoding="utf-8", errors="replace"),
+                                 from_line, lines)
 
     def _read_target(self, requested: str) -> tuple[str, Path]:
         if not requested.strip() or "\x00" in requested:
