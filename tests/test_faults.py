@@ -176,7 +176,12 @@ def test_store_locked_by_another_process_is_waited_out(workspace: Path, make_set
     locker.conn.execute("BEGIN EXCLUSIVE")
     try:
         fleet.start(["store", "embed.local"], "worker")
-        time.sleep(8)  # longer than the 5 s busy timeout: the first writes must fail
+        # Held until a write has waited out the 5 s busy timeout and been retried (however long
+        # the worker takes to start on a busy machine).
+        deadline = time.monotonic() + 120
+        while "Retry in" not in fleet.logs(tail=None) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert "Retry in" in fleet.logs(tail=None), fleet.logs()
         # WAL: readers still read while the lock blocks every write.
         assert index_status(settings)["pending"] == run.report.chunks_queued
     finally:
@@ -186,7 +191,6 @@ def test_store_locked_by_another_process_is_waited_out(workspace: Path, make_set
     while index_status(settings)["pending"] and time.monotonic() < deadline:
         time.sleep(0.3)
     assert lost(settings) == {"pending": 0, "failed": 0, "missing_vectors": 0}, fleet.logs()
-    assert "Retry in" in fleet.logs(tail=None)
 
 
 
