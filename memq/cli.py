@@ -90,10 +90,11 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     from kombu.exceptions import OperationalError
 
     from pipeline.fleet import queue_consumers
-    from pipeline.routing import CONTROL_QUEUE
+    from pipeline.routing import control_queue
     from workers.jobs_api import EnqueueFailed, enqueue_index
 
     settings = _settings(args)
+    queue = control_queue(settings.fleet.shard_of(settings.agent_id))
     try:
         job_id = enqueue_index(settings, retry_failed=args.retry_failed)
     except EnqueueFailed as exc:
@@ -103,11 +104,11 @@ def _enqueue_index(args: argparse.Namespace) -> int:
         consumers = queue_consumers(settings.broker_url)
     except OperationalError:  # queued already; whether anyone listens is only a hint
         consumers = None
-    if consumers is not None and not any(CONTROL_QUEUE in q for q in consumers.values()):
-        print(f"memq: no worker consumes '{CONTROL_QUEUE}' yet: the job waits there until the "
-              "writer starts (memq worker --role writer)", file=sys.stderr)
-    _emit(args, {"job": job_id, "queue": "control", "waited": False},
-          f"{job_id}\nqueued on 'control' for the writer host; follow it with `memq jobs` "
+    if consumers is not None and not any(queue in q for q in consumers.values()):
+        print(f"memq: no worker consumes '{queue}' yet: the job waits there until the "
+              "shard's writer starts (memq worker --role writer)", file=sys.stderr)
+    _emit(args, {"job": job_id, "queue": queue, "waited": False},
+          f"{job_id}\nqueued on '{queue}' for the writer host; follow it with `memq jobs` "
           "(on that host) or in Flower")
     return 0
 
@@ -318,6 +319,7 @@ def _follow_job(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
+    from pipeline.routing import control_queue
     from pipeline.store import joblog
 
     settings = _settings(args)
@@ -328,30 +330,34 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         with joblog.opened(settings.store.path) as log:
             jobs = joblog.recent_jobs(log, args.limit)
     queued = waiting = None
+    queue = control_queue(settings.fleet.shard_of(settings.agent_id))
     if settings.broker_url:
         from workers.monitor import broker_status
 
-        fleet = broker_status(settings.broker_url, timeout=args.timeout)
+        fleet = broker_status(settings.broker_url, timeout=args.timeout,
+                              shards=settings.fleet.shards)
         if fleet["reachable"]:
-            queued, waiting = fleet["queues"]["control"], fleet["waiting_jobs"]
-    data = {"jobs": jobs, "queued": queued, "waiting": waiting}
+            queued, waiting = fleet["queues"][queue], fleet["waiting_jobs"]
+    data = {"jobs": jobs, "queue": queue, "queued": queued, "waiting": waiting}
     lines = [_job_line(job) for job in jobs] or ["no index jobs recorded in this store yet"]
-    lines.append(f"waiting on 'control': {'unknown' if queued is None else queued}")
+    lines.append(f"waiting on '{queue}': {'unknown' if queued is None else queued}")
     lines += [f"  {w['id']}  {w['task']}" for w in waiting or []]
     _emit(args, data, "\n".join(lines))
     return 0
 
 
 def worker_command(role: str, provider: str | None, concurrency: int | None,
-                   loglevel: str, name: str | None = None) -> list[str]:
-    """The plain ``celery worker`` command a role stands for (what ``memq worker`` runs)."""
-    from pipeline.routing import CONTROL_QUEUE, STORE_QUEUE, batch_queue, embed_queue
+                   loglevel: str, name: str | None = None, shards: Sequence[int] = (0,)
+                   ) -> list[str]:
+    """The plain ``celery worker`` command a role stands for (what ``memq worker`` runs); a
+    writer consumes the queues of ``shards``."""
+    from pipeline.routing import batch_queue, control_queue, embed_queue, store_queue
     from workers.embedded import worker_argv
 
     if role == "writer":
-        # The store's owner also runs the index jobs (they write chunk rows to the same file).
-        return worker_argv([STORE_QUEUE, CONTROL_QUEUE], name or "writer@%h", concurrency=1,
-                           loglevel=loglevel)
+        # A shard's owner also runs its index jobs (they write chunk rows to the same files).
+        queues = [q for shard in shards for q in (store_queue(shard), control_queue(shard))]
+        return worker_argv(queues, name or "writer@%h", concurrency=1, loglevel=loglevel)
     if not provider:
         raise SystemExit(f"memq worker --role {role} needs --provider NAME (e.g. local)")
     if role == "batch":
@@ -368,8 +374,24 @@ def worker_command(role: str, provider: str | None, concurrency: int | None,
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    argv = worker_command(args.role, args.provider, args.concurrency, args.loglevel, args.name)
     settings = _settings(args)
+    shards = args.shard or list(range(settings.fleet.shards))
+    if args.shard and args.role != "writer":
+        print("memq: --shard is for writers (embed and batch workers serve every shard)",
+              file=sys.stderr)
+        return 2
+    if bad := [s for s in shards if not 0 <= s < settings.fleet.shards]:
+        print(f"memq: shard {bad[0]} does not exist: fleet.shards is {settings.fleet.shards} "
+              f"(shards 0 to {settings.fleet.shards - 1})", file=sys.stderr)
+        return 2
+    argv = worker_command(args.role, args.provider, args.concurrency, args.loglevel, args.name,
+                          shards)
+    # The worker reads the same memory and config as this command: the flags travel as the
+    # environment variables the worker's own settings read.
+    for flag, variable in (("workspace", "MEMQ_WORKSPACE"), ("config", "MEMQ_CONFIG")):
+        if getattr(args, flag, None):
+            os.environ[variable] = str(Path(getattr(args, flag)).resolve())
+    os.environ["MEMQ_FLEET_SHARDS"] = str(settings.fleet.shards)
     if settings.broker_url:
         os.environ["MEMQ_BROKER_URL"] = settings.broker_url
     elif "MEMQ_BROKER_URL" not in os.environ and "REDIS_URL" not in os.environ:
@@ -505,6 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", default="INFO")
     p.add_argument("--name", help="Celery node name (default writer@%%h / embed-PROVIDER@%%h / "
                                   "batch-PROVIDER@%%h); give each worker on one host its own")
+    p.add_argument("--shard", type=int, action="append", metavar="N",
+                   help="a writer shard this writer owns (repeat for several; default: all "
+                        "fleet.shards)")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("flower", parents=[common], help="Flower monitoring for the fleet")

@@ -54,13 +54,13 @@ class Dispatcher(Protocol):
         """How provider batch jobs are sent, or None when this dispatcher has no batch path."""
         ...
 
-    def resume_batches(self, db: Database, memory: str) -> int:
+    def resume_batches(self, db: Database, memory: str, shard: int = 0) -> int:
         """Restart the polling of live batch jobs whose message chain died; how many."""
         ...
 
-    def rebuild_later(self, memory: str) -> bool:
-        """Hand a rebuild's steps to the memory's writer; False when nobody can take them
-        (the caller then drives the rebuild itself)."""
+    def rebuild_later(self, memory: str, countdown: float = 0.0, *, shard: int = 0) -> bool:
+        """Hand a rebuild's steps to the memory's writer (on its ``shard``); False when nobody
+        can take them (the caller then drives the rebuild itself)."""
         ...
 
     def check(self) -> None:
@@ -127,10 +127,10 @@ class InlineDispatcher:
     def batch_routing(self, settings: BatchSettings) -> BatchRouting | None:
         return None  # a batch job outlives any one call: only a fleet runs them
 
-    def resume_batches(self, db: Database, memory: str) -> int:
+    def resume_batches(self, db: Database, memory: str, shard: int = 0) -> int:
         return 0
 
-    def rebuild_later(self, memory: str) -> bool:
+    def rebuild_later(self, memory: str, countdown: float = 0.0, *, shard: int = 0) -> bool:
         return False
 
     def check(self) -> None:

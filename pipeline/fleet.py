@@ -29,19 +29,21 @@ from pipeline.messages import (
     EmbedJob,
     EmbedResult,
     IndexRequest,
+    Route,
 )
 from pipeline.routing import (
     BATCH_POLL_TASK,
     BATCH_SUBMIT_TASK,
     BATCH_UPDATE_TASK,
-    CONTROL_QUEUE,
     EMBED_TASK,
     INDEX_TASK,
     REINDEX_STEP_TASK,
-    STORE_QUEUE,
     WRITE_TASK,
+    Lane,
     batch_queue,
+    control_queue,
     embed_queue,
+    store_queue,
 )
 from pipeline.store import batches
 from pipeline.store.engine import Database
@@ -94,8 +96,8 @@ def celery_settings(broker_url: str) -> dict[str, Any]:
         "task_soft_time_limit": TASK_SOFT_TIME_LIMIT_S,
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
-        "task_default_queue": CONTROL_QUEUE,
-        "task_queues": [Queue(STORE_QUEUE), Queue(CONTROL_QUEUE)],
+        "task_default_queue": control_queue(0),
+        "task_queues": [Queue(store_queue(0)), Queue(control_queue(0))],
         "task_create_missing_queues": True,
         "worker_prefetch_multiplier": 1,
         "worker_soft_shutdown_timeout": 30.0,
@@ -201,34 +203,46 @@ class FleetDispatcher:
         self._connection: Connection | None = None
         self._leases: RedisLeases | None = None
         self._lock = threading.Lock()
+        self._lanes = urlsplit(broker_url).scheme in ("redis", "rediss", "redis+socket")
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _send(self, task: str, message: dict[str, Any], queue: str, countdown: float = 0.0
-              ) -> str:
+    def _send(self, task: str, message: dict[str, Any], queue: str, countdown: float = 0.0,
+              route: Route | None = None) -> str:
         with self._lock:
             if self._own_app and self._connection is None:
                 self._connection = self.app.connection_for_write(self.broker_url)
             result = self.app.send_task(task, args=[message], queue=queue,
                                         countdown=countdown or None,
+                                        priority=self._priority(route),
                                         connection=self._connection)
         return str(result.id)
 
+    def _priority(self, route: Route | None) -> int | None:
+        """The message priority of ``route``'s lane: on Redis, kombu keeps one list per
+        priority and pops priority 0 first. Other brokers get none (FIFO): RabbitMQ's
+        priorities run the other way and need queues declared with ``x-max-priority``."""
+        if route is None or not self._lanes:
+            return None
+        return int(Lane.INTERACTIVE if route.interactive else Lane.BULK)
+
     def embed(self, job: EmbedJob) -> None:
-        """Queue an embedding job on its provider's queue."""
-        self._send(EMBED_TASK, job.to_json(), embed_queue(job.spec.name))
+        """Queue an embedding job on its provider's queue, in its lane."""
+        self._send(EMBED_TASK, job.to_json(), embed_queue(job.spec.name), route=job.route)
 
     def write(self, result: EmbedResult) -> None:
-        """Send an embedding result to the memory's writer."""
-        self._send(WRITE_TASK, result.to_json(), STORE_QUEUE)
+        """Send an embedding result to its memory's writer shard, in its lane."""
+        self._send(WRITE_TASK, result.to_json(), store_queue(result.route.shard),
+                   route=result.route)
 
     def index(self, request: IndexRequest) -> str:
         """Queue an index job for the writer host that owns the memory's store; its id."""
-        return self._send(INDEX_TASK, request.to_json(), CONTROL_QUEUE)
+        return self._send(INDEX_TASK, request.to_json(), control_queue(request.shard))
 
-    def rebuild_later(self, memory: str, countdown: float = 0.0) -> bool:
+    def rebuild_later(self, memory: str, countdown: float = 0.0, *, shard: int = 0) -> bool:
         """Queue the next step of a rebuild on the writer's queue."""
-        self._send(REINDEX_STEP_TASK, IndexRequest(memory).to_json(), STORE_QUEUE, countdown)
+        self._send(REINDEX_STEP_TASK, IndexRequest(memory, shard=shard).to_json(),
+                   store_queue(shard), countdown)
         return True
 
     def batch_submit(self, msg: BatchSubmit) -> None:
@@ -243,7 +257,7 @@ class FleetDispatcher:
         self._send(BATCH_POLL_TASK, msg.to_json(), batch_queue(msg.spec.name), countdown)
 
     def batch_update(self, update: BatchUpdate) -> None:
-        self._send(BATCH_UPDATE_TASK, update.to_json(), STORE_QUEUE)
+        self._send(BATCH_UPDATE_TASK, update.to_json(), store_queue(update.route.shard))
 
     def batch_routing(self, settings: BatchSettings) -> workflow.BatchRouting | None:
         return workflow.routing_for(settings, self.batch_submit)
@@ -256,7 +270,7 @@ class FleetDispatcher:
             self._leases = RedisLeases(redis_client(self.broker_url, timeout=10.0))
         return self._leases
 
-    def resume_batches(self, db: Database, memory: str) -> int:
+    def resume_batches(self, db: Database, memory: str, shard: int = 0) -> int:
         """Restart the message chain of every live batch job that lost it (reconcile).
 
         Chains die with a killed worker or a flushed Redis. A flush also forgets kombu's queue
@@ -266,15 +280,16 @@ class FleetDispatcher:
         providers = {job["provider"] for job in batches.live_jobs(db)}
         if not providers:
             return 0
-        names = [STORE_QUEUE, CONTROL_QUEUE, *(queue(p) for p in sorted(providers)
-                                               for queue in (embed_queue, batch_queue))]
+        names = [store_queue(shard), control_queue(shard),
+                 *(queue(p) for p in sorted(providers) for queue in (embed_queue, batch_queue))]
         with self.app.connection_for_write(self.broker_url) as fresh:
             channel = fresh.default_channel
             for name in names:
                 self.app.amqp.queues[name].bind(channel).declare()
         return workflow.reconcile(
             db, memory, os.path.realpath(db.path), self.leases(), submit=self.send_submit,
-            poll=self.batch_poll, submit_ttl=SUBMIT_LEASE_S, poll_grace_s=POLL_GRACE_S)
+            poll=self.batch_poll, submit_ttl=SUBMIT_LEASE_S, poll_grace_s=POLL_GRACE_S,
+            route=Route(shard))
 
     # -- asking ------------------------------------------------------------------------------
 

@@ -153,6 +153,11 @@ class Memory:
         return self.settings.agent_id
 
     @property
+    def shard(self) -> int:
+        """The fleet's writer shard this memory belongs to (``store.<shard>``)."""
+        return self.settings.fleet.shard_of(self.name)
+
+    @property
     def workspace(self) -> Path:
         return self.settings.workspace
 
@@ -414,7 +419,7 @@ class Memory:
             run.report = index_once(db, settings, choice, dispatcher.embed,
                                     retry_failed=retry_failed, batch=batch)
             run.vectors = VECTORS_QUEUED if dispatcher.durable else VECTORS_EMBEDDED
-            run.batch_resumed = dispatcher.resume_batches(db, self.name)
+            run.batch_resumed = dispatcher.resume_batches(db, self.name, self.shard)
             resume = wait and rebuild_info(db) is not None  # finish one left unfinished
             if run.report.rebuild_needed or rebuild or resume:
                 run.rebuild = self._rebuild(choice, dispatcher, wait=wait,
@@ -445,7 +450,9 @@ class Memory:
         """Build a new index beside the live one; with ``wait`` (or a dispatcher that cannot
         take the steps), drive it to the swap here, else hand its steps to the writer."""
         start_rebuild(self.settings, choice, reason)
-        if not wait and dispatcher is not None and dispatcher.rebuild_later(self.name):
+        handed_off = (not wait and dispatcher is not None
+                      and dispatcher.rebuild_later(self.name, shard=self.shard))
+        if handed_off:
             live = self._open_store()
             try:
                 info = rebuild_info(live) if live is not None else None

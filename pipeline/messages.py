@@ -13,6 +13,11 @@ On the wire a message is JSON (Celery's serializer): ``to_json()`` gives the dic
 - :class:`BatchSubmit`, :class:`BatchPoll` → ``batch.<provider>`` → :class:`BatchUpdate` →
   the writer (provider batch-file APIs, :mod:`pipeline.batch.workflow`);
 - :class:`IndexRequest` → the writer's ``control`` queue (``memq index --remote``).
+
+Embedding jobs, their results and batch jobs also carry a :class:`Route`: the writer shard of
+their memory (``store.<shard>``) and whether they are interactive work, which goes ahead of
+bulk work on shared queues. A route is a hint for delivery only: a writer checks for itself
+that it owns the memory and its store before writing anything.
 """
 
 from __future__ import annotations
@@ -49,6 +54,32 @@ def _checked(data: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
         raise MessageRefused(f"a {kind} message of version {version!r} (this memq reads version "
                              f"{VERSION}): the fleet runs mixed memq versions; upgrade them all")
     return data
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a memory's messages go: its writer ``shard``, and the lane (``interactive`` work,
+    an edit or an append, goes ahead of bulk work, a full index or a backfill)."""
+
+    shard: int = 0
+    interactive: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shard": self.shard, "interactive": self.interactive}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Route:
+        """The route in a message (shard 0, bulk, for a message of a memq without shards)."""
+        if not data:
+            return cls()
+        shard = data.get("shard", 0)
+        if not isinstance(shard, int) or isinstance(shard, bool) or shard < 0:
+            raise MessageRefused(f"a message's shard must be a whole number >= 0, not {shard!r}")
+        return cls(shard, bool(data.get("interactive", False)))
+
+
+#: Shard 0, bulk lane: the route of a memory in a fleet without shards.
+DEFAULT_ROUTE = Route()
 
 
 @dataclass(frozen=True)
@@ -116,18 +147,19 @@ class EmbedJob:
     store: str
     chunks: tuple[ChunkText, ...]
     attempt: int = 0
+    route: Route = DEFAULT_ROUTE
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "embed", "memory": self.memory, "spec": self.spec.to_dict(),
                 "store": self.store, "chunks": [c.to_json() for c in self.chunks],
-                "attempt": self.attempt}
+                "attempt": self.attempt, "route": self.route.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EmbedJob:
         data = _checked(data, "embedding job")
         return cls(data["memory"], ProviderSpec.from_dict(data["spec"]), data["store"],
                    tuple(ChunkText.from_json(c) for c in data["chunks"]),
-                   int(data.get("attempt", 0)))
+                   int(data.get("attempt", 0)), Route.from_json(data.get("route")))
 
     @property
     def size(self) -> int:
@@ -139,7 +171,7 @@ class EmbedJob:
                held: Sequence[tuple[str, str]] = ()) -> EmbedResult:
         """This job's result message."""
         return EmbedResult(self.memory, self.spec, self.store, tuple(vectors), tuple(failed),
-                           tuple(held))
+                           tuple(held), self.route)
 
     def failed(self, reason: str) -> EmbedResult:
         """A result that marks every chunk of the job failed with ``reason``."""
@@ -170,12 +202,14 @@ class EmbedResult:
     vectors: tuple[ChunkVector, ...] = ()
     failed: tuple[tuple[str, str], ...] = ()  # (chunk id, reason)
     held: tuple[tuple[str, str], ...] = ()
+    route: Route = DEFAULT_ROUTE
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "result", "memory": self.memory,
                 "spec": self.spec.to_dict(), "store": self.store,
                 "vectors": [[v.id, v.hash, encode_vector(v.vector)] for v in self.vectors],
-                "failed": [list(f) for f in self.failed], "held": [list(h) for h in self.held]}
+                "failed": [list(f) for f in self.failed], "held": [list(h) for h in self.held],
+                "route": self.route.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EmbedResult:
@@ -183,7 +217,8 @@ class EmbedResult:
         return cls(data["memory"], ProviderSpec.from_dict(data["spec"]), data["store"],
                    tuple(ChunkVector(cid, h, decode_vector(v)) for cid, h, v in data["vectors"]),
                    tuple((cid, why) for cid, why in data["failed"]),
-                   tuple((cid, why) for cid, why in data.get("held", ())))
+                   tuple((cid, why) for cid, why in data.get("held", ())),
+                   Route.from_json(data.get("route")))
 
 
 # -- packing chunks into jobs ----------------------------------------------------------------
@@ -227,10 +262,11 @@ def pack(chunks: Sequence[T], *, max_chunks: int = JOB_MAX_CHUNKS,
 
 
 def embed_jobs(memory: str, spec: ProviderSpec, store: str, chunks: Sequence[T], *,
-               max_bytes: int = JOB_MAX_BYTES) -> list[tuple[list[T], EmbedJob]]:
+               max_bytes: int = JOB_MAX_BYTES, route: Route = DEFAULT_ROUTE
+               ) -> list[tuple[list[T], EmbedJob]]:
     """The sync embedding jobs for ``chunks`` (text only), each with the chunks it holds."""
     return [(group, EmbedJob(memory, spec, store,
-                             tuple(ChunkText(c.id, c.hash, c.text) for c in group)))
+                             tuple(ChunkText(c.id, c.hash, c.text) for c in group), route=route))
             for group in pack(chunks, max_bytes=max_bytes)]
 
 
@@ -263,20 +299,22 @@ class BatchJobRef:
     spec: ProviderSpec
     store: str
     options: BatchOptions
+    route: Route = DEFAULT_ROUTE
 
     def _ref_json(self, kind: str) -> dict[str, Any]:
         return {"v": VERSION, "kind": kind, "job": self.job, "memory": self.memory,
                 "spec": self.spec.to_dict(), "store": self.store,
-                "options": self.options.to_json()}
+                "options": self.options.to_json(), "route": self.route.to_json()}
 
     @staticmethod
     def _ref_fields(data: Mapping[str, Any]) -> tuple[Any, ...]:
         return (data["job"], data["memory"], ProviderSpec.from_dict(data["spec"]), data["store"],
-                BatchOptions.from_json(data["options"]))
+                BatchOptions.from_json(data["options"]), Route.from_json(data.get("route")))
 
     def ref(self) -> BatchJobRef:
         """Just the job's reference (for the updates a step sends the writer)."""
-        return BatchJobRef(self.job, self.memory, self.spec, self.store, self.options)
+        return BatchJobRef(self.job, self.memory, self.spec, self.store, self.options,
+                           self.route)
 
 
 def new_token() -> str:
@@ -373,12 +411,14 @@ class IndexRequest:
 
     memory: str
     retry_failed: bool = False
+    shard: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "index", "memory": self.memory,
-                "retry_failed": self.retry_failed}
+                "retry_failed": self.retry_failed, "route": Route(self.shard).to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IndexRequest:
         data = _checked(data, "index request")
-        return cls(str(data["memory"]), bool(data.get("retry_failed", False)))
+        return cls(str(data["memory"]), bool(data.get("retry_failed", False)),
+                   Route.from_json(data.get("route")).shard)

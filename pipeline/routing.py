@@ -1,15 +1,24 @@
 """The fleet's queues and task names: the contract between whoever sends work and the workers.
 
-Queues: ``embed.<provider>`` (sync embedding, any host), ``batch.<provider>`` (provider batch
-jobs: upload, poll, download; any host), ``store`` (the single writer: results into SQLite) and
-``control`` (index jobs, run by the host that owns the store). Producers send by task name
-(:mod:`pipeline.fleet`); ``workers`` registers the tasks under the same names.
+Queues: ``embed.<provider>`` (sync embedding, any host, shared by every memory),
+``batch.<provider>`` (provider batch jobs: upload, poll, download; any host), and per writer
+shard ``store.<shard>`` (the shard's single writer: results into SQLite) and
+``control.<shard>`` (index jobs, run by the host that owns the shard's stores). A memory maps
+to one shard (:func:`shard_of`). Producers send by task name (:mod:`pipeline.fleet`);
+``workers`` registers the tasks under the same names.
+
+Work travels in two lanes: :data:`INTERACTIVE` (a watcher event, an append, a search's sync)
+goes ahead of :data:`BULK` (a full index, a rebuild, a backfill) on the same queue, as Redis
+message priorities (kombu keeps one list per priority and always pops the most urgent first).
 """
 
 from __future__ import annotations
 
-STORE_QUEUE = "store"
-CONTROL_QUEUE = "control"
+import hashlib
+from enum import IntEnum
+
+STORE_PREFIX = "store"
+CONTROL_PREFIX = "control"
 
 EMBED_TASK = "memq.embed_chunks"
 WRITE_TASK = "memq.write_vectors"
@@ -28,3 +37,44 @@ def embed_queue(provider: str) -> str:
 def batch_queue(provider: str) -> str:
     """The queue of ``provider``'s batch-file jobs."""
     return f"batch.{provider}"
+
+
+def store_queue(shard: int) -> str:
+    """The queue of shard ``shard``'s single writer."""
+    return f"{STORE_PREFIX}.{shard}"
+
+
+def control_queue(shard: int) -> str:
+    """The queue of shard ``shard``'s index jobs (run by the host that owns its stores)."""
+    return f"{CONTROL_PREFIX}.{shard}"
+
+
+def shard_of_queue(queue: str) -> int | None:
+    """The shard a ``store.<n>``/``control.<n>`` queue belongs to (None for other queues)."""
+    prefix, _, number = queue.partition(".")
+    if prefix in (STORE_PREFIX, CONTROL_PREFIX) and number.isdigit():
+        return int(number)
+    return None
+
+
+def shard_of(memory: str, shards: int) -> int:
+    """The shard of ``memory`` among ``shards``: rendezvous (highest random weight) hashing.
+
+    Stable across processes and restarts (no per-process hash seed), and adding a shard moves
+    only the memories that now map to the new one (each memory keeps its shard unless the new
+    shard outbids it).
+    """
+    if shards <= 1:
+        return 0
+
+    def weight(shard: int) -> bytes:
+        return hashlib.blake2b(f"{memory}\0{shard}".encode(), digest_size=8).digest()
+
+    return max(range(shards), key=weight)
+
+
+class Lane(IntEnum):
+    """How urgent a message is: its Redis priority (kombu pops priority 0 first)."""
+
+    INTERACTIVE = 0
+    BULK = 9

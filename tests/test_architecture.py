@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline.routing": set(),
     "pipeline.results": set(),
     "pipeline.messages": {"pipeline.errors"},
-    "pipeline.config": {"pipeline.errors"},
+    "pipeline.config": {"pipeline.errors", "pipeline.routing"},
     "pipeline.store": {"pipeline.errors", "pipeline.messages"},
     "pipeline.embeddings": {"pipeline.errors", "pipeline.messages", "pipeline.config"},
     "pipeline.batch": {"pipeline.errors", "pipeline.messages", "pipeline.config",

@@ -45,7 +45,7 @@ def batch_settings(make_settings, workspace: Path, broker_url: str, double, **ba
 
 def start_fleet(fleet) -> None:
     fleet.env["MEMQ_BATCH_POLL_GRACE"] = "2"
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.openai"], "embed")
     fleet.start(["batch.openai"], "batch")
 
@@ -228,7 +228,7 @@ def test_gemini_and_voyage_batch_through_the_fleet(style: str, workspace: Path, 
         settings = make_settings(workspace, provider=style, brokerUrl=broker_url,
                                  remote={"baseUrl": double.url,
                                          "batch": {"enabled": True, "pollIntervalMs": 200}})
-        fleet.start(["store"], "writer")
+        fleet.start(["store.0"], "writer")
         fleet.start([f"embed.{style}", f"batch.{style}"], "batch")
         run = run_index(settings, wait=True)
         status = index_status(settings)
@@ -290,7 +290,7 @@ def test_fleet_of_writer_two_embed_workers_and_a_batch_worker_indexes_together(
     double.batches.plan = BatchPlan(line_error=lambda text: "# Note 2" in text)
     settings = batch_settings(make_settings, workspace, broker_url, double)
     fleet.env["MEMQ_BATCH_POLL_GRACE"] = "2"
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     for name in ("embed-a", "embed-b"):
         fleet.start(["embed.openai"], name)
     fleet.start(["batch.openai"], "batch")
@@ -302,9 +302,9 @@ def test_fleet_of_writer_two_embed_workers_and_a_batch_worker_indexes_together(
     fleet_s = fleet_status(settings)["fleet"]
     roles = sorted(node.split("-")[0] for node in fleet_s["nodes"])  # "embed-a-1f2e3d@host"
     assert roles == ["batch", "embed", "embed", "writer"], fleet_s["nodes"]
-    assert [n for n, qs in fleet_s["nodes"].items() if "store" in qs] == \
+    assert [n for n, qs in fleet_s["nodes"].items() if "store.0" in qs] == \
         [n for n in fleet_s["nodes"] if n.startswith("writer")]
     assert all(fleet_s["queues"].get(q, 0) == 0
-               for q in ("store", "control", "embed.openai", "batch.openai")), fleet_s["queues"]
+               for q in ("store.0", "control.0", "embed.openai", "batch.openai")), fleet_s["queues"]
     logs = {name: (fleet.log_dir / f"{name}.log").read_text() for name in ("batch", "writer")}
     assert "memq.batch_poll" in logs["batch"] and "memq.batch_update" in logs["writer"]

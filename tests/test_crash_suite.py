@@ -69,7 +69,7 @@ def test_repeated_embed_worker_kills_during_a_2000_chunk_index(
     write_corpus(workspace, files=100, lines=20)
     with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
         settings = double_settings(make_settings, workspace, double, broker_url)
-        fleet.start(["store"], "writer")
+        fleet.start(["store.0"], "writer")
         embed = [fleet.start(["embed.openai"], "embed-0", concurrency=2)]
         started = time.monotonic()
         run = run_index(settings, wait=False)
@@ -177,7 +177,7 @@ def test_producer_killed_mid_scan_then_rerun_converges(
         settings = load_settings(config_file=cfg, workspace=workspace, env={})
         argv = [sys.executable, "-m", "memq.cli", "index", "--workspace", str(workspace),
                 "--config", str(cfg)]
-        fleet.start(["store"], "writer")
+        fleet.start(["store.0"], "writer")
         fleet.start(["embed.openai"], "embed", concurrency=2)
         # Mid-scan: the store exists but not every file is committed (on a quiet machine the
         # whole scan is one transaction of ~0.25 s, so the count reads 0 until it commits).
@@ -285,7 +285,7 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
     try:
         with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
             settings = double_settings(make_settings, workspace, double, broker.url)
-            fleet.start(["store"], "writer")
+            fleet.start(["store.0"], "writer")
             fleet.start(["embed.openai"], "embed", concurrency=2)
             started = time.monotonic()
             run = run_index(settings, wait=False)

@@ -451,7 +451,7 @@ def test_writer_runs_the_index_jobs(compose: dict[str, Any]) -> None:
     writer = compose["services"]["writer"]
     ns = assert_valid_memq_command(service_argv(writer))
     argv = worker_command(ns.role, ns.provider, ns.concurrency, "INFO")
-    assert argv[argv.index("-Q") + 1].split(",") == ["store", "control"]
+    assert argv[argv.index("-Q") + 1].split(",") == ["store.0", "control.0"]
     env = env_dict(writer)
     targets = {str(v).split(":")[1] for v in writer["volumes"]}
     assert {str(Path(env["MEMQ_STORE_PATH"]).parent), env["MEMQ_WORKSPACE"],

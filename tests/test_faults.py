@@ -56,7 +56,7 @@ def test_hard_killed_worker_loses_nothing(workspace: Path, make_settings, broker
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"threads": 1})
     fleet.env["MEMQ_VISIBILITY_TIMEOUT"] = "8"
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     first = fleet.start(["embed.local"], "embed-a")
     killed = threading.Event()
 
@@ -175,7 +175,7 @@ def test_store_locked_by_another_process_is_waited_out(workspace: Path, make_set
     locker = connect(settings.store.path)
     locker.conn.execute("BEGIN EXCLUSIVE")
     try:
-        fleet.start(["store", "embed.local"], "worker")
+        fleet.start(["store.0", "embed.local"], "worker")
         # Held until a write has waited out the 5 s busy timeout and been retried (however long
         # the worker takes to start on a busy machine).
         deadline = time.monotonic() + 120
@@ -237,7 +237,7 @@ def test_searches_keep_answering_while_indexing(workspace: Path, make_settings, 
 
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"modelPath": str(tiny_model)})
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.local"], "embed")
     run_index(settings, wait=True)
     generate_notes(workspace, 150)

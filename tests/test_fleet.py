@@ -60,21 +60,21 @@ def test_second_writer_refuses_to_start(workspace: Path, tmp_path: Path, tiny_mo
     env = store_env(workspace, tmp_path, tiny_model)
     first = fleet.spawn(memq_argv("worker", "--role", "writer", "--name", "writer-1@%h"),
                         "writer-1", env)
-    wait_for(lambda: nodes_on(broker_url, "store"), "the first writer", fleet)
+    wait_for(lambda: nodes_on(broker_url, "store.0"), "the first writer", fleet)
     second = subprocess.run(memq_argv("worker", "--role", "writer", "--name", "writer-2@%h"),
                             env={**os.environ, **env, "MEMQ_BROKER_URL": broker_url},
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert second.returncode != 0
     assert "refusing to start writer-2@" in second.stderr
-    assert "writer-1@" in second.stderr and "already consumes queue 'store'" in second.stderr
+    assert "writer-1@" in second.stderr and "already consumes queue 'store.0'" in second.stderr
     # A plain celery worker on `store` is refused the same way.
     plain = subprocess.run([sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q",
-                            "store", "-n", "plain@%h"],
+                            "store.0", "-n", "plain@%h"],
                            env={**os.environ, **env, "MEMQ_BROKER_URL": broker_url},
                            capture_output=True, text=True, timeout=120, cwd=REPO)
     assert plain.returncode != 0 and "refusing to start plain@" in plain.stderr
     assert first.poll() is None, fleet.logs()
-    assert [n.split("@")[0] for n in nodes_on(broker_url, "store")] == ["writer-1"]
+    assert [n.split("@")[0] for n in nodes_on(broker_url, "store.0")] == ["writer-1"]
 
 
 def test_two_writers_started_together_leave_one(workspace: Path, tmp_path: Path,
@@ -84,7 +84,7 @@ def test_two_writers_started_together_leave_one(workspace: Path, tmp_path: Path,
     env = store_env(workspace, tmp_path, tiny_model)
     procs = {name: fleet.spawn(memq_argv("worker", "--role", "writer", "--name", f"{name}@%h"),
                                name, env) for name in ("twin-a", "twin-b")}
-    live = wait_for(lambda: nodes_on(broker_url, "store"), "a writer", fleet)
+    live = wait_for(lambda: nodes_on(broker_url, "store.0"), "a writer", fleet)
     winner = live[0].split("@")[0]
     loser = "twin-b" if winner == "twin-a" else "twin-a"
     wait_for(lambda: procs[loser].poll() is not None, "the second writer to give up", fleet,
@@ -93,7 +93,7 @@ def test_two_writers_started_together_leave_one(workspace: Path, tmp_path: Path,
     log = (fleet.log_dir / f"{loser}.log").read_text()
     assert f"refusing to start {loser}@" in log and f"{winner}@" in log, log
     assert procs[winner].poll() is None
-    assert [n.split("@")[0] for n in nodes_on(broker_url, "store")] == [winner]
+    assert [n.split("@")[0] for n in nodes_on(broker_url, "store.0")] == [winner]
 
 
 def test_stale_writer_lease_is_waited_out_and_released(workspace: Path, tmp_path: Path,
@@ -102,13 +102,15 @@ def test_stale_writer_lease_is_waited_out_and_released(workspace: Path, tmp_path
     """A lease left by a writer that died without shutting down expires; the new writer then
     takes it, and gives it back on a warm shutdown."""
     from workers.monitor import redis_client
-    from workers.single_writer import LEASE_KEY
+    from workers.single_writer import lease_key
+
+    LEASE_KEY = lease_key(0)
 
     client = redis_client(broker_url)
     client.set(LEASE_KEY, "ghost@gone", ex=4)
     env = store_env(workspace, tmp_path, tiny_model)
     fleet.spawn(memq_argv("worker", "--role", "writer", "--name", "heir@%h"), "heir", env)
-    wait_for(lambda: nodes_on(broker_url, "store"), "the writer after the lease expired", fleet)
+    wait_for(lambda: nodes_on(broker_url, "store.0"), "the writer after the lease expired", fleet)
     log = (fleet.log_dir / "heir.log").read_text()
     assert "writer lease held by ghost@gone, which does not answer" in log
     assert client.get(LEASE_KEY).decode().startswith("heir@")
@@ -130,7 +132,7 @@ def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     fleet.spawn([sys.executable, "-m", "honcho", "-f", str(REPO / "Procfile"), "start"],
                 "honcho", env)
-    expected = {"writer": ["control", "store"], "embed-local": ["embed.local"],
+    expected = {"writer": ["control.0", "store.0"], "embed-local": ["embed.local"],
                 "batch-openai": ["batch.openai"]}
     wait_for(lambda: {n.split("@")[0]: q for n, q in queue_consumers(broker_url).items()}
              == expected, "the Procfile's workers", fleet)
@@ -249,7 +251,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     fleet_s = status["fleet"]
     assert fleet_s["workers"] == 3
     assert sorted(n.split("@")[0] for n in fleet_s["nodes"]) == ["embed-a", "embed-b", "writer"]
-    assert all(fleet_s["queues"][q] == 0 for q in ("store", "control", "embed.local"))
+    assert all(fleet_s["queues"][q] == 0 for q in ("store.0", "control.0", "embed.local"))
     assert status["pending_by_provider"] == {"local": {"chunks": 0, "queued_jobs": 0}}
 
     # The CLI shows the same job and fleet.
@@ -257,7 +259,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     assert jobs["jobs"][0]["id"] == job_id and jobs["queued"] == 0
     text = run_memq("status", "--timeout", "3", env=settings_env, timeout=60).stdout
     assert re.search(r"^workers:   3 \(embed-a@\S+ \[embed.local\]; embed-b@\S+ "
-                     r"\[embed.local\]; writer@\S+ \[control, store\]\)$", text, re.M), text
+                     r"\[embed.local\]; writer@\S+ \[control.0, store.0\]\)$", text, re.M), text
     assert re.search(rf"^  {job_id}  remote done ", text, re.M), text
 
     # Flower: auth is enforced, the three workers are listed, and the tasks that ran are the

@@ -25,7 +25,7 @@ def test_edit_racing_inflight_embedding_keeps_only_new_vectors(workspace: Path, 
                                                                fleet) -> None:
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"modelPath": str(tiny_model)})
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     old = run_index(settings, wait=False)  # version 1's jobs sit in the embed queue
     assert old.report.chunks_queued > 0
     note = workspace / "memory" / "2026-11-10.md"

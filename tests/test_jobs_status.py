@@ -154,7 +154,7 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
     env = {"MEMQ_BROKER_URL": broker_url, "MEMQ_STORE_PATH": str(settings.store.path),
            "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none"}
     cli = run_memq("index", "--remote", "--json", env=env, timeout=60)
-    assert cli.returncode == 0 and "no worker consumes 'control' yet" in cli.stderr
+    assert cli.returncode == 0 and "no worker consumes 'control.0' yet" in cli.stderr
     second = json.loads(cli.stdout)["job"]
     jobs = json.loads(run_memq("jobs", "--json", env=env, timeout=60).stdout)
     assert jobs["queued"] == 2

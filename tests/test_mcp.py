@@ -313,7 +313,7 @@ def test_append_embeds_in_the_server_without_a_broker_and_queues_with_one(
     with_broker = make_settings(workspace, provider="local", brokerUrl=broker_url, local=model)
     no_broker = make_settings(workspace, provider="local", local=model)
     assert with_broker.store.path == no_broker.store.path
-    fleet.start(["store", "embed.local"], "both")
+    fleet.start(["store.0", "embed.local"], "both")
     assert run_index(with_broker, wait=True).waited
 
     # The tiny model's weights are random: meaning ranks nothing, so look at every result.

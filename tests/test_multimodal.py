@@ -163,7 +163,7 @@ def test_media_files_are_indexed_found_by_text_reported_and_removed(
     media = media_folder(workspace)
     with ProviderDouble("gemini", api_key=KEY) as double:
         settings = multimodal_settings(make_settings, workspace, double, broker_url, ["all"])
-        fleet.start(["store"], "writer")
+        fleet.start(["store.0"], "writer")
         fleet.start(["embed.gemini"], "embed")
         run = run_index(settings, wait=True)
         status = index_status(settings)

@@ -40,7 +40,7 @@ def test_index_edit_delete_through_real_workers(workspace: Path, make_settings, 
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"modelPath": str(tiny_model)},
                              query={"minScore": 0.0})
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.local"], "embed")
 
     first = run_index(settings, wait=True)
@@ -80,7 +80,7 @@ def test_no_wait_returns_and_workers_finish_later(workspace: Path, make_settings
     run = run_index(settings, wait=False)
     assert not run.waited and run.report.jobs > 0
     assert index_status(settings)["pending"] == run.report.chunks_queued  # nobody consumes yet
-    fleet.start(["store", "embed.local"], "both")
+    fleet.start(["store.0", "embed.local"], "both")
     deadline = time.monotonic() + 60
     while index_status(settings)["pending"] and time.monotonic() < deadline:
         time.sleep(0.2)

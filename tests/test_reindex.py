@@ -36,7 +36,7 @@ def test_model_change_rebuilds_beside_while_searches_answer(workspace: Path, mak
                                                             tmp_path: Path) -> None:
     old = make_settings(workspace, provider="local", brokerUrl=broker_url,
                         local={"modelPath": str(tiny_model)}, query={"minScore": 0.0})
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     embed = fleet.start(["embed.local"], "embed")
     run_index(old, wait=True)
     assert index_status(old)["dims"] == 32
@@ -107,7 +107,7 @@ def test_second_full_reindex_embeds_nothing(workspace: Path, make_settings, tiny
                                             broker_url, fleet) -> None:
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"modelPath": str(tiny_model)})
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     embed = fleet.start(["embed.local"], "embed")
     first = run_index(settings, wait=True)
     chunks = index_status(settings)["chunks"]
@@ -133,7 +133,7 @@ def test_reindex_no_wait_is_finished_by_the_writer(workspace: Path, make_setting
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"modelPath": str(tiny_model)})
     fleet.env.update(MEMQ_CONFIG=str(settings.config_file), MEMQ_WORKSPACE=str(workspace))
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.local"], "embed")
     run_index(settings, wait=True)
     before = os.path.realpath(settings.store.path)

@@ -72,7 +72,7 @@ def index_through_openai_double(double: ProviderDouble, workspace: Path, make_se
     settings = make_settings(workspace, provider="openai", brokerUrl=broker_url,
                              remote={"baseUrl": double.url, **remote})
     tap = RedisTap(broker_url)
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.openai"], "embed", concurrency=2)
     run = run_index(settings, wait=True)
     sent_to_redis = tap.close()
@@ -152,7 +152,7 @@ def test_context_length_error_is_split_through_real_workers(
     with ProviderDouble("ollama", api_key=None, max_input_bytes=700) as double:
         settings = make_settings(workspace, provider="ollama", brokerUrl=broker_url,
                                  remote={"baseUrl": double.url})
-        fleet.start(["store"], "writer")
+        fleet.start(["store.0"], "writer")
         fleet.start(["embed.ollama"], "embed")
         run = run_index(settings, wait=True)
 

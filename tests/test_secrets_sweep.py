@@ -63,7 +63,7 @@ def test_sentinel_key_never_leaks_anywhere(workspace: Path, tmp_path: Path, brok
                                            fleet) -> None:
     keys = dict.fromkeys(PROVIDER_KEY_VARS, SENTINEL)
     fleet.env.update(keys)
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.openai"], "embed")
     outputs: list[str] = []
     env = {**os.environ, **keys, "MEMQ_BROKER_URL": broker_url}

@@ -153,7 +153,7 @@ def test_sessions_embedded_through_real_workers(sessions, tiny_model, broker_url
         msg("user", [{"type": "text", "text": "Remind me which hotel we booked in Porto."}]),
         msg("assistant", [{"type": "text", "text": "You booked Casa do Rio in Porto."}]),
     ]) + "\n")
-    fleet.start(["store", "embed.local"], "both")
+    fleet.start(["store.0", "embed.local"], "both")
     run = run_index(settings, wait=True)
     assert run.waited and run.failed_chunks == 0
     db = connect(settings.store.path)

@@ -54,7 +54,7 @@ def running(service: WatchService) -> Iterator[WatchService]:
 def test_burst_of_500_files_then_edits_moves_deletes(running: WatchService, fleet,
                                                      workspace: Path) -> None:
     settings = running.settings
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.local"], "embed", concurrency=2)
     wait_until(lambda: index_vs_disk(settings), 60, "startup reconcile")
     assert running.stats.reconciles == 1
@@ -91,7 +91,7 @@ def test_burst_of_500_files_then_edits_moves_deletes(running: WatchService, flee
 def test_dropped_events_are_healed_by_reconcile(running: WatchService, fleet,
                                                 workspace: Path) -> None:
     settings = running.settings
-    fleet.start(["store", "embed.local"], "both")
+    fleet.start(["store.0", "embed.local"], "both")
     wait_until(lambda: index_vs_disk(settings), 60, "startup reconcile")
     running.watcher.observer.unschedule_all()  # from here on, every event is lost
     (workspace / "memory" / "2026-11-10.md").write_text("# 2026-11-10\n\n- Sold the boat.\n")
@@ -106,7 +106,7 @@ def test_dropped_events_are_healed_by_reconcile(running: WatchService, fleet,
 
 def test_lost_queue_messages_are_queued_again(service: WatchService, fleet, broker_url) -> None:
     settings = service.settings
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     first = service.reconcile()
     assert first.chunks_queued > 0 and service.stats.requeued_lost == 0
     with app.connection_for_write(broker_url) as connection:
@@ -122,7 +122,7 @@ def test_lost_queue_messages_are_queued_again(service: WatchService, fleet, brok
 
 def test_lost_messages_of_a_rebuild_are_queued_again(local_settings, make_settings, workspace,
                                                      broker_url, fleet, tmp_path) -> None:
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     embed = fleet.start(["embed.local"], "embed")
     run_index(local_settings, wait=True)
     embed.terminate()

@@ -66,7 +66,7 @@ def test_sigkill_mid_task_loses_nothing(workspace: Path, make_settings, broker_u
         (notes / f"2026-10-{day:02d}.md").write_text(f"# Day {day}\n\n" + "\n".join(lines))
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"threads": 1})
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     embed = fleet.start(["embed.local"], "embed")
     stop = threading.Event()
     killed: list[int] = []

@@ -31,7 +31,7 @@ def test_pool_process_over_its_memory_cap_is_replaced_and_nothing_is_lost(
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"modelPath": str(tiny_model), "threads": 1})
     fleet.env["MEMQ_WORKER_MAX_MEMORY_MB"] = "1"  # every pool process is over it after a task
-    fleet.start(["store"], "writer")
+    fleet.start(["store.0"], "writer")
     fleet.start(["embed.local"], "embed")
     run = run_index(settings, wait=False)
     deadline = time.monotonic() + 90  # a writer that cannot replace its pool process hangs
@@ -63,7 +63,7 @@ def test_a_job_past_its_soft_time_limit_is_retried_not_failed(
         cfg = write_config(tmp_path / "memq.json", provider="openai", brokerUrl=broker_url,
                            remote={"baseUrl": double.url},
                            store={"path": str(tmp_path / "store.sqlite")})
-        fleet.start(["store"], "writer")
+        fleet.start(["store.0"], "writer")
         fleet.spawn(worker_argv(["embed.openai"], f"embed-{uuid.uuid4().hex[:6]}@%h",
                                 loglevel="INFO", quiet_cluster=True), "embed", env=limits)
         ran = run_memq("index", "--workspace", str(workspace), "--config", str(cfg),

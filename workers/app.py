@@ -1,10 +1,11 @@
 """The Celery application of memq's workers: the shared configuration
-(:func:`pipeline.fleet.celery_settings`), the task modules, and the routes of the writer's tasks.
+(:func:`pipeline.fleet.celery_settings`) and the task modules.
 
 Queues: ``embed.<provider>`` (one per provider, any host), ``batch.<provider>`` (provider batch
-jobs: upload, poll, download; any host), ``store`` (exactly one consumer, on the host that owns
-the SQLite file) and ``control`` (index jobs). Tasks are acknowledged after they run and handed
-back when their worker dies, so every task is idempotent.
+jobs: upload, poll, download; any host), and per writer shard ``store.<shard>`` (exactly one
+consumer, on the host that owns the shard's SQLite files) and ``control.<shard>`` (index jobs).
+Every sender names the queue (:class:`pipeline.fleet.FleetDispatcher`). Tasks are acknowledged
+after they run and handed back when their worker dies, so every task is idempotent.
 """
 
 from __future__ import annotations
@@ -15,14 +16,6 @@ from celery import Celery
 from celery.signals import worker_init
 
 from pipeline.fleet import broker_url_from_env, celery_settings
-from pipeline.routing import (
-    BATCH_UPDATE_TASK,
-    CONTROL_QUEUE,
-    INDEX_TASK,
-    REINDEX_STEP_TASK,
-    STORE_QUEUE,
-    WRITE_TASK,
-)
 from workers.orphans import guard_embedded_worker
 
 # A pool process whose resident memory grew past this (MiB, after a task) is replaced: a cap
@@ -34,10 +27,6 @@ app.conf.update(
     celery_settings(broker_url_from_env()),
     worker_max_memory_per_child=(MAX_MEMORY_PER_CHILD_MB * 1024
                                  if MAX_MEMORY_PER_CHILD_MB else None),
-    task_routes={WRITE_TASK: {"queue": STORE_QUEUE},
-                 BATCH_UPDATE_TASK: {"queue": STORE_QUEUE},
-                 REINDEX_STEP_TASK: {"queue": STORE_QUEUE},
-                 INDEX_TASK: {"queue": CONTROL_QUEUE}},
 )
 
 

@@ -22,17 +22,17 @@ from pipeline.embeddings.runner import retry_delay
 from pipeline.errors import EmbeddingError, MessageRefused, ProviderRetryable, StoreBusy
 from pipeline.fleet import POLL_GRACE_S, SUBMIT_LEASE_S
 from pipeline.ingest.producer import queue_pending
-from pipeline.messages import BatchPoll, BatchSubmit, BatchUpdate
+from pipeline.messages import BatchPoll, BatchSubmit, BatchUpdate, Route
 from pipeline.routing import (
     BATCH_POLL_TASK,
     BATCH_SUBMIT_TASK,
     BATCH_UPDATE_TASK,
-    STORE_QUEUE,
 )
 from pipeline.store import schema
 from pipeline.store.engine import Database, as_store_error
 from workers.app import app
-from workers.runtime import runtime
+from workers.runtime import arrival_shard, runtime
+from workers.single_writer import consumed_shards
 from workers.tasks import WRITE_RETRIES, refused
 
 log = logging.getLogger(__name__)
@@ -53,16 +53,20 @@ def _send(step: workflow.Step) -> None:
 def resume_on_writer_start(sender: Any = None, **_: Any) -> None:
     """The writer, when it starts, resumes the batch jobs whose polling died with the fleet
     (a redeploy, a Redis restart without persistence)."""
-    if sender is None or STORE_QUEUE not in sender.app.amqp.queues.consume_from:
+    if sender is None:
         return
+    shards = consumed_shards(list(sender.app.amqp.queues.consume_from))
     try:
         memory = runtime.default_memory()
         settings = runtime.settings_for(memory)
+        shard = settings.fleet.shard_of(memory)
+        if shard not in shards:
+            return
         db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
         if db is None:
             return
         try:
-            resumed = runtime.fleet().resume_batches(db, memory)
+            resumed = runtime.fleet().resume_batches(db, memory, shard)
         finally:
             db.close()
     except Exception as exc:  # never keep the writer from starting; the next pass retries
@@ -130,10 +134,10 @@ def batch_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     did not embed to the sync path; a finished job makes room for the next one."""
     try:
         update = BatchUpdate.from_json(message)
+        settings = runtime.settings_for(update.memory)
+        db = runtime.writable_store(update.memory, update.store, arrival_shard(self))
     except MessageRefused as exc:
         return refused(message, exc)
-    settings = runtime.settings_for(update.memory)
-    db = runtime.store(update.store, settings)
     if db is None:
         return {"refused": f"store {update.store} no longer exists"}
     fleet = runtime.fleet()
@@ -162,4 +166,5 @@ def _top_up(db: Database, update: BatchUpdate) -> None:
         return
     fleet = runtime.fleet()
     queue_pending(db, spec, fleet.embed, memory=update.memory,
-                  batch=workflow.BatchRouting(update.options, fleet.batch_submit))
+                  batch=workflow.BatchRouting(update.options, fleet.batch_submit),
+                  route=Route(update.route.shard))

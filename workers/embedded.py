@@ -20,7 +20,7 @@ from pathlib import Path
 from pipeline.config import Settings
 from pipeline.errors import FleetError
 from pipeline.fleet import FleetDispatcher
-from pipeline.routing import STORE_QUEUE, batch_queue, embed_queue
+from pipeline.routing import batch_queue, embed_queue, store_queue
 from workers.orphans import BROKER_DIR_ENV, BROKER_PID_ENV, PARENT_ENV
 from workers.single_writer import CHECK_ENV
 
@@ -125,19 +125,22 @@ class WorkerProcess:
 
 
 class EmbeddedFleet(FleetDispatcher):
-    """A broker plus one worker on ``embed.<provider>``, ``batch.<provider>`` and ``store``, for
-    the length of a run; its messages die with it (``durable`` is False)."""
+    """A broker plus one worker on ``embed.<provider>``, ``batch.<provider>`` and the writer
+    queues of ``shards``, for the length of a run; its messages die with it (``durable`` is
+    False)."""
 
     durable = False
 
-    def __init__(self, provider: str, env_overrides: dict[str, str]) -> None:
+    def __init__(self, provider: str, env_overrides: dict[str, str],
+                 shards: tuple[int, ...] = (0,)) -> None:
         self.broker = EmbeddedBroker()
         self.log_path = Path(self.broker.directory) / "worker.log"
         # A private broker has no other writer to find: skip the 1 s single-writer check.
         env = {**os.environ, **env_overrides, "MEMQ_BROKER_URL": self.broker.url,
                PARENT_ENV: str(os.getpid()), BROKER_PID_ENV: str(self.broker.pid),
                BROKER_DIR_ENV: self.broker.directory, CHECK_ENV: "off"}
-        queues = [embed_queue(provider), batch_queue(provider), STORE_QUEUE]
+        queues = [embed_queue(provider), batch_queue(provider),
+                  *(store_queue(shard) for shard in shards)]
         self.worker = WorkerProcess(
             worker_argv(queues, f"memq-embedded-{os.getpid()}@%h", quiet_cluster=True),
             env, self.log_path)
@@ -146,7 +149,8 @@ class EmbeddedFleet(FleetDispatcher):
     @classmethod
     def for_settings(cls, settings: Settings, provider: str) -> EmbeddedFleet:
         """The embedded fleet of a run over ``settings`` with ``provider``."""
-        return cls(provider, worker_env(settings))
+        return cls(provider, worker_env(settings),
+                   (settings.fleet.shard_of(settings.agent_id),))
 
     def check(self) -> None:
         """Restart the worker when it died; give up when it keeps dying."""

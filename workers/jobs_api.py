@@ -19,7 +19,7 @@ from pipeline.errors import FleetError
 from pipeline.fleet import FleetDispatcher
 from pipeline.memory import POLL_S, wait_for_vectors
 from pipeline.messages import IndexRequest
-from pipeline.routing import CONTROL_QUEUE
+from pipeline.routing import control_queue
 from pipeline.store import joblog
 from pipeline.store.engine import connect
 from workers.monitor import broker_status
@@ -42,7 +42,8 @@ def enqueue_index(settings: Settings, *, retry_failed: bool = False) -> str:
                        "(or brokerUrl) and run `memq worker --role writer`")
     try:
         with FleetDispatcher(settings.broker_url) as fleet:
-            return fleet.index(IndexRequest(settings.agent_id, retry_failed))
+            return fleet.index(IndexRequest(settings.agent_id, retry_failed,
+                                            settings.fleet.shard_of(settings.agent_id)))
     except OperationalError as exc:
         raise EnqueueFailed(f"broker {redact_url(settings.broker_url)} did not take the job: "
                             f"{exc}") from exc
@@ -69,8 +70,9 @@ def follow_job(settings: Settings, job_id: str, *,
                 break
             if job is None and time.monotonic() - started > unknown_after and not _waiting(
                     settings, job_id):
+                queue = control_queue(settings.fleet.shard_of(settings.agent_id))
                 raise JobError(f"unknown job {job_id}: not in this store's job log, not "
-                               f"waiting on '{CONTROL_QUEUE}'")
+                               f"waiting on '{queue}'")
             time.sleep(POLL_S)
     if job["state"] == "done":
         # Opened now, not before the job ran: a rebuild may have swapped another file in.
@@ -85,5 +87,5 @@ def follow_job(settings: Settings, job_id: str, *,
 def _waiting(settings: Settings, job_id: str) -> bool:
     if not settings.broker_url:
         return False
-    status = broker_status(settings.broker_url)
+    status = broker_status(settings.broker_url, shards=settings.fleet.shards)
     return any(w["id"] == job_id for w in status["waiting_jobs"] or [])

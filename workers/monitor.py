@@ -16,7 +16,7 @@ from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
 from pipeline.fleet import DEFAULT_TIMEOUT_S, FleetDispatcher, queue_consumers, redis_client
-from pipeline.routing import CONTROL_QUEUE, STORE_QUEUE, embed_queue
+from pipeline.routing import control_queue, embed_queue, store_queue
 from pipeline.status import index_status
 from pipeline.store import schema
 
@@ -27,9 +27,10 @@ BINDING_PREFIX = "_kombu.binding."
 UNACKED_KEY = "unacked"
 
 
-def queue_depths(client: redis.Redis) -> dict[str, int]:
-    """Messages waiting in each known queue (the fleet's own plus every declared one)."""
-    names = {STORE_QUEUE, CONTROL_QUEUE}
+def queue_depths(client: redis.Redis, shards: int = 1) -> dict[str, int]:
+    """Messages waiting in each known queue (the writer queues of ``shards`` shards plus every
+    declared one)."""
+    names = {q for shard in range(shards) for q in (store_queue(shard), control_queue(shard))}
     for key in client.scan_iter(match=f"{BINDING_PREFIX}*", count=500):
         names.add(key.decode("utf-8", "replace").removeprefix(BINDING_PREFIX))
     names = {n for n in names if not n.endswith(".pidbox") and not n.startswith("celeryev")}
@@ -58,9 +59,10 @@ def waiting_tasks(client: redis.Redis, queue: str, limit: int = 50) -> list[dict
     return out
 
 
-def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-    """Queue depths, in-flight count and workers; ``reachable`` False (and None counts) when
-    the broker does not answer in time."""
+def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S, shards: int = 1
+                  ) -> dict[str, Any]:
+    """Queue depths, in-flight count and workers of a fleet of ``shards`` writer shards;
+    ``reachable`` False (and None counts) when the broker does not answer in time."""
     out: dict[str, Any] = {"url": redact_url(broker_url), "reachable": False, "error": None,
                            "queues": None, "unacked": None, "workers": None, "nodes": None,
                            "waiting_jobs": None}
@@ -68,9 +70,10 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[s
         client = redis_client(broker_url, timeout)
         try:
             client.ping()
-            out["queues"] = queue_depths(client)
+            out["queues"] = queue_depths(client, shards)
             out["unacked"] = client.hlen(UNACKED_KEY)
-            out["waiting_jobs"] = waiting_tasks(client, CONTROL_QUEUE)
+            out["waiting_jobs"] = [job for shard in range(shards)
+                                   for job in waiting_tasks(client, control_queue(shard))]
         finally:
             client.close()
     except (redis.RedisError, OSError, ValueError) as exc:
@@ -96,7 +99,8 @@ def resume_batches(settings: Settings) -> int | None:
         return None
     try:
         with FleetDispatcher(settings.broker_url) as fleet:
-            return fleet.resume_batches(db, settings.agent_id)
+            return fleet.resume_batches(db, settings.agent_id,
+                                        settings.fleet.shard_of(settings.agent_id))
     except (redis.RedisError, OSError, OperationalError):
         return None
     finally:
@@ -110,7 +114,8 @@ def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict
     """
     status = index_status(settings)
     if settings.broker_url:
-        status["fleet"] = broker_status(settings.broker_url, timeout)
+        status["fleet"] = broker_status(settings.broker_url, timeout, settings.fleet.shards)
+        status["fleet"]["shard"] = settings.fleet.shard_of(settings.agent_id)
     else:
         status["fleet"] = {"url": None, "reachable": False, "queues": None, "unacked": None,
                            "workers": None, "nodes": None, "waiting_jobs": None,

@@ -15,14 +15,18 @@ import threading
 from typing import Any
 
 import redis
+from celery import Task
 from celery.signals import worker_process_init
 
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
+from pipeline.errors import MessageRefused
 from pipeline.fleet import FleetDispatcher, redis_client
+from pipeline.ingest.reindex import is_generation_of
 from pipeline.memory import Memory
 from pipeline.messages import ProviderSpec
+from pipeline.routing import shard_of_queue
 from pipeline.store.engine import Database
 from pipeline.store.results import StorePool
 from workers.app import app
@@ -69,6 +73,27 @@ class WorkerRuntime:
                 self._stores = StorePool(want_vectors=settings.store.vector_enabled)
         return self._stores.get(path)
 
+    def served(self, memory: str, shard: int | None) -> Settings:
+        """The settings of ``memory`` for a writer task that came in on ``shard``'s queue;
+        :class:`MessageRefused` when the memory belongs to another shard."""
+        settings = self.settings_for(memory)
+        own = settings.fleet.shard_of(memory)
+        if shard is not None and own != shard:
+            raise MessageRefused(f"memory {memory!r} belongs to writer shard {own}, "
+                                 f"not {shard}")
+        return settings
+
+    def writable_store(self, memory: str, store: str, shard: int | None) -> Database | None:
+        """The store a message for ``memory`` may write: refused (:class:`MessageRefused`)
+        unless this worker serves ``memory``, the memory belongs to the ``shard`` the message
+        came in on, and ``store`` is that memory's own store file (or one of its generations).
+        A message that names another memory's file, or arrives on the wrong shard, writes
+        nothing."""
+        settings = self.served(memory, shard)
+        if not is_generation_of(settings.store.path, store):
+            raise MessageRefused(f"{store} is not a store of memory {memory!r}")
+        return self.store(store, settings)
+
     def fleet(self) -> FleetDispatcher:
         """Sends this worker's follow-up work (results, retries, polls) through its app."""
         with self._lock:
@@ -109,6 +134,13 @@ class WorkerRuntime:
 
 
 runtime = WorkerRuntime()
+
+
+def arrival_shard(task: Task) -> int | None:
+    """The writer shard whose queue the running task's message came from (None when it did
+    not come through a ``store.<shard>``/``control.<shard>`` queue, e.g. run in place)."""
+    delivery = task.request.delivery_info or {}
+    return shard_of_queue(str(delivery.get("routing_key") or ""))
 
 
 @worker_process_init.connect

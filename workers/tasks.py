@@ -24,7 +24,7 @@ from pipeline.messages import EmbedJob, EmbedResult, IndexRequest
 from pipeline.routing import EMBED_TASK, INDEX_TASK, REINDEX_STEP_TASK, WRITE_TASK
 from pipeline.store.results import apply_result, gone
 from workers.app import app
-from workers.runtime import runtime
+from workers.runtime import arrival_shard, runtime
 
 log = logging.getLogger(__name__)
 WRITE_RETRIES = 20
@@ -97,8 +97,11 @@ def write_vectors(self: Task, message: dict[str, Any]) -> dict[str, object]:
         result = EmbedResult.from_json(message)
     except MessageRefused as exc:
         return refused(message, exc)
-    settings = runtime.settings_for(result.memory)
-    db = runtime.store(result.store, settings)
+    try:
+        settings = runtime.settings_for(result.memory)
+        db = runtime.writable_store(result.memory, result.store, arrival_shard(self))
+    except MessageRefused as exc:
+        return refused(message, exc)
     try:
         outcome = (apply_result(db, result, cache=settings.cache.enabled) if db is not None
                    else gone(result))
@@ -110,8 +113,8 @@ def write_vectors(self: Task, message: dict[str, Any]) -> dict[str, object]:
             "refused": outcome.refused}
 
 
-@app.task(name=REINDEX_STEP_TASK)
-def reindex_step(message: dict[str, Any]) -> dict[str, object]:
+@app.task(name=REINDEX_STEP_TASK, bind=True)
+def reindex_step(self: Task, message: dict[str, Any]) -> dict[str, object]:
     """Drive a rebuild one short step at a time, re-queueing itself until it is swapped in.
 
     Each step is a producer pass over the new generation; no task ever waits for the queues,
@@ -119,15 +122,15 @@ def reindex_step(message: dict[str, Any]) -> dict[str, object]:
     """
     try:
         request = IndexRequest.from_json(message)
+        settings = runtime.served(request.memory, arrival_shard(self))
     except MessageRefused as exc:
         return refused(message, exc)
-    settings = runtime.settings_for(request.memory)
     fleet = runtime.fleet()
     progress = rebuild_step(settings, choose_provider(settings), fleet.embed)
     if progress is None:
         return {"rebuild": None}
     if not progress.done:
-        fleet.rebuild_later(request.memory, countdown=REINDEX_POLL_S)
+        fleet.rebuild_later(request.memory, countdown=REINDEX_POLL_S, shard=request.shard)
     return progress.as_dict()
 
 
@@ -139,6 +142,7 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """
     try:
         request = IndexRequest.from_json(message)
+        runtime.served(request.memory, arrival_shard(self))
     except MessageRefused as exc:
         return refused(message, exc)
     with runtime.memory(request.memory) as memory:

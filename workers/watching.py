@@ -26,7 +26,7 @@ from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
 from pipeline.ingest.watcher import Watcher
 from pipeline.memory import Memory
-from pipeline.routing import STORE_QUEUE, embed_queue
+from pipeline.routing import embed_queue, store_queue
 from pipeline.store.engine import connect
 from workers.indexing import fleet_dispatcher
 
@@ -96,7 +96,9 @@ class WatchService:
         if self.choice.spec is None or self.dispatcher is None:
             return False
         return not any(self.dispatcher.queued(q)
-                       for q in (embed_queue(self.choice.spec.name), STORE_QUEUE))
+                       for q in (embed_queue(self.choice.spec.name),
+                                 store_queue(self.settings.fleet.shard_of(
+                                     self.settings.agent_id))))
 
     def reconcile(self) -> IndexReport:
         """A full pass; pending chunks whose message was lost are queued again (in the live

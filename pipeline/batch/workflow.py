@@ -52,6 +52,7 @@ from pipeline.errors import (
     ProviderRetryable,
 )
 from pipeline.messages import (
+    DEFAULT_ROUTE,
     BatchJobRef,
     BatchOptions,
     BatchPoll,
@@ -59,6 +60,7 @@ from pipeline.messages import (
     BatchUpdate,
     EmbedJob,
     ProviderSpec,
+    Route,
     embed_jobs,
     new_token,
     pack,
@@ -143,7 +145,8 @@ def uses_batch(db: Database, spec: ProviderSpec, routing: BatchRouting | None) -
 
 def queue_batches(db: Database, memory: str, spec: ProviderSpec, store: str,
                   pending: Sequence[writer.PendingChunk], options: BatchOptions,
-                  submit: Callable[[BatchSubmit], None]) -> tuple[int, int]:
+                  submit: Callable[[BatchSubmit], None], route: Route = DEFAULT_ROUTE
+                  ) -> tuple[int, int]:
     """Pack ``pending`` (across files) into jobs and submit as many as ``concurrency`` allows.
 
     Chunks of jobs not submitted stay pending and unqueued until a finished job makes room.
@@ -160,7 +163,7 @@ def queue_batches(db: Database, memory: str, spec: ProviderSpec, store: str,
         batches.create_job(db, job_id, spec.to_dict(), options.to_json(), [c.id for c in group],
                            time.time() + options.timeout_s)
         writer.mark_queued(db, [c.rowid for c in group])
-        submit(BatchSubmit(job_id, memory, spec, store, options,
+        submit(BatchSubmit(job_id, memory, spec, store, options, route,
                            chunks=tuple((c.id, c.text) for c in group), token=new_token()))
         jobs, chunks = jobs + 1, chunks + len(group)
     return jobs, chunks
@@ -176,7 +179,7 @@ def _finished(job: BatchJobRef, outcome: str, remote: RemoteBatch | None = None,
 
 
 def _fields(job: BatchJobRef) -> tuple[object, ...]:
-    return (job.job, job.memory, job.spec, job.store, job.options)
+    return (job.job, job.memory, job.spec, job.store, job.options, job.route)
 
 
 def submit_failed(msg: BatchSubmit, exc: EmbeddingError) -> Step:
@@ -314,7 +317,7 @@ def _finish(db: Database, update: BatchUpdate) -> Applied:
         writer.mark_held(db, [(c.id, error or "refused") for c in left])
         return Applied()
     jobs = [job for _, job in embed_jobs(update.memory, update.spec, update.store, left,
-                                         max_bytes=HARD_MAX_INPUT_BYTES)]
+                                         max_bytes=HARD_MAX_INPUT_BYTES, route=update.route)]
     writer.mark_queued(db, [c.rowid for c in left])
     return Applied(embed_jobs=jobs, top_up=True)
 
@@ -323,7 +326,7 @@ def _finish(db: Database, update: BatchUpdate) -> Applied:
 
 def reconcile(db: Database, memory: str, store: str, leases: Leases, *,
               submit: Callable[[BatchSubmit], None], poll: Callable[[BatchPoll], None],
-              submit_ttl: float, poll_grace_s: float) -> int:
+              submit_ttl: float, poll_grace_s: float, route: Route = DEFAULT_ROUTE) -> int:
     """Start a new message chain for every live job nobody holds the lease of.
 
     A job never submitted is submitted again (its texts come from the store); a submitted one
@@ -334,7 +337,7 @@ def reconcile(db: Database, memory: str, store: str, leases: Leases, *,
     for row in batches.live_jobs(db):
         token = uuid.uuid4().hex
         options = BatchOptions.from_json(row["options"])
-        ref = (row["id"], memory, ProviderSpec.from_dict(row["spec"]), store, options)
+        ref = (row["id"], memory, ProviderSpec.from_dict(row["spec"]), store, options, route)
         if row["remote"] is None:
             if not leases.claim(row["id"], token, submit_ttl):
                 continue

@@ -299,6 +299,8 @@ KEYS: tuple[Key, ...] = (
     Key("multimodal.maxFileBytes", _int(1)),
     Key("watch.polling", Spec("auto_bool"), env="MEMQ_WATCH_POLLING", top_only=True),
     Key("watch.pollIntervalMs", _int(10), env="MEMQ_WATCH_POLL_INTERVAL_MS", top_only=True),
+    Key("fleet.shards", _int(1), env="MEMQ_FLEET_SHARDS", top_only=True),
+    Key("fleet.shard", _int(0, nullable=True, null_hint="null to hash the memory's name")),
     Key("qmd.extraCollections", Spec("any"), attr=None, ignored=True),
     Key("chunking.tokens", _int(1)),
     Key("chunking.overlap", _int(0)),

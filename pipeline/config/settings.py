@@ -40,6 +40,7 @@ from pipeline.config.qmd_values import (
     duration_ms,
 )
 from pipeline.config.redact import Headers
+from pipeline.routing import shard_of
 
 _AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -199,6 +200,25 @@ class WatchSettings(_Validated):
 
     polling: bool | None = None
     poll_interval_ms: int = 1000
+
+
+@dataclass(frozen=True)
+class FleetSettings(_Validated):
+    """``fleet.*`` (memq's own): how many writer shards the fleet has (``shards``), and this
+    memory's shard when it is pinned (``shard``) rather than hashed from its name."""
+
+    shards: int = 1
+    shard: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.shard is not None and self.shard >= self.shards:
+            raise Invalid("fleet.shard", f"must be below fleet.shards ({self.shards})",
+                          show(self.shard))
+
+    def shard_of(self, memory: str) -> int:
+        """The writer shard of ``memory``: the pinned one, else a stable hash of its name."""
+        return self.shard if self.shard is not None else shard_of(memory, self.shards)
 
 
 @dataclass(frozen=True)
@@ -419,6 +439,7 @@ class Settings(_Validated):
     # Additions beyond the first contract:
     multimodal: MultimodalSettings = field(default_factory=MultimodalSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     remember_across_conversations: bool = False
     output_dimensionality: int | None = None
     input_type: str | None = None

@@ -30,7 +30,15 @@ from pipeline.ingest.sessions import (
     transcript_chunks,
 )
 from pipeline.ingest.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
-from pipeline.messages import JOB_MAX_BYTES, ChunkText, EmbedJob, ProviderSpec, embed_jobs
+from pipeline.messages import (
+    DEFAULT_ROUTE,
+    JOB_MAX_BYTES,
+    ChunkText,
+    EmbedJob,
+    ProviderSpec,
+    Route,
+    embed_jobs,
+)
 from pipeline.store import cache, reads, schema, writer
 from pipeline.store.engine import Database
 from pipeline.store.vectors import drop_vectors
@@ -247,7 +255,8 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
 def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: str,
                   retry_failed: bool = False, report: IndexReport | None = None,
                   requeue_after_s: float = REQUEUE_AFTER_S, media: MediaSource | None = None,
-                  batch: workflow.BatchRouting | None = None) -> IndexReport:
+                  batch: workflow.BatchRouting | None = None, route: Route = DEFAULT_ROUTE
+                  ) -> IndexReport:
     """Serve pending chunks from the cache and submit the rest as embedding jobs of ``memory``.
 
     Chunks queued less than ``requeue_after_s`` ago are left alone (their job is in flight);
@@ -259,6 +268,7 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
     batch mode not disabled), text chunks go to provider batch jobs instead. A media chunk
     (``media``) never does: it travels alone in a sync job with the file's bytes inline, read
     now; one whose file changed since it was written waits for the pass that re-syncs it.
+    Every job carries ``route`` (the memory's writer shard, and its lane).
     """
     report = report or IndexReport()
     rows = reads.pending_rows(db, retry_failed=retry_failed,
@@ -276,17 +286,18 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
     texts = [p for p in remaining if media is None or not media.covers(paths[p.rowid])]
     if texts and batch is not None and workflow.uses_batch(db, spec, batch):
         jobs, chunks = workflow.queue_batches(db, memory, spec, store, texts, batch.options,
-                                              batch.submit)
+                                              batch.submit, Route(route.shard))
         report.batch_jobs += jobs
         report.chunks_queued += chunks
         texts = []
     max_bytes = JOB_MAX_BYTES if spec.name == "local" else REMOTE_JOB_MAX_BYTES
-    sync_jobs = embed_jobs(memory, spec, store, texts, max_bytes=max_bytes)
+    sync_jobs = embed_jobs(memory, spec, store, texts, max_bytes=max_bytes, route=route)
     for p in media_chunks:
         part = media.inline(paths[p.rowid], p.hash) if media is not None else None
         if part is not None:
             sync_jobs.append(([p], EmbedJob(memory, spec, store,
-                                            (ChunkText(p.id, p.hash, p.text, part),))))
+                                            (ChunkText(p.id, p.hash, p.text, part),),
+                                            route=route)))
     for group, job in sync_jobs:
         submit(job)
         writer.mark_queued(db, [p.rowid for p in group])
@@ -298,12 +309,15 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
 def index_once(db: Database, settings: Settings, choice: ProviderChoice,
                submit: Submit | None, *, retry_failed: bool = False,
                paths: Iterable[Path] | None = None, requeue_after_s: float = REQUEUE_AFTER_S,
-               batch: workflow.BatchRouting | None = None) -> IndexReport:
+               batch: workflow.BatchRouting | None = None, interactive: bool | None = None
+               ) -> IndexReport:
     """One producer pass: sync chunk rows, then (with a provider) queue what needs vectors.
 
     ``paths`` limits the pass to what changed (a watcher's batch); ``requeue_after_s`` is how
     old a pending chunk's queue message must be before it is presumed lost; ``batch`` routes
     the chunks to provider batch jobs when ``remote.batch.enabled`` (see :func:`queue_pending`).
+    ``interactive`` puts the jobs in the interactive lane, ahead of bulk work (by default, a
+    pass over a watcher's ``paths`` is interactive and a full pass is bulk).
     """
     report = sync_files(db, settings, choice, paths)
     if report.rebuild_needed:
@@ -311,9 +325,11 @@ def index_once(db: Database, settings: Settings, choice: ProviderChoice,
     if choice.spec is not None and submit is not None:
         media = (MediaSource(settings.workspace, settings.multimodal)
                  if settings.multimodal.active else None)
+        lane = paths is not None if interactive is None else interactive
         queue_pending(db, choice.spec, submit, memory=settings.agent_id,
                       retry_failed=retry_failed, report=report,
-                      requeue_after_s=requeue_after_s, media=media, batch=batch)
+                      requeue_after_s=requeue_after_s, media=media, batch=batch,
+                      route=Route(settings.fleet.shard_of(settings.agent_id), lane))
     with schema.transaction(db):
         cache.prune_cache(db, settings.cache.max_entries)
         schema.set_meta(db, "last_index_at", time.time())

@@ -66,6 +66,15 @@ def generation_path(store_path: Path) -> Path:
     return store_path.with_name(f"{store_path.name}.gen-{time.time_ns():x}")
 
 
+def is_generation_of(store_path: Path, candidate: str | os.PathLike[str]) -> bool:
+    """Whether ``candidate`` is the store at ``store_path`` or one of its generations (what a
+    writer checks before it writes a message's results into a file)."""
+    other = Path(candidate)
+    if os.path.realpath(other.parent) != os.path.realpath(store_path.parent):
+        return False
+    return other.name == store_path.name or other.name.startswith(f"{store_path.name}.gen-")
+
+
 def remove_store_file(path: Path) -> None:
     """Delete a store file with its WAL and shared-memory files (open handles keep working)."""
     for suffix in ("", *SIDE_FILES):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,14 +16,20 @@ from pipeline.messages import EmbedResult
 from pipeline.store import schema, writer
 from pipeline.store.engine import Database, as_store_error, connect
 
+#: How many store files a pool keeps open at most (a writer shard may serve thousands of
+#: memories; each open store holds a few file descriptors and its page cache).
+MAX_OPEN_STORES = int(os.environ.get("MEMQ_MAX_OPEN_STORES") or 64)
+
 
 class StorePool:
     """One open connection per store file (thread-safe); closed when the file goes away or
-    is replaced (another inode), and all at once by :meth:`close`."""
+    is replaced (another inode), when ``max_open`` others were used more recently, and all at
+    once by :meth:`close`."""
 
-    def __init__(self, *, want_vectors: bool = True) -> None:
+    def __init__(self, *, want_vectors: bool = True, max_open: int = MAX_OPEN_STORES) -> None:
         self.want_vectors = want_vectors
-        self._stores: dict[str, Database] = {}
+        self.max_open = max(1, max_open)
+        self._stores: OrderedDict[str, Database] = OrderedDict()
         self._inodes: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -45,7 +52,16 @@ class StorePool:
                 db = connect(key, want_vectors=self.want_vectors)
                 schema.ensure_schema(db)
                 self._stores[key], self._inodes[key] = db, inode
+            self._stores.move_to_end(key)
+            while len(self._stores) > self.max_open:
+                oldest, idle = self._stores.popitem(last=False)
+                self._inodes.pop(oldest, None)
+                idle.close()
             return db
+
+    def __len__(self) -> int:
+        """How many stores are open."""
+        return len(self._stores)
 
     def close(self) -> None:
         with self._lock:
