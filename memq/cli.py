@@ -253,6 +253,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         r = s["reindex"]
         lines.append(f"reindex:   building ({r['reason']}): {r['ready']}/{r['chunks']} chunks "
                      f"with vectors, {r['pending']} pending; searches use the live index")
+    if s["watch"]:
+        w = s["watch"]
+        lines.append(f"watch:     {'file events' if w['mode'] == 'events' else 'polling'}"
+                     + (f" ({w['reason']})" if w.get("reason") else ""))
     if s["vector_backend_reason"]:
         lines.append(f"note: {s['vector_backend_reason']}")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
@@ -278,7 +282,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     print(f"memq: watching {settings.workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
-    run_watch(settings, polling=args.polling, debounce_s=debounce,
+    run_watch([settings], polling=args.polling, debounce_s=debounce,
               reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat)
     return 0
 

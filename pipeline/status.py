@@ -39,7 +39,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
                       mode=None, reason="never indexed: run `memq index`", reindex=None,
-                      jobs=[], last_job_error=None, batch=batch_status(None))
+                      jobs=[], last_job_error=None, batch=batch_status(None), watch=None)
         return status
     try:
         index = schema.get_meta(db, "index") or {}
@@ -64,6 +64,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
             vector_backend_reason=db.vector_error,
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
+            watch=schema.get_meta(db, "watch"),
         )
         with joblog.opened(settings.store.path) as log:
             status.update(jobs=joblog.recent_jobs(log, RECENT_JOBS),

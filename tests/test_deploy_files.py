@@ -87,6 +87,8 @@ def memq_parser() -> argparse.ArgumentParser:
     worker.add_argument("--role", required=True, choices=("writer", "embed", "batch"))
     worker.add_argument("--provider", choices=sorted({*EMBED_PROVIDERS, *BATCH_PROVIDERS}))
     worker.add_argument("--concurrency", type=_positive_int)
+    worker.add_argument("--shard", type=int, action="append")
+    worker.add_argument("--name")
 
     index = sub.add_parser("index", exit_on_error=False)
     index.add_argument("--no-wait", action="store_true")
@@ -130,6 +132,8 @@ def _check_contract_rules(ns: argparse.Namespace) -> None:
         raise _Reject(f"`worker --role batch`: {ns.provider} has no batch API")
     if ns.role == "writer" and (ns.provider is not None or ns.concurrency is not None):
         raise _Reject("the writer takes no --provider/--concurrency (single consumer, -c 1)")
+    if ns.role != "writer" and ns.shard:
+        raise _Reject("only a writer takes --shard")
 
 
 def assert_valid_memq_command(argv: Sequence[str]) -> argparse.Namespace:
@@ -430,17 +434,30 @@ def test_service_roles(compose: dict[str, Any]) -> None:
     assert is_job(svc["index"])
 
 
-def test_exactly_one_writer(compose: dict[str, Any]) -> None:
-    writers = [
-        name
-        for name, s in memq_services(compose).items()
-        if role_of(assert_valid_memq_command(service_argv(s))) == ("worker", "writer", "")
-    ]
-    assert writers == ["writer"], f"exactly one writer service, got {writers}"
-    writer = compose["services"]["writer"]
-    assert not is_job(writer) and not writer.get("profiles")
-    assert (writer.get("deploy") or {}).get("replicas", 1) == 1
-    assert int(writer.get("scale", 1)) == 1
+def writers_by_shard(commands: Mapping[str, Sequence[str]]) -> dict[int, list[str]]:
+    """The writer processes of each shard (``--shard``; all shards when none is given)."""
+    out: dict[int, list[str]] = {}
+    for name, argv in commands.items():
+        ns = assert_valid_memq_command(argv)
+        if role_of(ns) == ("worker", "writer", ""):
+            for shard in ns.shard or [0]:
+                out.setdefault(shard, []).append(name)
+    return out
+
+
+def test_exactly_one_writer_per_shard(compose: dict[str, Any]) -> None:
+    services = memq_services(compose)
+    shards = int(env_dict(services["writer"])["MEMQ_FLEET_SHARDS"])
+    assert shards == 2
+    assert all(env_dict(s).get("MEMQ_FLEET_SHARDS") == str(shards) for s in services.values()), \
+        "every service must agree on the number of shards"
+    by_shard = writers_by_shard({n: service_argv(s) for n, s in services.items()})
+    assert by_shard == {0: ["writer"], 1: ["writer-1"]}, by_shard
+    for name in ("writer", "writer-1"):
+        writer = compose["services"][name]
+        assert not is_job(writer) and not writer.get("profiles")
+        assert (writer.get("deploy") or {}).get("replicas", 1) == 1
+        assert int(writer.get("scale", 1)) == 1
 
 
 def test_writer_runs_the_index_jobs(compose: dict[str, Any]) -> None:
@@ -450,7 +467,7 @@ def test_writer_runs_the_index_jobs(compose: dict[str, Any]) -> None:
 
     writer = compose["services"]["writer"]
     ns = assert_valid_memq_command(service_argv(writer))
-    argv = worker_command(ns.role, ns.provider, ns.concurrency, "INFO")
+    argv = worker_command(ns.role, ns.provider, ns.concurrency, "INFO", shards=ns.shard)
     assert argv[argv.index("-Q") + 1].split(",") == ["store.0", "control.0"]
     env = env_dict(writer)
     targets = {str(v).split(":")[1] for v in writer["volumes"]}
@@ -751,7 +768,11 @@ def test_procfile_roles_match_compose_roles(compose: dict[str, Any]) -> None:
         role_of(assert_valid_memq_command(service_argv(s))) for s in long_running(compose).values()
     )
     assert procfile_roles == compose_roles
-    assert procfile_roles.count(("worker", "writer", "")) == 1
+    procfile = {name: procfile_argv(cmd, {})[1][1:] for name, cmd in procfile_entries().items()}
+    assert writers_by_shard(procfile) == {0: ["writer_0"], 1: ["writer_1"]}
+    for name, command in procfile_entries().items():
+        if name != "flower":
+            assert procfile_argv(command, {})[0]["MEMQ_FLEET_SHARDS"] == "2", name
 
 
 def test_procfile_flower_binds_loopback_and_keeps_auth() -> None:

@@ -132,7 +132,9 @@ def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     fleet.spawn([sys.executable, "-m", "honcho", "-f", str(REPO / "Procfile"), "start"],
                 "honcho", env)
-    expected = {"writer": ["control.0", "store.0"], "embed-local": ["embed.local"],
+    env["MEMQ_FLEET_SHARDS"] = "2"
+    expected = {"writer-0": ["control.0", "store.0"], "writer-1": ["control.1", "store.1"],
+                "embed-local": ["embed.local"],
                 "batch-openai": ["batch.openai"]}
     wait_for(lambda: {n.split("@")[0]: q for n, q in queue_consumers(broker_url).items()}
              == expected, "the Procfile's workers", fleet)

@@ -13,14 +13,16 @@ now, and embedding that one twice is harmless (every write is idempotent). A reb
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.errors import FleetError
 from pipeline.fleet import FleetDispatcher
 from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
@@ -28,6 +30,7 @@ from pipeline.ingest.watcher import Watcher
 from pipeline.memory import Memory
 from pipeline.routing import embed_queue, store_queue
 from pipeline.store.engine import connect
+from pipeline.store.schema import ensure_schema, set_meta, transaction
 from workers.indexing import fleet_dispatcher
 
 log = logging.getLogger(__name__)
@@ -56,17 +59,15 @@ class WatchService:
     def __init__(self, settings: Settings, choice: ProviderChoice,
                  dispatcher: FleetDispatcher | None, *,
                  reconcile_s: float, lost_after_s: float = LOST_AFTER_S,
-                 polling: bool | None = None, debounce_s: float | None = None,
-                 heartbeat: Path | None = None) -> None:
+                 polling: bool | None = None, debounce_s: float | None = None) -> None:
         self.settings, self.choice, self.dispatcher = settings, choice, dispatcher
         self.submit = dispatcher.embed if dispatcher is not None else None
         self.reconcile_s, self.lost_after_s = reconcile_s, lost_after_s
-        self.heartbeat = heartbeat
-        self._next_beat = 0.0
         self.stats = WatchStats()
         self.watcher = Watcher(settings, self.on_batch, on_tick=self.on_tick,
                                debounce_s=debounce_s, polling=polling)
         self._next_reconcile = 0.0  # reconcile once at start: heals what happened while down
+        self._alone = WatchGroup([self])
         self._next_rebuild_step = 0.0
 
     def _pass(self, paths: set[Path] | None, requeue_after_s: float = REQUEUE_AFTER_S
@@ -112,12 +113,28 @@ class WatchService:
                          requeue_after_s=self.lost_after_s)
         return report
 
+    def run(self) -> None:
+        """Watch this one memory until :meth:`stop` (a :class:`WatchGroup` of one)."""
+        self._alone.run()
+
+    def stop(self) -> None:
+        self._alone.stop()
+
+    def record_mode(self) -> None:
+        """Note in the store how this memory's changes are followed (``memq status`` shows
+        it): native events, or polling and why."""
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        try:
+            ensure_schema(db)
+            with transaction(db):
+                set_meta(db, "watch", {"mode": "polling" if self.watcher.polling else "events",
+                                       "reason": self.watcher.polling_reason,
+                                       "since": time.time()})
+        finally:
+            db.close()
+
     def on_tick(self) -> None:
         now = time.monotonic()
-        if self.heartbeat is not None and now >= self._next_beat:
-            # Touched from the loop itself: a loop stuck in a pass goes stale, and unhealthy.
-            self.heartbeat.touch()
-            self._next_beat = now + HEARTBEAT_S
         if self.dispatcher is not None:
             self.dispatcher.check()
         if now >= self._next_reconcile:
@@ -131,38 +148,97 @@ class WatchService:
                 if progress.done:
                     log.warning("rebuilt index swapped in (%d chunks)", progress.chunks)
 
+
+
+class WatchGroup:
+    """The watch services of many memories, driven by one loop in one thread.
+
+    Each memory keeps its own watcher (its own debounce, reconcile and rebuild steps); one that
+    cannot set up native file events (inotify's instance or watch limit, a network file
+    system) polls its folders instead, and a failing pass of one memory is logged without
+    stopping the others. ``heartbeat`` is touched by the loop itself.
+    """
+
+    def __init__(self, services: list[WatchService], *, heartbeat: Path | None = None,
+                 tick_s: float = 0.1) -> None:
+        self.services, self.heartbeat, self.tick_s = services, heartbeat, tick_s
+        self._stop = threading.Event()
+        self._next_beat = 0.0
+
     def run(self) -> None:
-        self.watcher.run()
+        """Start every watcher, then step them all until :meth:`stop`."""
+        started: list[WatchService] = []
+        try:
+            for service in self.services:
+                service.watcher.start()
+                service.record_mode()
+                started.append(service)
+            while not self._stop.wait(self.tick_s):
+                self._beat()
+                for service in self.services:
+                    try:
+                        service.watcher.step()
+                    except FleetError:
+                        raise
+                    except Exception:  # one memory's failure must not stop the others
+                        log.exception("watching %s failed this turn", service.settings.agent_id)
+        finally:
+            for service in started:
+                service.watcher.observer.stop()
+            for service in started:
+                service.watcher.observer.join(timeout=5)
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if self.heartbeat is not None and now >= self._next_beat:
+            self.heartbeat.touch()
+            self._next_beat = now + HEARTBEAT_S
 
     def stop(self) -> None:
-        self.watcher.stop()
+        self._stop.set()
+
+    @property
+    def stats(self) -> dict[str, WatchStats]:
+        """Each memory's watch statistics, by name."""
+        return {s.settings.agent_id: s.stats for s in self.services}
 
 
-def run_watch(settings: Settings, *, polling: bool | None = None,
+def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
               debounce_s: float | None = None, reconcile_minutes: float | None = None,
               heartbeat: Path | None = None,
-              on_start: Callable[[WatchService], None] | None = None) -> WatchStats:
-    """Watch the workspace until interrupted, with the fleet's broker or an embedded one.
+              on_start: Callable[[WatchGroup], None] | None = None) -> dict[str, WatchStats]:
+    """Watch the workspaces of ``memories`` until interrupted, with the fleet's broker (one
+    connection shared by all) or embedded fleets (one per provider and shard).
 
-    ``polling`` None follows ``watch.polling``; ``heartbeat`` is a file touched every few
-    seconds by the loop, for a container health check.
+    ``polling`` None follows each memory's ``watch.polling``; ``heartbeat`` is a file touched
+    every few seconds by the loop, for a container health check.
     """
-    choice = choose_provider(settings)
-    minutes = reconcile_minutes or settings.sync.interval_minutes or DEFAULT_RECONCILE_MINUTES
     with ExitStack() as stack:
-        dispatcher: FleetDispatcher | None = None
-        if choice.spec is not None:
-            dispatcher = fleet_dispatcher(settings, choice.spec.name, durable=False)
-            stack.callback(dispatcher.close)
-            if not dispatcher.durable:  # its jobs die with it: let the next run queue them
-                stack.callback(_forget_queued, settings)
-        service = WatchService(settings, choice, dispatcher,
-                               reconcile_s=minutes * 60, polling=polling, debounce_s=debounce_s,
-                               heartbeat=heartbeat)
+        dispatchers: dict[tuple[str, ...], FleetDispatcher] = {}
+        services = []
+        for settings in memories:
+            choice = choose_provider(settings)
+            minutes = (reconcile_minutes or settings.sync.interval_minutes
+                       or DEFAULT_RECONCILE_MINUTES)
+            dispatcher: FleetDispatcher | None = None
+            if choice.spec is not None:
+                key = ((settings.broker_url,) if settings.broker_url else
+                       ("embedded", choice.spec.name,
+                        str(settings.fleet.shard_of(settings.agent_id))))
+                if key not in dispatchers:
+                    dispatchers[key] = fleet_dispatcher(settings, choice.spec.name,
+                                                        durable=False)
+                    stack.callback(dispatchers[key].close)
+                dispatcher = dispatchers[key]
+                if not dispatcher.durable:  # its jobs die with it: let the next run queue them
+                    stack.callback(_forget_queued, settings)
+            services.append(WatchService(settings, choice, dispatcher, reconcile_s=minutes * 60,
+                                         polling=polling, debounce_s=debounce_s))
+        group = WatchGroup(services, heartbeat=heartbeat)
         if on_start is not None:
-            on_start(service)
-        service.run()
-        return service.stats
+            on_start(group)
+        group.run()
+        return group.stats
 
 
 def _forget_queued(settings: Settings) -> None:

@@ -181,6 +181,8 @@ class Watcher:
         if why:
             log.warning("polling for changes: %s", why)
         self.polling = bool(chosen) or why is not None
+        #: Why this watcher polls (None while it gets native events).
+        self.polling_reason: str | None = why or ("watch.polling is true" if chosen else None)
         self.observer: BaseObserver = (PollingObserver(timeout=self.poll_interval_s)
                                        if self.polling else Observer())
         self.tick_s = tick_s
@@ -223,6 +225,7 @@ class Watcher:
         with contextlib.suppress(Exception):
             self.observer.stop()
         self.polling = True
+        self.polling_reason = f"native file events unavailable ({exc.strerror or exc})"
         self.observer = PollingObserver(timeout=self.poll_interval_s)
         self._watched.clear()
         self._schedule()
