@@ -129,6 +129,10 @@ def _remote_options(provider: Any, role: str, settings: Settings) -> dict[str, A
     rpm, tpm = settings.remote.requests_per_minute, settings.remote.tokens_per_minute
     if rpm or tpm:
         options["rate_limit"] = {"requests": rpm, "tokens": tpm}
+    from pipeline.embeddings.http import shown_url
+
+    # The endpoint without credentials, as the provider key hashes it: in the index fingerprint.
+    options["endpoint"] = shown_url(provider.base_url)
     base = _public_base_url(provider.base_url)
     if base and base != provider.default_base_url:
         options["base_url"] = base

@@ -1,12 +1,14 @@
 """Markdown chunking and embedding-input limits, ported from OpenClaw.
 
-This is a faithful port of OpenClaw's ``chunkMarkdown`` (``src/memory/internal.ts``) and of its
+This is a port of OpenClaw's ``chunkMarkdown`` (``src/memory/internal.ts``) and of its
 input-limit splitter (``enforceEmbeddingMaxInputTokens`` in ``src/memory/embedding-chunk-limits.ts``
 with ``splitTextToUtf8ByteLimit`` from ``src/memory/embedding-input-limits.ts``), as of the
-2026-03 baseline (OpenClaw 2026.3.25). Same input, same chunks: the golden tests in
-``tests/golden/chunking`` were produced by running the TypeScript originals under Node.
+2026-03 baseline (OpenClaw 2026.3.25), with one deliberate change: the overlap carried from a
+long line is capped (``CHUNKING_VERSION`` 2, below). For files of short lines it is the same
+input, same chunks: the golden tests in ``tests/golden/chunking`` were produced by running the
+TypeScript originals under Node.
 
-How ``chunk_markdown`` works (all of it is OpenClaw's behaviour, quirks included):
+How ``chunk_markdown`` works:
 
 * ``maxChars = max(32, tokens * 4)`` and ``overlapChars = overlap * 4``, where ``overlap`` is first
   clamped to ``[0, max(0, tokens - 1)]`` as OpenClaw's config resolver does.
@@ -16,9 +18,15 @@ How ``chunk_markdown`` works (all of it is OpenClaw's behaviour, quirks included
   A line longer than ``maxChars`` is first cut into ``maxChars``-unit segments; every line or
   segment costs its length + 1.
 * A chunk is flushed *before* a segment would push it past ``maxChars`` (a chunk that is empty
-  always takes the segment). After a flush the chunk restarts with whole tail segments of the
-  previous chunk, taken from the end until they add up to at least ``overlapChars``; the carry can
-  overshoot, so a chunk can grow to about twice ``maxChars`` (OpenClaw issue #138722).
+  always takes the segment). After a flush the chunk restarts with tail lines of the previous
+  chunk, taken from the end until they add up to at least ``overlapChars``. A line shorter than
+  ``overlapChars`` is carried whole, as OpenClaw's baseline does. A longer one (a paragraph
+  written on one line, or a segment of it) is not: only its last ``overlapChars - 1`` units ride
+  along, and only when it closes the chunk (the new chunk then starts inside that line, and its
+  ``start_line`` is that line). The carry also leaves room for the incoming segment, so no chunk
+  is longer than ``maxChars``. The baseline carried whole segments, so a chunk could grow to about
+  twice ``maxChars`` and one paragraph was embedded two or three times (OpenClaw #138722; OpenClaw
+  bounded its own carry in 2026.9, its ``chunkingVersion`` 5).
 * Chunks whose text is blank (JavaScript ``String.prototype.trim`` rules) are dropped, as
   OpenClaw's indexer does right after chunking.
 * ``hash`` is the SHA-256 hex digest of the chunk text encoded as UTF-8.
@@ -38,7 +46,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-__all__ = ["Chunk", "chunk_markdown", "enforce_input_limit", "hash_text", "js_trim"]
+__all__ = ["CHUNKING_VERSION", "Chunk", "chunk_markdown", "enforce_input_limit", "hash_text",
+           "js_trim"]
+
+#: memq's chunking version, part of the index fingerprint: a change rebuilds every index once.
+#: 1 was OpenClaw 2026.3.25's carry (whole tail lines, even a full segment of a long line);
+#: 2 caps the carry from a long line at the overlap and never lets a chunk pass ``maxChars``.
+CHUNKING_VERSION = 2
 
 # JavaScript String.prototype.trim() strips WhiteSpace and LineTerminator code points (ES2023):
 # TAB VT FF SP NBSP ZWNBSP(BOM) + Unicode Zs, and LF CR LS PS. Python's str.strip() differs: it
@@ -100,6 +114,55 @@ def _segments(line: str, max_chars: int) -> list[tuple[str, int]]:
     return out
 
 
+def _utf16_tail(text: str, budget: int) -> tuple[str, int]:
+    """The longest suffix of ``text`` of at most ``budget`` UTF-16 units, and its size in units.
+
+    An astral character is never cut (its two units go together or not at all).
+    """
+    if budget <= 0:
+        return "", 0
+    if text.isascii() or _ASTRAL.search(text) is None:
+        tail = text[-budget:]
+        return tail, len(tail)
+    units = 0
+    start = len(text)
+    while start > 0:
+        width = 2 if ord(text[start - 1]) > 0xFFFF else 1
+        if units + width > budget:
+            break
+        units += width
+        start -= 1
+    return text[start:], units
+
+
+def _carry_overlap(texts: list[str], sizes: list[int], lines: list[int], overlap_chars: int,
+                   room: int) -> tuple[list[str], list[int], list[int]]:
+    """The tail of a flushed chunk that starts the next one: at most ``room`` units (so the
+    next segment still fits in ``maxChars``).
+
+    Whole lines no longer than ``overlap_chars`` are taken from the end until they reach
+    ``overlap_chars``, as OpenClaw's baseline does (so notes of short lines chunk as before).
+    A line longer than that (a long paragraph, or one segment of it) is cut: only its last
+    ``min(overlap_chars, room) - 1`` units ride along, and only when it is the last line.
+    """
+    if overlap_chars <= 0 or room <= 0:
+        return [], [], []
+    acc = 0
+    i = len(texts)
+    while i > 0 and acc < overlap_chars:
+        size = sizes[i - 1]
+        if size <= overlap_chars and acc + size <= room:
+            acc += size
+            i -= 1
+            continue
+        if i == len(texts):
+            tail, units = _utf16_tail(texts[i - 1], min(overlap_chars, room) - 1)
+            if units > 0:
+                return [tail], [units + 1], [lines[i - 1]]
+        break
+    return texts[i:], sizes[i:], lines[i:]
+
+
 def chunk_markdown(
     content: str, tokens: int = 400, overlap: int = 80, *, drop_blank: bool = True
 ) -> list[Chunk]:
@@ -139,20 +202,9 @@ def chunk_markdown(
             size = seg_len + 1
             if cur_chars + size > max_chars and cur_text:
                 flush()
-                # carryOverlap: keep whole tail segments until they reach overlap_chars.
-                if overlap_chars <= 0:
-                    cur_text, cur_size, cur_line = [], [], []
-                    cur_chars = 0
-                else:
-                    acc = 0
-                    i = len(cur_text)
-                    while i > 0:
-                        i -= 1
-                        acc += cur_size[i]
-                        if acc >= overlap_chars:
-                            break
-                    cur_text, cur_size, cur_line = cur_text[i:], cur_size[i:], cur_line[i:]
-                    cur_chars = acc
+                cur_text, cur_size, cur_line = _carry_overlap(
+                    cur_text, cur_size, cur_line, overlap_chars, max_chars - size)
+                cur_chars = sum(cur_size)
             cur_text.append(segment)
             cur_size.append(size)
             cur_line.append(line_no)

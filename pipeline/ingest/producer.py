@@ -20,7 +20,7 @@ from pipeline.batch import workflow
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.ingest.chunking import chunk_markdown, enforce_input_limit
+from pipeline.ingest.chunking import CHUNKING_VERSION, chunk_markdown, enforce_input_limit
 from pipeline.ingest.multimodal import MediaSource, classify, file_chunks, read_media
 from pipeline.ingest.sessions import (
     SESSIONS_SOURCE,
@@ -48,6 +48,9 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 #: a 429 or 5xx retries one request, not a whole group of them.
 REMOTE_JOB_MAX_BYTES = HARD_MAX_INPUT_BYTES
 REQUEUE_AFTER_S = 3600.0  # a pending chunk queued longer ago than this is presumed lost
+#: Provider options that change no vector: the fleet-wide rate limit, whether an API key was
+#: used, primary or fallback, and the extra HTTP headers (the endpoint has its own option).
+VECTOR_NEUTRAL_OPTIONS = frozenset({"rate_limit", "auth", "role", "headers"})
 
 Submit = Callable[[EmbedJob], None]
 
@@ -74,12 +77,12 @@ class IndexReport:
 
 
 def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, Any]:
-    """The index fingerprint: everything its chunks and vectors depend on.
+    """What a store records about its index: the provider spec and what its chunks depend on.
 
     Provider, model, provider key and options (dimensions live there for remote providers),
-    chunking, and the scope (sources, extra paths, and the multimodal settings when they are
-    on: OpenClaw's scope hash). Any change builds a new index beside the live one
-    (:mod:`pipeline.ingest.reindex`); the live one is never altered in place.
+    chunking (with memq's :data:`~pipeline.ingest.chunking.CHUNKING_VERSION`), and the scope
+    (sources, extra paths, and the multimodal settings when they are on: OpenClaw's scope
+    hash). Only its :func:`index_fingerprint` decides whether a store can be kept.
     """
     identity = {
         "provider": spec.name if spec else None,
@@ -88,6 +91,7 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
         "options": spec.options if spec else {},
         "chunk_tokens": settings.chunking.tokens,
         "chunk_overlap": settings.chunking.overlap,
+        "chunking_version": CHUNKING_VERSION,
         "sources": list(settings.sources),
         "extra_paths": sorted(str(p) for p in settings.extra_paths),
     }
@@ -97,19 +101,37 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
     return identity
 
 
-def adopt_identity(db: Database, identity: dict[str, Any]) -> bool:
-    """Record the fingerprint of a fresh store; False when the store was built for another one.
+def index_fingerprint(identity: dict[str, Any]) -> dict[str, Any]:
+    """The part of an index identity its vectors and chunks depend on.
 
-    A store with another fingerprint is left exactly as it is (searches keep answering from
-    it) until a rebuild replaces it.
+    Provider, model, endpoint, dimensions, task types, local model path, chunking and scope.
+    Not the provider key (it hashes the extra headers too), the rate limit, the headers or
+    whether an API key was set: changing those must not rebuild an index. Any other change
+    builds a new index beside the live one (:mod:`pipeline.ingest.reindex`); the live one is
+    never altered in place. A store written before chunking had a version counts as version 1.
+    """
+    fingerprint = {k: v for k, v in identity.items() if k != "provider_key"}
+    fingerprint["options"] = {k: v for k, v in (identity.get("options") or {}).items()
+                              if k not in VECTOR_NEUTRAL_OPTIONS}
+    fingerprint.setdefault("chunking_version", 1)
+    return fingerprint
+
+
+def adopt_identity(db: Database, identity: dict[str, Any]) -> bool:
+    """Record the identity of the store's index; False when it was built for another fingerprint.
+
+    A store with the same fingerprint takes the new identity as it is (a new rate limit or
+    header set, which moves the provider key); one with another fingerprint is left exactly
+    as it is (searches keep answering from it) until a rebuild replaces it.
     """
     current = schema.get_meta(db, "index")
     if current == identity:
         return True
-    if current is not None and reads.has_files(db):
+    same = current is not None and index_fingerprint(current) == index_fingerprint(identity)
+    if current is not None and not same and reads.has_files(db):
         return False
     with schema.transaction(db):
-        if current is not None:
+        if current is not None and not same:
             drop_vectors(db)  # an empty store: nothing to keep, and the width may change
         schema.set_meta(db, "index", identity)
     return True

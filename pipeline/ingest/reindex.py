@@ -31,6 +31,7 @@ from pipeline.ingest.producer import (
     REQUEUE_AFTER_S,
     EmbedJob,
     IndexReport,
+    index_fingerprint,
     index_identity,
     index_once,
 )
@@ -126,7 +127,9 @@ def _start_locked(live: Database, settings: Settings, choice: ProviderChoice,
     if info is not None and Path(info["target"]).exists():
         target = _open(settings, info["target"])
         try:
-            if schema.get_meta(target, "index") == identity:
+            built_for = schema.get_meta(target, "index")
+            if built_for is not None and (index_fingerprint(built_for)
+                                          == index_fingerprint(identity)):
                 return Path(info["target"])
         finally:
             target.close()

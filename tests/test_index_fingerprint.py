@@ -1,0 +1,130 @@
+"""The index fingerprint holds what changes vectors and chunks, nothing else.
+
+Changing the fleet's rate limit, the extra headers or the API key must not rebuild an index
+(nor re-embed a chunk); changing the model, the endpoint, the dimensions, the task types or the
+chunking must. Stores written before the chunking version existed are rebuilt once, not on
+every run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.embeddings.gemini import DIMENSIONAL_MODEL
+from pipeline.embeddings.registry import choose_provider
+from pipeline.ingest.chunking import CHUNKING_VERSION
+from pipeline.ingest.producer import index_fingerprint, index_identity
+from pipeline.query import memory_search
+from pipeline.status import index_status
+from pipeline.store import schema
+from pipeline.store.engine import connect
+from tests.fakes.provider_doubles import ProviderDouble
+from tests.secrets_scan import SENTINEL
+from workers.indexing import run_index
+
+BASE_URL = "http://127.0.0.1:9/v1"
+
+
+def _fingerprint(make_settings, workspace: Path, provider: str = "openai", **keys: object):
+    settings = make_settings(workspace, provider=provider, **keys)
+    return index_fingerprint(index_identity(choose_provider(settings).spec, settings))
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini", "voyage"])
+def test_rate_limit_headers_and_key_are_not_in_the_fingerprint(provider: str, workspace: Path,
+                                                               make_settings, monkeypatch) -> None:
+    for var in ("OPENAI_API_KEY", "GEMINI_API_KEY", "VOYAGE_API_KEY"):
+        monkeypatch.setenv(var, "sk-env-key-1234")
+    base = _fingerprint(make_settings, workspace, provider, remote={"baseUrl": BASE_URL})
+    same = [
+        {"baseUrl": BASE_URL, "rateLimit": {"requestsPerMinute": 60, "tokensPerMinute": 9000}},
+        {"baseUrl": BASE_URL, "headers": {"X-Team": "blue"}},
+        {"baseUrl": BASE_URL, "apiKey": "sk-config-key-5678"},
+        {"baseUrl": BASE_URL, "headers": {"Authorization": "Bearer sk-other-9999"}},
+    ]
+    for remote in same:
+        assert _fingerprint(make_settings, workspace, provider, remote=remote) == base, remote
+
+
+def test_what_changes_vectors_is_in_the_fingerprint(workspace: Path, make_settings,
+                                                    monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-key-1234")
+    monkeypatch.setenv("GEMINI_API_KEY", "sk-env-key-1234")
+    monkeypatch.setenv("VOYAGE_API_KEY", "sk-env-key-1234")
+    base = _fingerprint(make_settings, workspace, remote={"baseUrl": BASE_URL})
+    changed = [
+        _fingerprint(make_settings, workspace, remote={"baseUrl": BASE_URL},
+                     model="text-embedding-3-large"),
+        _fingerprint(make_settings, workspace, remote={"baseUrl": "http://127.0.0.1:10/v1"}),
+        _fingerprint(make_settings, workspace, remote={"baseUrl": BASE_URL},
+                     chunking={"tokens": 200, "overlap": 20}),
+        _fingerprint(make_settings, workspace, "gemini", remote={"baseUrl": BASE_URL}),
+    ]
+    assert all(fp != base for fp in changed)
+    gemini = _fingerprint(make_settings, workspace, "gemini", model=DIMENSIONAL_MODEL)
+    assert _fingerprint(make_settings, workspace, "gemini", model=DIMENSIONAL_MODEL,
+                        outputDimensionality=768) != gemini
+    voyage = _fingerprint(make_settings, workspace, "voyage")
+    assert _fingerprint(make_settings, workspace, "voyage", inputType="query") != voyage
+    assert base["chunking_version"] == CHUNKING_VERSION
+
+
+def test_a_store_from_before_the_chunking_version_is_rebuilt_once(workspace: Path,
+                                                                  make_settings) -> None:
+    settings = make_settings(workspace, provider="none")
+    run_index(settings, wait=True)
+    db = connect(settings.store.path)
+    try:  # what memq wrote before chunking had a version
+        old = schema.get_meta(db, "index")
+        del old["chunking_version"]
+        with schema.transaction(db):
+            schema.set_meta(db, "index", old)
+    finally:
+        db.close()
+    first = run_index(settings, wait=True)
+    assert first.report.rebuild_needed and first.rebuild is not None and first.rebuild.done
+    for _ in range(2):
+        again = run_index(settings, wait=True)
+        assert not again.report.rebuild_needed and again.rebuild is None
+    assert index_status(settings)["reindex"] is None
+
+
+@pytest.mark.integration
+def test_rate_limit_headers_or_key_change_embeds_nothing_model_change_rebuilds(
+        workspace: Path, make_settings, broker_url, fleet, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    with ProviderDouble("openai", api_key=SENTINEL) as double:
+        def settings(**remote: object):
+            return make_settings(workspace, provider="openai", brokerUrl=broker_url,
+                                 remote={"baseUrl": double.url, **remote},
+                                 query={"minScore": 0.0})
+
+        first = settings(rateLimit={"requestsPerMinute": 6000}, headers={"X-Team": "blue"})
+        fleet.start(["store"], "writer")
+        fleet.start(["embed.openai"], "embed")
+        run_index(first, wait=True)
+        embedded = double.stats()["texts_embedded"]
+        status = index_status(first)
+        assert embedded == status["chunks"] == status["vectors"] > 0
+
+        for remote in ({"rateLimit": {"requestsPerMinute": 600, "tokensPerMinute": 50000}},
+                       {"headers": {"X-Team": "green"}},
+                       {"apiKey": "sk-config-key-5678"}):
+            changed = settings(**remote)
+            run = run_index(changed, wait=True)
+            assert not run.report.rebuild_needed and run.rebuild is None, remote
+            assert run.report.chunks_queued == 0, remote
+            assert double.stats()["texts_embedded"] == embedded, remote
+            status = index_status(changed)
+            assert status["vectors"] == status["chunks"] and status["reindex"] is None
+        # The store follows the new headers: a search builds the query provider from it.
+        out = memory_search("Zigbee coordinator", settings=settings(headers={"X-Team": "green"}))
+        assert out["results"] and out["model"] == "text-embedding-3-small"
+
+        other = make_settings(workspace, provider="openai", brokerUrl=broker_url,
+                              model="text-embedding-3-large", remote={"baseUrl": double.url})
+        run = run_index(other, wait=True)
+        assert run.report.rebuild_needed and run.rebuild is not None and run.rebuild.done
+        assert index_status(other)["model"] == "text-embedding-3-large"
+        assert double.stats()["texts_embedded"] > embedded
