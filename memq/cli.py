@@ -18,7 +18,17 @@ ROLES = ("writer", "embed", "batch")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(config_file=args.config, workspace=args.workspace)
+    return load_settings(config_file=args.config, workspace=args.workspace,
+                         agent=getattr(args, "agent", None))
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memq")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], human: str) -> None:
@@ -461,8 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="memory workspace (default: configured, else cwd)")
     common.add_argument("--config", help="config file (memq.toml/.json or openclaw.json)")
+    common.add_argument("--agent", "--memory", dest="agent", metavar="ID",
+                        help="the memory to use: an agent id of openclaw.json's agents.list "
+                             "(default: the default agent)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     parser = argparse.ArgumentParser(prog="memq", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"memq {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("index", parents=[common], help="index the workspace through the queues")

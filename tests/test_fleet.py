@@ -112,7 +112,7 @@ def test_stale_writer_lease_is_waited_out_and_released(workspace: Path, tmp_path
     fleet.spawn(memq_argv("worker", "--role", "writer", "--name", "heir@%h"), "heir", env)
     wait_for(lambda: nodes_on(broker_url, "store.0"), "the writer after the lease expired", fleet)
     log = (fleet.log_dir / "heir.log").read_text()
-    assert "writer lease held by ghost@gone, which does not answer" in log
+    assert "writer lease of shard 0 held by ghost@gone, which does not answer" in log
     assert client.get(LEASE_KEY).decode().startswith("heir@")
     fleet.stop()
     assert client.get(LEASE_KEY) is None

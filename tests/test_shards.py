@@ -333,3 +333,25 @@ def test_a_one_line_edit_is_embedded_before_a_backfill_of_another_memory(
     backfill = written_at(settings["alpha"].store.path)
     assert edit and len(backfill) > 40
     assert max(edit) < backfill[len(backfill) // 4], (edit, backfill[:5])
+
+
+def test_every_command_takes_the_agent(tmp_path: Path, tiny_model: Path) -> None:
+    """``--agent`` (alias ``--memory``) picks one memory of the config; the other's text is
+    never seen."""
+    from tests.conftest import run_memq
+
+    config = two_agents(tmp_path, tiny_model)
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_LOCAL_THREADS": "1"}
+    for agent in ("alpha", "beta"):
+        done = run_memq("index", "--config", str(config), "--agent", agent, env=env)
+        assert done.returncode == 0, done.stderr
+    beta = run_memq("search", "--config", str(config), "--memory", "beta", "--json",
+                    "vault kestrel", env=env)
+    alpha = run_memq("search", "--config", str(config), "--agent", "alpha", "--json",
+                     "vault kestrel", env=env)
+    assert "kestrel" in beta.stdout
+    assert alpha.returncode == 0 and "kestrel" not in alpha.stdout
+    status = json.loads(run_memq("status", "--config", str(config), "--agent", "beta",
+                                 "--json", env=env).stdout)
+    assert status["memory"] == "beta" and status["workspace"].endswith("ws-beta")
+    assert run_memq("--version").stdout.startswith("memq ")
