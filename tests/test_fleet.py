@@ -309,3 +309,38 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     jobs = json.loads(run_memq("jobs", "--json", env=settings_env, timeout=60).stdout)["jobs"]
     assert [j["kind"] for j in jobs[:3]] == ["local", "local", "remote"]
     assert all(j["state"] == "done" and j["chunks_queued"] > 0 for j in jobs[:2])
+
+
+def test_worker_flags_reach_the_worker(workspace: Path, tmp_path: Path, tiny_model: Path,
+                                       broker_url: str, fleet: Fleet) -> None:
+    """`memq worker --workspace DIR --config FILE`, started from another directory, runs its
+    index jobs on DIR with FILE's settings (the flags travel to the worker, not lost)."""
+    config = tmp_path / "memq.json"
+    config.write_text(json.dumps({"provider": "local", "local": {"modelPath": str(tiny_model)},
+                                  "store": {"path": str(tmp_path / "flags.sqlite")}}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_LOCAL_THREADS": "1"}
+    flags = ["--workspace", str(workspace), "--config", str(config)]
+    for role, name in ((["--role", "writer"], "writer"),
+                       (["--role", "embed", "--provider", "local"], "embed")):
+        proc = subprocess.Popen(memq_argv("worker", *role, *flags),
+                                env={**os.environ, **env, "MEMQ_BROKER_URL": broker_url},
+                                cwd=elsewhere, stdout=subprocess.DEVNULL,
+                                stderr=open(fleet.log_dir / f"{name}.log", "ab"))  # noqa: SIM115
+        fleet.procs.append(proc)
+    wait_for(lambda: nodes_on(broker_url, "store.0") and nodes_on(broker_url, "embed.local"),
+             "the workers", fleet)
+    done = run_memq("index", "--remote", *flags, env={**env, "MEMQ_BROKER_URL": broker_url})
+    assert done.returncode == 0, done.stderr
+    from pipeline.config import load_settings
+
+    settings = load_settings(config_file=config, workspace=workspace, env=env)
+
+    def indexed() -> bool:
+        s = fleet_status(settings)
+        return bool(s["indexed"] and s["files"] > 0 and s["pending"] == 0 and s["vectors"] > 0)
+
+    wait_for(indexed, "the index job on the flagged workspace", fleet, timeout=120)
+    assert fleet_status(settings)["workspace"] == str(workspace)
+    assert not (elsewhere / ".memq").exists() and list(elsewhere.iterdir()) == []
