@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
+from kombu import Connection
 from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
-from pipeline.fleet import DEFAULT_TIMEOUT_S, FleetDispatcher, queue_consumers, redis_client
+from pipeline.fleet import (
+    DEFAULT_TIMEOUT_S,
+    FleetDispatcher,
+    queue_consumers,
+    queued_messages,
+    redis_client,
+)
 from pipeline.routing import control_queue, embed_queue, store_queue
 from pipeline.status import index_status
 from pipeline.store import schema
@@ -25,6 +33,7 @@ PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)
 BINDING_PREFIX = "_kombu.binding."
 UNACKED_KEY = "unacked"
+REDIS_SCHEMES = ("redis", "rediss", "redis+socket")
 
 
 def queue_depths(client: redis.Redis, shards: int = 1) -> dict[str, int]:
@@ -66,6 +75,8 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S, shards: i
     out: dict[str, Any] = {"url": redact_url(broker_url), "reachable": False, "error": None,
                            "queues": None, "unacked": None, "workers": None, "nodes": None,
                            "waiting_jobs": None}
+    if urlsplit(broker_url).scheme not in REDIS_SCHEMES:
+        return _amqp_status(out, broker_url, timeout, shards)
     try:
         client = redis_client(broker_url, timeout)
         try:
@@ -87,6 +98,26 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S, shards: i
         return out
     out["nodes"] = nodes
     out["workers"] = len(nodes)
+    return out
+
+
+def _amqp_status(out: dict[str, Any], broker_url: str, timeout: float, shards: int
+                 ) -> dict[str, Any]:
+    """:func:`broker_status` on a broker other than Redis (RabbitMQ): the workers from Celery's
+    remote control, and the depth of the writer queues and of every queue a live worker
+    consumes from a passive ``queue_declare`` (an AMQP broker cannot list its queues). What
+    only Redis shows (messages in flight, the waiting index jobs) stays unknown."""
+    try:
+        nodes = queue_consumers(broker_url, timeout=timeout)
+        names = {q for shard in range(shards) for q in (store_queue(shard), control_queue(shard))}
+        names.update(q for queues in nodes.values() for q in queues
+                     if not q.endswith(".pidbox") and not q.startswith("celeryev"))
+        with Connection(broker_url, connect_timeout=timeout) as connection:
+            out["queues"] = {name: queued_messages(connection, name) for name in sorted(names)}
+    except (OperationalError, OSError) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    out.update(reachable=True, nodes=nodes, workers=len(nodes))
     return out
 
 
