@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
-from pipeline.errors import EmbeddingError, MemqError, StoreError
+from pipeline.errors import EmbeddingError, MemqError, StoreError, WorkspaceMissing
 
 ROLES = ("writer", "embed", "batch")
 
@@ -20,6 +20,15 @@ ROLES = ("writer", "embed", "batch")
 def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(config_file=args.config, workspace=args.workspace,
                          agent=getattr(args, "agent", None))
+
+
+def _existing(settings: Settings) -> Settings:
+    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist."""
+    if not settings.workspace.is_dir():
+        raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
+                               "--workspace, the config's workspace or the agent's; create the "
+                               "folder first to start a new memory)")
+    return settings
 
 
 def _version() -> str:
@@ -66,7 +75,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         return _enqueue_index(args)
     from workers.indexing import run_index
 
-    settings = _settings(args)
+    settings = _existing(_settings(args))
     progress = ProgressBar(args)
     run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
                     on_progress=progress, warn=_warn)
@@ -127,7 +136,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from pipeline.memory import Memory
 
     # One query per process: vec0 and FTS5 answer faster than loading the store into memory.
-    with Memory(settings=_settings(args), in_memory=False) as memory:
+    with Memory(settings=_existing(_settings(args)), in_memory=False) as memory:
         out = memory.search(args.query, max_results=args.max_results, min_score=args.min_score,
                             citations=args.citations).to_dict()
     lines = []
@@ -150,7 +159,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     from pipeline.memory import Memory
 
     try:
-        with Memory(settings=_settings(args), in_memory=False) as memory:
+        with Memory(settings=_existing(_settings(args)), in_memory=False) as memory:
             out = memory.get(args.path, args.from_line, args.lines).to_dict()
     except MemoryPathError as exc:
         print(f"memq: {exc}", file=sys.stderr)
@@ -289,7 +298,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from workers.watching import run_watch
 
     logging.basicConfig(level=logging.WARNING, format="memq watch: %(message)s")
-    settings = _settings(args)
+    settings = _existing(_settings(args))
     print(f"memq: watching {settings.workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
     run_watch([settings], polling=args.polling, debounce_s=debounce,
@@ -303,7 +312,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     def warn(message: str) -> None:
         print(f"memq: {message}", file=sys.stderr)
 
-    run = run_index(_settings(args), wait=not args.no_wait, rebuild="memq reindex", warn=warn)
+    run = run_index(_existing(_settings(args)), wait=not args.no_wait, rebuild="memq reindex",
+                    warn=warn)
     progress = run.rebuild.as_dict() if run.rebuild else None
     data = {"mode": run.mode, "provider": run.provider, "model": run.model,
             "reindex": progress, "waited": run.waited, "seconds": round(run.seconds, 3)}
@@ -594,6 +604,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memq: embedding provider error: {exc}", file=sys.stderr)
     except StoreError as exc:
         print(f"memq: store error: {exc}", file=sys.stderr)
+    except WorkspaceMissing as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
     except MemqError as exc:
         print(f"memq: {exc}", file=sys.stderr)
     except BrokenPipeError:  # `memq search … | head`: the reader left, nothing is wrong

@@ -49,6 +49,11 @@ class ConfigError(MemqError, ValueError):
         self.source = source
 
 
+class WorkspaceMissing(MemqError, FileNotFoundError):
+    """The memory's workspace folder does not exist (a typo'd ``--workspace``, a moved
+    folder): nothing is indexed or searched, and no store is created for it."""
+
+
 class RequestRefused(MemqError, ValueError):
     """An argument of this call was refused; nothing was read or written."""
 

@@ -355,3 +355,16 @@ def test_every_command_takes_the_agent(tmp_path: Path, tiny_model: Path) -> None
                                  "--json", env=env).stdout)
     assert status["memory"] == "beta" and status["workspace"].endswith("ws-beta")
     assert run_memq("--version").stdout.startswith("memq ")
+
+
+def test_a_missing_workspace_is_a_clear_error_and_creates_nothing(tmp_path: Path) -> None:
+    from tests.conftest import run_memq
+
+    home = tmp_path / "home"
+    env = {"MEMQ_HOME": str(home), "MEMQ_CONFIG": "none"}
+    for argv in (["index"], ["search", "anything"], ["get", "MEMORY.md"], ["reindex"]):
+        done = run_memq(*argv, "--workspace", str(tmp_path / "no" / "such"), env=env)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert f"workspace {tmp_path / 'no' / 'such'} does not exist" in done.stderr
+    assert not (tmp_path / "no").exists()
+    assert not list(tmp_path.rglob("*.sqlite"))  # the data dir is MEMQ_HOME, inside tmp_path
