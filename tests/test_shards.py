@@ -265,15 +265,16 @@ def test_interactive_jobs_overtake_bulk_jobs_on_a_real_broker(
     from kombu import Connection
 
     spec = ProviderSpec("local", "tiny", "k")
+    SHARD = 7  # a shard no worker of any test consumes
     with FleetDispatcher(broker_url) as dispatcher:
         for i in range(20):
-            dispatcher.write(EmbedResult(f"bulk-{i}", spec, "s", route=Route(0)))
-        dispatcher.write(EmbedResult("edit", spec, "s", route=Route(0, interactive=True)))
-        dispatcher.write(EmbedResult("bulk-late", spec, "s", route=Route(0)))
+            dispatcher.write(EmbedResult(f"bulk-{i}", spec, "s", route=Route(SHARD)))
+        dispatcher.write(EmbedResult("edit", spec, "s", route=Route(SHARD, interactive=True)))
+        dispatcher.write(EmbedResult("bulk-late", spec, "s", route=Route(SHARD)))
     order = []
     with Connection(broker_url) as conn:
         channel = conn.default_channel
-        while (message := channel.basic_get(store_queue(0), no_ack=True)) is not None:
+        while (message := channel.basic_get(store_queue(SHARD), no_ack=True)) is not None:
             order.append(message.decode()[0][0]["memory"])
     assert order[0] == "edit"
     assert order[1:] == [f"bulk-{i}" for i in range(20)] + ["bulk-late"]

@@ -18,7 +18,7 @@ import redis
 from celery import Task
 from celery.signals import worker_process_init
 
-from pipeline.config import Settings, load_settings
+from pipeline.config import Settings, listed_agents, load_settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
@@ -43,6 +43,7 @@ class WorkerRuntime:
 
     def _reset(self) -> None:
         self._settings: dict[str, Settings] = {}
+        self._roster: list[str] | None = None
         self._providers = ProviderPool()
         self._stores: StorePool | None = None
         self._fleet: FleetDispatcher | None = None
@@ -50,13 +51,27 @@ class WorkerRuntime:
         self._redis_known = False
 
     def settings_for(self, memory: str) -> Settings:
-        """The settings of ``memory``, from this worker's own environment and config file."""
+        """The settings of ``memory``, from this worker's own environment and config file.
+
+        When that config lists its memories (an openclaw.json's ``agents.list``), a memory it
+        does not list is refused (:class:`MessageRefused`): a message cannot make a worker
+        invent one.
+        """
         with self._lock:
             if memory not in self._settings:
                 own = load_settings()
+                roster = self._listed(own)
+                if roster and memory not in roster:
+                    raise MessageRefused(f"memory {memory!r} is not one of this fleet's "
+                                         f"({len(roster)} listed in {own.config_file})")
                 self._settings[memory] = (own if own.agent_id == memory
                                           else load_settings(agent=memory))
             return self._settings[memory]
+
+    def _listed(self, own: Settings) -> list[str]:
+        if self._roster is None:
+            self._roster = listed_agents(own.config_file)
+        return self._roster
 
     def default_memory(self) -> str:
         """The memory this worker's own configuration names (``agentId``, ``main`` by default)."""
@@ -90,7 +105,9 @@ class WorkerRuntime:
         A message that names another memory's file, or arrives on the wrong shard, writes
         nothing."""
         settings = self.served(memory, shard)
-        if not is_generation_of(settings.store.path, store):
+        # With one memory there is no other memory's file to protect (and a writer started
+        # without the producer's store path still writes where the producer indexed).
+        if self._roster and not is_generation_of(settings.store.path, store):
             raise MessageRefused(f"{store} is not a store of memory {memory!r}")
         return self.store(store, settings)
 

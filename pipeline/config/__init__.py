@@ -40,6 +40,7 @@ also needs a resolver in ``loader._RESOLVERS`` or a rule in the dataclass's
 ``__post_init__``. ``tests/test_config_keys.py`` checks that rows, fields and docs match.
 """
 
+from pipeline.config.collect import listed_agents
 from pipeline.config.env import ENV_VARS
 from pipeline.config.errors import ConfigError
 from pipeline.config.files import find_config_file
@@ -112,6 +113,7 @@ __all__ = [
     "default_store_path",
     "find_config_file",
     "is_sensitive_header",
+    "listed_agents",
     "load_settings",
     "redact_url",
     "settings_to_dict",

@@ -209,3 +209,17 @@ def _collect_openclaw(
         return agent_id, c.entry(agents["defaults"]["workspace"], "agents.defaults.workspace")
     default = str(openclaw_state_dir(env) / "workspace")
     return agent_id, c.entry(default, "OpenClaw's default workspace")
+
+
+def listed_agents(path: Path | None) -> list[str]:
+    """The agent ids an openclaw.json lists (``agents.list[].id``): the memories a fleet serves
+    under that config. Empty for a memq file or a file without ``agents.list``."""
+    if path is None:
+        return []
+    data = read_file(path)
+    if not _is_openclaw(path, data):
+        return []
+    listed = _dict_at(data, "agents", "list")
+    if not isinstance(listed, list):
+        return []
+    return [str(a["id"]) for a in listed if isinstance(a, Mapping) and a.get("id")]
