@@ -59,7 +59,7 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "workspace", "enabled", "provider", "fallback", "model", "sources", "extraPaths",
         "extraPathPatterns", "rememberAcrossConversations", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
-        "watch", "chunking", "query", "cache", "store", "sync", "remote", "local", "brokerUrl",
+        "watch", "fleet", "chunking", "query", "cache", "store", "sync", "remote", "local", "brokerUrl",
         "agentId", "sessionsDir", "citations", "backend", "qmd", "configFile", "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
@@ -90,6 +90,7 @@ def test_env_vars() -> None:
         "MEMQ_SESSIONS_DIR": "sessionsDir",
         "MEMQ_WATCH_POLLING": "watch.polling",
         "MEMQ_WATCH_POLL_INTERVAL_MS": "watch.pollIntervalMs",
+        "MEMQ_FLEET_SHARDS": "fleet.shards",
     }
     assert set(ENV_VARS.values()) <= set(READ)
 
