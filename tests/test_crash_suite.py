@@ -135,7 +135,7 @@ def test_writer_killed_mid_transaction_converges(
         run = run_index(settings, wait=False)
         wait_until(lambda: [] if len(double.embed_requests()) >= run.report.jobs else ["wait"],
                    60, "embedding")
-        writer_argv = worker_argv(["store"], "writer@crash-suite", loglevel="INFO",
+        writer_argv = worker_argv(["store.0"], "writer@crash-suite", loglevel="INFO",
                                   quiet_cluster=True)
         writer = fleet.spawn(writer_argv, "writer")
         kills: list[float] = []

@@ -101,7 +101,7 @@ def test_rate_limit_headers_or_key_change_embeds_nothing_model_change_rebuilds(
                                  query={"minScore": 0.0})
 
         first = settings(rateLimit={"requestsPerMinute": 6000}, headers={"X-Team": "blue"})
-        fleet.start(["store"], "writer")
+        fleet.start(["store.0"], "writer")
         fleet.start(["embed.openai"], "embed")
         run_index(first, wait=True)
         embedded = double.stats()["texts_embedded"]

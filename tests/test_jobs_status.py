@@ -90,7 +90,7 @@ def test_job_rows_kept_in_an_older_store_are_carried_over(tmp_path: Path) -> Non
 
 def test_writer_role_consumes_store_and_control() -> None:
     argv = worker_command("writer", None, None, "INFO")
-    assert argv[argv.index("-Q") + 1] == "store,control" and argv[argv.index("-c") + 1] == "1"
+    assert argv[argv.index("-Q") + 1] == "store.0,control.0" and argv[argv.index("-c") + 1] == "1"
     embed = worker_command("embed", "local", 2, "INFO", name="embed-a@%h")
     assert embed[embed.index("-Q") + 1] == "embed.local"
     assert embed[embed.index("-n") + 1] == "embed-a@%h"
@@ -146,7 +146,7 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
     s = fleet_status(settings)
     fleet = s["fleet"]
     assert fleet["reachable"] is True and fleet["workers"] == 0
-    assert fleet["queues"]["control"] == 1 and fleet["queues"]["store"] == 0
+    assert fleet["queues"]["control.0"] == 1 and fleet["queues"]["store.0"] == 0
     assert fleet["queues"]["embed.local"] == run.report.jobs
     assert s["pending_by_provider"] == {"local": {"chunks": run.report.chunks_queued,
                                                   "queued_jobs": run.report.jobs}}
