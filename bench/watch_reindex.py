@@ -32,8 +32,8 @@ from index_local import make_settings, make_workspace
 from pipeline.embeddings.registry import choose_provider
 from pipeline.store.engine import connect
 from workers.app import app
-from workers.embedded import EmbeddedFleet
-from workers.indexing import _worker_env, run_index
+from workers.embedded import EmbeddedFleet, worker_env
+from workers.indexing import run_index
 from workers.tasks import submit_embed_job
 from workers.watching import WatchService
 
@@ -82,7 +82,7 @@ def main() -> None:
               f"{again.rebuild.cached} from cache, swapped in: {again.rebuild.done})")
 
         choice = choose_provider(settings)
-        with EmbeddedFleet(choice.spec.name, _worker_env(settings)) as fleet, \
+        with EmbeddedFleet(choice.spec.name, worker_env(settings)) as fleet, \
                 app.connection_for_write(fleet.broker.url) as conn:
             service = WatchService(settings, choice, partial(submit_embed_job, connection=conn),
                                    conn, reconcile_s=3600)
