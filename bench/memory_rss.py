@@ -31,9 +31,9 @@ from harness import add_common_args, header, scratch
 from index_local import make_workspace
 
 from pipeline.config import load_settings
-from pipeline.routing import embed_queue, store_queue
 from pipeline.embeddings.default_model import default_model_path
 from pipeline.embeddings.local import LocalProvider
+from pipeline.routing import embed_queue, store_queue
 from workers.embedded import EmbeddedBroker, WorkerProcess, worker_argv
 from workers.indexing import run_index
 
