@@ -21,13 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import add_common_args, header, scratch
-from pipeline import jobs
 from pipeline.batch import workflow
 from pipeline.batch.api import batch_api_for
 from pipeline.config import load_settings
 from pipeline.embeddings.registry import choose_provider
+from pipeline.embeddings.runner import embed_job
 from pipeline.ingest.producer import index_once
+from pipeline.messages import EmbedJob
 from pipeline.store.engine import connect
+from pipeline.store.results import apply_result
 from tests.fakes.provider_doubles import ProviderDouble
 
 KEY = "sk-bench-batch-requests"
@@ -57,17 +59,18 @@ def settings_for(ws: Path, store: Path, url: str, batch: bool):
 
 def run_sync(settings) -> int:
     db = connect(settings.store.path)
-    queued: list[jobs.Job] = []
-    report = index_once(db, settings, choose_provider(settings), queued.append)
+    queued: list[EmbedJob] = []
+    choice = choose_provider(settings)
+    report = index_once(db, settings, choice, queued.append)
     for job in queued:
-        jobs.apply_result(jobs.embed_job(job, settings), settings)
+        apply_result(db, embed_job(job, choice.provider))
     db.close()
     return report.chunks_queued
 
 
 def run_batch(settings, double: ProviderDouble) -> int:
     db = connect(settings.store.path)
-    submits: list[workflow.Message] = []
+    submits: list[workflow.BatchSubmit] = []
     routing = workflow.routing_for(settings.remote.batch, submits.append)
     choice = choose_provider(settings)
     report = index_once(db, settings, choice, lambda job: None, batch=routing)
@@ -76,9 +79,9 @@ def run_batch(settings, double: ProviderDouble) -> int:
         step = workflow.submit_step(api, msg)
         while True:
             for update in step.updates:
-                applied = workflow.apply_update(db, update, settings)
+                applied = workflow.apply_update(db, update)
                 for job in applied.embed_jobs:  # lines the job did not embed (none here)
-                    jobs.apply_result(jobs.embed_job(job, settings), settings)
+                    apply_result(db, embed_job(job, choice.provider))
             if step.next_poll is None:
                 break
             step = workflow.poll_step(api, step.next_poll)

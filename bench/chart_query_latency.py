@@ -14,10 +14,6 @@ import argparse
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt
 import numpy as np
 
 FLOOR = "numpy brute force (in RAM)"
@@ -32,6 +28,11 @@ def main() -> None:
     sizes = list(report)
     methods = list(report[sizes[0]])
     width = 0.8 / len(methods)
+    import matplotlib  # the [bench] extra; imported here so --help works without it
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(11, 5.5))
     for m, method in enumerate(methods):
         p50 = [float(np.percentile(report[s][method], 50)) for s in sizes]

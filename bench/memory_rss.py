@@ -33,7 +33,7 @@ from index_local import make_workspace
 from pipeline.config import load_settings
 from pipeline.embeddings.default_model import default_model_path
 from pipeline.embeddings.local import LocalProvider
-from workers.app import STORE_QUEUE, embed_queue
+from pipeline.routing import embed_queue, store_queue
 from workers.embedded import EmbeddedBroker, WorkerProcess, worker_argv
 from workers.indexing import run_index
 
@@ -117,7 +117,7 @@ def main() -> None:
             env = {**os.environ, "MEMQ_CONFIG": str(cfg), "MEMQ_WORKSPACE": str(workspace),
                    "MEMQ_BROKER_URL": broker.url}
             model = default_model_path(settings.local.model_cache_dir)
-            for role, queue in (("embed worker", embed_queue("local")), ("writer", STORE_QUEUE)):
+            for role, queue in (("embed worker", embed_queue("local")), ("writer", store_queue(0))):
                 workers[role] = WorkerProcess(
                     worker_argv([queue], f"rss-{role.split()[0]}-{os.getpid()}@%h",
                                 quiet_cluster=True), env, tmp / f"{role.split()[0]}.log")

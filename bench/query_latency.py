@@ -55,7 +55,7 @@ from harness import add_common_args, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
-from pipeline.query import search_store
+from pipeline.search.hybrid import search_store
 from pipeline.search.retrievers import keyword_hits
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect

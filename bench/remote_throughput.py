@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.batch_requests import make_workspace
 from bench.harness import add_common_args, header, scratch
 from pipeline.config import load_settings
+from pipeline.routing import embed_queue, store_queue
 from pipeline.status import index_status
 from tests.fakes.provider_doubles import ProviderDouble
-from workers.app import STORE_QUEUE, embed_queue
 from workers.embedded import EmbeddedBroker, WorkerProcess, worker_argv
 from workers.indexing import run_index
 from workers.monitor import queue_consumers
@@ -53,7 +53,7 @@ def run_setup(tmp: Path, ws: Path, broker: EmbeddedBroker, url: str, workers: in
     env = {**os.environ, "OPENAI_API_KEY": KEY, "MEMQ_BROKER_URL": broker.url, CHECK_ENV: "off"}
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
-    fleet = [WorkerProcess(worker_argv([STORE_QUEUE], f"writer-{name}@%h", quiet_cluster=True),
+    fleet = [WorkerProcess(worker_argv([store_queue(0)], f"writer-{name}@%h", quiet_cluster=True),
                            env, logs / f"{name}-writer.log")]
     fleet += [WorkerProcess(worker_argv([embed_queue("openai")], f"embed{i}-{name}@%h",
                                         concurrency=concurrency, quiet_cluster=True),

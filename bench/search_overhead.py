@@ -27,7 +27,8 @@ from query_latency import QUERY_WORDS, interleaved
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.producer import sync_files
 from pipeline.ingest.refresh import find_stale
-from pipeline.query import memory_search, search_store
+from pipeline.query import memory_search
+from pipeline.search.hybrid import search_store
 from pipeline.store import schema
 from pipeline.store.engine import connect
 

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,10 +30,8 @@ from index_local import make_settings, make_workspace
 
 from pipeline.embeddings.registry import choose_provider
 from pipeline.store.engine import connect
-from workers.app import app
-from workers.embedded import EmbeddedFleet
-from workers.indexing import _worker_env, run_index
-from workers.tasks import submit_embed_job
+from workers.embedded import EmbeddedFleet, worker_env
+from workers.indexing import run_index
 from workers.watching import WatchService
 
 
@@ -82,10 +79,8 @@ def main() -> None:
               f"{again.rebuild.cached} from cache, swapped in: {again.rebuild.done})")
 
         choice = choose_provider(settings)
-        with EmbeddedFleet(choice.spec.name, _worker_env(settings)) as fleet, \
-                app.connection_for_write(fleet.broker.url) as conn:
-            service = WatchService(settings, choice, partial(submit_embed_job, connection=conn),
-                                   conn, reconcile_s=3600)
+        with EmbeddedFleet(choice.spec.name, worker_env(settings)) as fleet:
+            service = WatchService(settings, choice, fleet, reconcile_s=3600)
             thread = threading.Thread(target=service.run, daemon=True)
             thread.start()
             wait_for(lambda: service.stats.reconciles >= 1)

@@ -29,11 +29,11 @@ import numpy as np
 from harness import add_common_args, header, scratch
 from notes import bullet
 
-from pipeline import jobs
 from pipeline.config import Settings, load_settings
-from pipeline.messages import ProviderSpec
+from pipeline.messages import ChunkVector, EmbedResult, ProviderSpec
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
+from pipeline.store.results import apply_result
 from pipeline.store.vectors import ensure_vector_table, to_blob
 
 SPEC = ProviderSpec("bench", "stub", "k", {})
@@ -61,14 +61,16 @@ def run_writer(tmp: Path, settings: Settings, vectors: np.ndarray, batch: int,
     store = tmp / f"writer-{batch}.sqlite"
     pending_store(store, len(vectors), seed).close()
     results = [
-        {"spec": SPEC.to_dict(), "store": str(store), "failed": [],
-         "vectors": [[f"c{i}", f"h{i}", jobs.encode_vector(vectors[i])]
-                     for i in range(start, min(start + batch, len(vectors)))]}
+        EmbedResult("bench", SPEC, str(store),
+                    tuple(ChunkVector(f"c{i}", f"h{i}", vectors[i])
+                          for i in range(start, min(start + batch, len(vectors)))))
         for start in range(0, len(vectors), batch)
     ]
+    db = connect(store)
     t0 = time.perf_counter()
-    written = sum(jobs.apply_result(r, settings).written for r in results)
+    written = sum(apply_result(db, r).written for r in results)
     seconds = time.perf_counter() - t0
+    db.close()
     if written != len(vectors):
         raise SystemExit(f"the writer wrote {written} of {len(vectors)} vectors")
     return seconds

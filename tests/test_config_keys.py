@@ -59,8 +59,8 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "workspace", "enabled", "provider", "fallback", "model", "sources", "extraPaths",
         "extraPathPatterns", "rememberAcrossConversations", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
-        "watch", "fleet", "chunking", "query", "cache", "store", "sync", "remote", "local", "brokerUrl",
-        "agentId", "sessionsDir", "citations", "backend", "qmd", "configFile", "warnings",
+        "watch", "fleet", "chunking", "query", "cache", "store", "sync", "remote", "local",
+        "brokerUrl", "agentId", "sessionsDir", "citations", "backend", "qmd", "configFile", "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["sync"]) == [

@@ -1,0 +1,158 @@
+"""Many memories through one fleet vs the same notes as one memory (issue 18).
+
+N memories x M notes each (one openclaw.json ``agents.list``) are indexed by one fleet of real
+``memq worker`` processes (2 embed workers, 2 writer shards) through ``Memory.index(wait=False)``
+per memory, until every store has no pending chunk; then the same N*M notes as ONE memory
+through the same fleet shape. Prints both wall times and their ratio (goal <= 1.3x). Uses the
+tiny random-weight GGUF from tests/fakes (the real model would make the run minutes long on 2
+cores; the ratio is what matters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import add_common_args, header, scratch
+from notes import bullet
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_notes(ws: Path, notes: int, rng: random.Random) -> None:
+    """``notes`` daily notes of a few bullets under ``ws``/memory."""
+    (ws / "memory").mkdir(parents=True, exist_ok=True)
+    for i in range(notes):
+        (ws / "memory" / f"note-{i:04d}.md").write_text(
+            "\n".join(f"- {bullet(rng)}" for _ in range(4)) + "\n")
+
+
+def pending(path: Path) -> int | None:
+    """Chunks of the store at ``path`` not yet ready (None until the store exists)."""
+    if not path.exists():
+        return None
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        return conn.execute("SELECT count(*) FROM chunks WHERE state != 'ready'").fetchone()[0]
+    except sqlite3.OperationalError:
+        return None
+    finally:
+        conn.close()
+
+
+def start_fleet(env: dict[str, str], logs: Path, embed: int) -> list[subprocess.Popen]:
+    """Writers for shards 0 and 1 and ``embed`` embed workers, as ``memq worker`` processes."""
+    argvs = [["--role", "writer", "--shard", "0", "--name", "w0@%h"],
+             ["--role", "writer", "--shard", "1", "--name", "w1@%h"]]
+    argvs += [["--role", "embed", "--provider", "local", "--name", f"e{i}@%h"]
+              for i in range(embed)]
+    procs = []
+    for i, a in enumerate(argvs):
+        with open(logs / f"worker-{i}.log", "ab") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", "memq.cli", "worker", *a],
+                                          env={**os.environ, **env}, stdout=log, stderr=log,
+                                          cwd=REPO))
+    return procs
+
+
+def stop_fleet(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_case(tmp: Path, broker: str, model: Path, agents: list[tuple[str, int]], seed: int,
+             embed: int, timeout: float) -> float:
+    """Index ``agents`` ((id, notes) pairs) through a fresh fleet; the wall seconds from the
+    first index request until every store has no pending chunk."""
+    from pipeline.config import load_settings
+    from pipeline.fleet import FleetDispatcher
+    from pipeline.memory import Memory
+
+    rng = random.Random(seed)
+    listed = []
+    for agent, notes in agents:
+        ws = tmp / "ws" / agent
+        write_notes(ws, notes, rng)
+        listed.append({"id": agent, "workspace": str(ws)})
+    listed[0]["default"] = True
+    config = tmp / "openclaw.json"
+    config.write_text(json.dumps({"agents": {
+        "defaults": {"memorySearch": {"provider": "local", "local": {"modelPath": str(model)},
+                                      "store": {"path": str(tmp / "stores" /
+                                                            "{agentId}.sqlite")}}},
+        "list": listed}}))
+    env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"),
+           "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1", "MEMQ_BROKER_URL": broker}
+    logs = tmp / "logs"
+    logs.mkdir(exist_ok=True)
+    procs = start_fleet(env, logs, embed)
+    try:
+        settings = [load_settings(config_file=config, agent=a, env=env) for a, _ in agents]
+        time.sleep(8)  # let the workers come up before the clock starts
+        t0 = time.perf_counter()
+        with FleetDispatcher(broker) as dispatcher:
+            for s in settings:
+                with Memory(settings=s, dispatcher=dispatcher) as memory:
+                    memory.index(wait=False)
+        waiting = {s.store.path for s in settings}
+        deadline = time.monotonic() + timeout
+        while waiting:
+            waiting = {p for p in waiting if pending(p) != 0}
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out: {len(waiting)} stores still pending; "
+                                 f"logs in {logs}")
+            time.sleep(0.2)
+        return time.perf_counter() - t0
+    finally:
+        stop_fleet(procs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--memories", type=int, default=200, help="memories (200)")
+    ap.add_argument("--notes", type=int, default=20, help="notes per memory (20)")
+    ap.add_argument("--embed", type=int, default=2, help="embed workers (2)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per case (600)")
+    add_common_args(ap)
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    from tests.fakes.tiny_gguf import write_tiny_gguf
+    from workers.embedded import EmbeddedBroker
+
+    print(header("many-memories", memories=args.memories, notes=args.notes,
+                 embed_workers=args.embed, writer_shards=2, model="tiny GGUF (tests/fakes)"))
+    with scratch("memq-many-", args.keep) as tmp:
+        model = write_tiny_gguf(tmp / "tiny.gguf")
+        broker = EmbeddedBroker()
+        try:
+            many = run_case(tmp / "many", broker.url, model,
+                            [(f"agent-{i:03d}", args.notes) for i in range(args.memories)],
+                            args.seed, args.embed, args.timeout)
+            broker.close()
+            broker = EmbeddedBroker()
+            one = run_case(tmp / "one", broker.url, model,
+                           [("solo", args.memories * args.notes)], args.seed, args.embed,
+                           args.timeout)
+        finally:
+            broker.close()
+    total = args.memories * args.notes
+    print(f"{args.memories} memories x {args.notes} notes: {many:8.1f} s")
+    print(f"1 memory x {total} notes:{'':>10}{one:8.1f} s")
+    print(f"ratio many/one: {many / one:.2f}x  (issue 18 goal <= 1.3x)")
+
+
+if __name__ == "__main__":
+    main()
