@@ -60,7 +60,8 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "extraPathPatterns", "rememberAcrossConversations", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
         "watch", "fleet", "chunking", "query", "cache", "store", "sync", "remote", "local",
-        "brokerUrl", "agentId", "sessionsDir", "citations", "backend", "qmd", "configFile", "warnings",
+        "brokerUrl", "agentId", "sessionsDir", "citations", "backend", "qmd", "configFile",
+        "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["sync"]) == [
