@@ -438,6 +438,9 @@ class Memory:
         finally:
             if not dispatcher.durable:
                 self.forget_queued()
+        if run.rebuild is None:  # no swap: ``db`` is the live store
+            run.failed_chunks = reads.failed_count(db)
+            return
         live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
         try:  # after a swap the live store is another file than ``db``
             run.failed_chunks = reads.failed_count(live)

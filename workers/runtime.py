@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 from typing import Any
 
@@ -18,7 +19,7 @@ import redis
 from celery import Task
 from celery.signals import worker_process_init
 
-from pipeline.config import Settings, listed_agents, load_settings
+from pipeline.config import Settings, find_config_file, listed_agents, load_settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
@@ -43,7 +44,9 @@ class WorkerRuntime:
 
     def _reset(self) -> None:
         self._settings: dict[str, Settings] = {}
+        self._own: Settings | None = None
         self._roster: list[str] | None = None
+        self._config_stamp: tuple[object, ...] | None = None
         self._providers = ProviderPool()
         self._stores: StorePool | None = None
         self._fleet: FleetDispatcher | None = None
@@ -55,11 +58,14 @@ class WorkerRuntime:
 
         When that config lists its memories (an openclaw.json's ``agents.list``), a memory it
         does not list is refused (:class:`MessageRefused`): a message cannot make a worker
-        invent one.
+        invent one. Settings are kept between messages and read again when the config file
+        changes (its path, mtime, size or inode), so a memory added to the config is served
+        without restarting the worker.
         """
         with self._lock:
+            self._follow_config()
             if memory not in self._settings:
-                own = load_settings()
+                own = self._own_settings()
                 roster = self._listed(own)
                 if roster and memory not in roster:
                     raise MessageRefused(f"memory {memory!r} is not one of this fleet's "
@@ -68,6 +74,24 @@ class WorkerRuntime:
                                           else load_settings(agent=memory))
             return self._settings[memory]
 
+    def _follow_config(self) -> None:
+        """Forget every memory's settings when the config file is not the one they came from
+        (a ``stat``: cheap enough for every message)."""
+        path = find_config_file()
+        try:
+            st = os.stat(path) if path is not None else None
+        except OSError:
+            st = None
+        stamp = (str(path), st.st_mtime_ns, st.st_size, st.st_ino) if st else (str(path),)
+        if stamp != self._config_stamp:
+            self._settings.clear()
+            self._own, self._roster, self._config_stamp = None, None, stamp
+
+    def _own_settings(self) -> Settings:
+        if self._own is None:
+            self._own = load_settings()
+        return self._own
+
     def _listed(self, own: Settings) -> list[str]:
         if self._roster is None:
             self._roster = listed_agents(own.config_file)
@@ -75,7 +99,9 @@ class WorkerRuntime:
 
     def default_memory(self) -> str:
         """The memory this worker's own configuration names (``agentId``, ``main`` by default)."""
-        return load_settings().agent_id
+        with self._lock:
+            self._follow_config()
+            return self._own_settings().agent_id
 
     def provider(self, spec: ProviderSpec, settings: Settings) -> EmbeddingProvider:
         """The provider ``spec`` names, built once per process with this host's settings."""

@@ -125,7 +125,14 @@ def read_file(path: Path) -> dict[str, Any]:
     as_json = suffix in (".json", ".json5") or (suffix != ".toml" and text.lstrip().startswith("{"))
     if as_json:
         try:
-            data = json.loads(relax_json(text))
+            # Strict JSON first: relax_json is a character loop, and a fleet's workers parse
+            # an openclaw.json of many agents once per memory (JSON5-ish text falls through).
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        try:
+            if data is None:
+                data = json.loads(relax_json(text))
         except json.JSONDecodeError as exc:
             raise ConfigError(
                 f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
