@@ -247,6 +247,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     from workers.monitor import fleet_status, resume_batches
 
     settings = _settings(args)
+    if args.fleet:
+        from workers.fleet_view import fleet_lines, fleet_view
+
+        view = fleet_view(settings, timeout=args.timeout)
+        _emit(args, view, "\n".join(fleet_lines(view)))
+        return 0
     s = fleet_status(settings, timeout=args.timeout)
     if s["fleet"]["reachable"] and s["batch"]["live"]:
         # Status is one of the places that notices a batch job whose polling died.
@@ -514,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", parents=[common],
                        help="what is indexed, pending and why; queues, workers, recent jobs")
     p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for the broker")
+    p.add_argument("--fleet", action="store_true",
+                   help="every memory of the config, the writer of each shard, queue depths "
+                        "per lane, pending chunks per memory")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("watch", parents=[common], help="index memory files as they change")
