@@ -30,3 +30,7 @@ def test_bench_script_help(name: str) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout
+
+
+def test_the_fleet_benchmarks_of_issue_18_are_here() -> None:
+    assert {"many_memories", "fairness", "shard_kill"} <= set(SCRIPTS)

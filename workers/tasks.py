@@ -4,13 +4,15 @@ functions of :mod:`pipeline`, and pass the outcome on through the fleet."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from pipeline.embeddings.registry import choose_provider
-from pipeline.embeddings.runner import MAX_RETRIES, after_crash, embed_job, retry_delay
+from pipeline.embeddings.runner import MAX_RETRIES, after_crash, embed_yielding, retry_delay
 from pipeline.errors import (
     EmbeddingError,
     MessageRefused,
@@ -21,7 +23,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.reindex import rebuild_step
 from pipeline.messages import EmbedJob, EmbedResult, IndexRequest
-from pipeline.routing import EMBED_TASK, INDEX_TASK, REINDEX_STEP_TASK, WRITE_TASK
+from pipeline.routing import EMBED_TASK, INDEX_TASK, REINDEX_STEP_TASK, WRITE_TASK, embed_queue
 from pipeline.store.results import apply_result, gone
 from workers.app import app
 from workers.runtime import arrival_shard, runtime
@@ -54,9 +56,12 @@ def embed_chunks(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         log.warning("embedding job was redelivered after a crash: split into %d job(s)%s",
                     len(retries), ", gave up on its chunk" if failure else "")
         return {"embedded": 0, "resubmitted": len(retries)}
+    rest = None
     try:
         settings = runtime.settings_for(job.memory)
-        result = embed_job(job, runtime.provider(job.spec, settings), runtime.redis())
+        client = runtime.redis()
+        result, rest = embed_yielding(job, runtime.provider(job.spec, settings), client,
+                                      should_yield=interactive_waiting(client, job))
     except ProviderRetryable as exc:
         if self.request.retries < MAX_RETRIES:
             delay = retry_delay(self.request.retries, exc.retry_after)
@@ -83,7 +88,29 @@ def embed_chunks(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         log.exception("embedding job failed")
         result = job.failed(f"{type(exc).__name__}: {exc}")
     fleet.write(result)
-    return {"embedded": len(result.vectors), "failed": len(result.failed)}
+    if rest is not None:  # interactive work waits: it goes first, the rest of this job after
+        fleet.embed(rest)
+        log.debug("bulk job of %s gave way to interactive work: %d chunk(s) queued again",
+                  job.memory, rest.size)
+    return {"embedded": len(result.vectors), "failed": len(result.failed),
+            "requeued": rest.size if rest is not None else 0}
+
+
+def interactive_waiting(client: redis.Redis | None, job: EmbedJob) -> Callable[[], bool]:
+    """Whether an interactive message waits on ``job``'s embed queue: kombu keeps a Redis
+    queue's priority-0 messages (the interactive lane) in the list named after the queue, and
+    higher priorities in lists of their own. Never True without a Redis broker."""
+    queue = embed_queue(job.spec.name)
+
+    def waiting() -> bool:
+        if client is None:
+            return False
+        try:
+            return bool(client.llen(queue))
+        except redis.RedisError:  # a hint only: keep embedding
+            return False
+
+    return waiting
 
 
 @app.task(name=WRITE_TASK, bind=True, max_retries=WRITE_RETRIES)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -156,3 +156,45 @@ def after_crash(job: EmbedJob) -> tuple[list[EmbedJob], EmbedResult | None]:
     if attempt < MAX_DELIVERIES:
         return [replace(job, attempt=attempt)], None
     return [], job.failed(f"worker crashed {attempt} times embedding this chunk")
+
+
+#: A bulk job looks for waiting interactive work after about this much text (OpenClaw's
+#: request budget: one remote request, or a few local chunks, i.e. a fraction of a second).
+YIELD_SLICE_BYTES = 8000
+
+
+def slices(job: EmbedJob, max_bytes: int = YIELD_SLICE_BYTES) -> list[EmbedJob]:
+    """``job`` cut, in order, into jobs of about ``max_bytes`` of text (at least one chunk)."""
+    out: list[EmbedJob] = []
+    start, size = 0, 0
+    for i, chunk in enumerate(job.chunks):
+        weight = len(chunk.text.encode("utf-8"))
+        if i > start and size + weight > max_bytes:
+            out.append(replace(job, chunks=job.chunks[start:i]))
+            start, size = i, 0
+        size += weight
+    out.append(replace(job, chunks=job.chunks[start:]))
+    return out
+
+
+def embed_yielding(job: EmbedJob, provider: EmbeddingProvider, redis_client: Any = None, *,
+                   should_yield: Callable[[], bool]) -> tuple[EmbedResult, EmbedJob | None]:
+    """:func:`embed_job` for a bulk job that gives way to interactive work.
+
+    The job is embedded slice by slice (:func:`slices`); between slices ``should_yield`` is
+    asked whether interactive work waits on the same queue. If so, the vectors so far are
+    returned with the rest of the chunks as a new job (same memory, store and lane), for the
+    caller to queue again behind the interactive work. An interactive job, or a job of one
+    slice, is embedded whole. Errors are raised as by :func:`embed_job`.
+    """
+    parts = [job] if job.route.interactive else slices(job)
+    vectors: list[ChunkVector] = []
+    failed: list[tuple[str, str]] = []
+    for i, part in enumerate(parts):
+        result = embed_job(part, provider, redis_client)
+        vectors += result.vectors
+        failed += result.failed
+        if i + 1 < len(parts) and should_yield():
+            rest = replace(job, chunks=tuple(c for p in parts[i + 1:] for c in p.chunks))
+            return job.result(vectors, failed), rest
+    return job.result(vectors, failed), None
