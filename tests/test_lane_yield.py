@@ -7,15 +7,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.embeddings.local import LocalProvider
-from pipeline.embeddings.runner import YIELD_SLICE_BYTES, embed_yielding
+from pipeline.embeddings.runner import (
+    YIELD_SLICE_BYTES,
+    YIELD_SLICE_LOCAL_CHUNKS,
+    embed_yielding,
+    slices,
+)
 from pipeline.messages import ChunkText, EmbedJob, ProviderSpec, Route
 from pipeline.routing import embed_queue
 from tests.conftest import redis_client
 
 
-def make_job(chunks: int, *, interactive: bool = False) -> EmbedJob:
-    texts = [f"note {i}: " + "the billing service moved to Postgres " * 40 for i in range(chunks)]
-    return EmbedJob("alpha", ProviderSpec("local", "tiny-bert", "k"), "/stores/alpha.sqlite",
+def make_job(chunks: int, *, interactive: bool = False, words: int = 40,
+             provider: str = "local") -> EmbedJob:
+    texts = [f"note {i}: " + "the billing service moved to Postgres " * words
+             for i in range(chunks)]
+    return EmbedJob("alpha", ProviderSpec(provider, "tiny-bert", "k"), "/stores/alpha.sqlite",
                     tuple(ChunkText(f"c{i}", f"h{i}", t) for i, t in enumerate(texts)),
                     route=Route(1, interactive))
 
@@ -33,7 +40,8 @@ def test_a_bulk_job_yields_to_a_waiting_interactive_message(tiny_model: Path,
 
     try:
         job = make_job(24)
-        per_slice = max(1, YIELD_SLICE_BYTES // len(job.chunks[0].text.encode()))
+        per_slice = min(YIELD_SLICE_LOCAL_CHUNKS,
+                        max(1, YIELD_SLICE_BYTES // len(job.chunks[0].text.encode())))
         assert per_slice < job.size  # the job spans several slices
         result, rest = embed_yielding(job, provider, should_yield=waiting)
         assert rest is None and [v.id for v in result.vectors] == [c.id for c in job.chunks]
@@ -53,3 +61,15 @@ def test_a_bulk_job_yields_to_a_waiting_interactive_message(tiny_model: Path,
     finally:
         provider.close()
         client.close()
+
+
+def test_slices_cut_by_bytes_and_for_the_local_model_by_chunks() -> None:
+    small = make_job(32, words=5)  # about 200 bytes a chunk: one 8,000-byte slice...
+    assert [len(p.chunks) for p in slices(small)] == [32]
+    # ...but the local model embeds one text per call: 8 chunks a slice
+    assert [len(p.chunks) for p in slices(small, max_chunks=YIELD_SLICE_LOCAL_CHUNKS)] == [8] * 4
+    large = make_job(10, words=40, provider="openai")  # about 1,530 bytes a chunk
+    parts = slices(large)
+    assert [len(p.chunks) for p in parts] == [5, 5]
+    assert tuple(c for p in parts for c in p.chunks) == large.chunks
+    assert all(p.route == large.route and p.memory == large.memory for p in parts)

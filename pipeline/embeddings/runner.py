@@ -159,17 +159,23 @@ def after_crash(job: EmbedJob) -> tuple[list[EmbedJob], EmbedResult | None]:
 
 
 #: A bulk job looks for waiting interactive work after about this much text (OpenClaw's
-#: request budget: one remote request, or a few local chunks, i.e. a fraction of a second).
+#: request budget: one remote request)...
 YIELD_SLICE_BYTES = 8000
+#: ...or, with the local model (one llama.cpp call per text), after this many chunks: a
+#: fraction of a second whatever the chunk size.
+YIELD_SLICE_LOCAL_CHUNKS = 8
 
 
-def slices(job: EmbedJob, max_bytes: int = YIELD_SLICE_BYTES) -> list[EmbedJob]:
-    """``job`` cut, in order, into jobs of about ``max_bytes`` of text (at least one chunk)."""
+def slices(job: EmbedJob, max_bytes: int = YIELD_SLICE_BYTES,
+           max_chunks: int | None = None) -> list[EmbedJob]:
+    """``job`` cut, in order, into jobs of about ``max_bytes`` of text and at most
+    ``max_chunks`` chunks (at least one chunk each)."""
     out: list[EmbedJob] = []
     start, size = 0, 0
     for i, chunk in enumerate(job.chunks):
         weight = len(chunk.text.encode("utf-8"))
-        if i > start and size + weight > max_bytes:
+        full = max_chunks is not None and i - start >= max_chunks
+        if i > start and (full or size + weight > max_bytes):
             out.append(replace(job, chunks=job.chunks[start:i]))
             start, size = i, 0
         size += weight
@@ -181,13 +187,15 @@ def embed_yielding(job: EmbedJob, provider: EmbeddingProvider, redis_client: Any
                    should_yield: Callable[[], bool]) -> tuple[EmbedResult, EmbedJob | None]:
     """:func:`embed_job` for a bulk job that gives way to interactive work.
 
-    The job is embedded slice by slice (:func:`slices`); between slices ``should_yield`` is
-    asked whether interactive work waits on the same queue. If so, the vectors so far are
-    returned with the rest of the chunks as a new job (same memory, store and lane), for the
-    caller to queue again behind the interactive work. An interactive job, or a job of one
-    slice, is embedded whole. Errors are raised as by :func:`embed_job`.
+    The job is embedded slice by slice (:func:`slices`: :data:`YIELD_SLICE_BYTES` of text,
+    and at most :data:`YIELD_SLICE_LOCAL_CHUNKS` chunks for the local model); between slices
+    ``should_yield`` is asked whether interactive work waits on the same queue. If so, the
+    vectors so far are returned with the rest of the chunks as a new job (same memory, store
+    and lane), for the caller to queue again behind the interactive work. An interactive
+    job, or a job of one slice, is embedded whole. Errors are raised as by :func:`embed_job`.
     """
-    parts = [job] if job.route.interactive else slices(job)
+    parts = [job] if job.route.interactive else slices(
+        job, max_chunks=YIELD_SLICE_LOCAL_CHUNKS if job.spec.name == "local" else None)
     vectors: list[ChunkVector] = []
     failed: list[tuple[str, str]] = []
     for i, part in enumerate(parts):
