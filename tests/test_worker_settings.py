@@ -56,3 +56,26 @@ def test_settings_are_kept_and_follow_the_config_file(
     bump_mtime(config)
     with pytest.raises(MessageRefused, match="'alpha' is not one of this fleet's"):
         runtime.settings_for("alpha")  # removed from the config: refused from now on
+
+
+def test_a_config_found_in_the_workspace_is_followed_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No MEMQ_CONFIG: the worker's config is the workspace's memq.toml, found from
+    MEMQ_WORKSPACE (not from the current directory)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = ws / "memq.toml"
+    config.write_text("provider = \"none\"\n[chunking]\ntokens = 64\noverlap = 8\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("MEMQ_CONFIG", raising=False)
+    monkeypatch.setenv("MEMQ_WORKSPACE", str(ws))
+    monkeypatch.setenv("MEMQ_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    runtime = WorkerRuntime()
+    memory = runtime.default_memory()
+    assert runtime.settings_for(memory).chunking.tokens == 64
+    config.write_text("provider = \"none\"\n[chunking]\ntokens = 96\noverlap = 8\n")
+    bump_mtime(config)
+    assert runtime.settings_for(memory).chunking.tokens == 96

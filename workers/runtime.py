@@ -19,7 +19,7 @@ import redis
 from celery import Task
 from celery.signals import worker_process_init
 
-from pipeline.config import Settings, find_config_file, listed_agents, load_settings
+from pipeline.config import Settings, listed_agents, load_settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
@@ -59,8 +59,8 @@ class WorkerRuntime:
         When that config lists its memories (an openclaw.json's ``agents.list``), a memory it
         does not list is refused (:class:`MessageRefused`): a message cannot make a worker
         invent one. Settings are kept between messages and read again when the config file
-        changes (its path, mtime, size or inode), so a memory added to the config is served
-        without restarting the worker.
+        they came from changes (its mtime, size or inode), so a memory added to the config is
+        served without restarting the worker.
         """
         with self._lock:
             self._follow_config()
@@ -75,21 +75,16 @@ class WorkerRuntime:
             return self._settings[memory]
 
     def _follow_config(self) -> None:
-        """Forget every memory's settings when the config file is not the one they came from
-        (a ``stat``: cheap enough for every message)."""
-        path = find_config_file()
-        try:
-            st = os.stat(path) if path is not None else None
-        except OSError:
-            st = None
-        stamp = (str(path), st.st_mtime_ns, st.st_size, st.st_ino) if st else (str(path),)
-        if stamp != self._config_stamp:
+        """Forget every memory's settings when the config file they came from changed (one
+        ``stat``: cheap enough for every message)."""
+        if self._own is not None and _stamp(self._own.config_file) != self._config_stamp:
             self._settings.clear()
-            self._own, self._roster, self._config_stamp = None, None, stamp
+            self._own, self._roster, self._config_stamp = None, None, None
 
     def _own_settings(self) -> Settings:
         if self._own is None:
             self._own = load_settings()
+            self._config_stamp = _stamp(self._own.config_file)
         return self._own
 
     def _listed(self, own: Settings) -> list[str]:
@@ -174,6 +169,17 @@ class WorkerRuntime:
         """Forget what the parent process built: a forked child builds its own."""
         with self._lock:
             self._reset()
+
+
+def _stamp(path: os.PathLike[str] | None) -> tuple[object, ...] | None:
+    """What identifies a version of the config file at ``path``: mtime, size and inode."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (str(path),)
+    return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 runtime = WorkerRuntime()
