@@ -21,6 +21,7 @@ from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.chunking import CHUNKING_VERSION, chunk_markdown, enforce_input_limit
+from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.multimodal import MediaSource, classify, file_chunks, read_media
 from pipeline.ingest.sessions import (
     SESSIONS_SOURCE,
@@ -223,7 +224,7 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     if paths is None:
         unreadable: list[tuple[str, str]] = []
         on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
-                               unreadable=unreadable)
+                               unreadable=unreadable, patterns=PathPatterns.of(settings))
         on_disk += session_files(settings)
         # A folder that cannot be listed hides its files; they are not deleted from the index.
         hidden = {folder for folder, _ in unreadable}
@@ -233,7 +234,8 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     else:
         paths = list(paths)
         on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths,
-                                          settings.multimodal)
+                                          settings.multimodal,
+                                          patterns=PathPatterns.of(settings))
         sessions, session_scopes = session_files_at(settings, paths)
         on_disk, scopes = on_disk + sessions, scopes | session_scopes
         present = {f.path for f in on_disk}
@@ -261,7 +263,7 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     stale: list[Path] = []
     unreadable: list[tuple[str, str]] = []
     for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
-                             unreadable=unreadable):
+                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
         try:
             stat = os.stat(file.file)  # a str, not a Path: Path objects cost more than the stat
         except OSError:
