@@ -123,6 +123,8 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     from workers.jobs_api import EnqueueFailed, enqueue_index
 
     settings = _settings(args)
+    if not settings.enabled:
+        raise memory_disabled(settings.config_file)
     queue = control_queue(settings.fleet.shard_of(settings.agent_id))
     try:
         job_id = enqueue_index(settings, retry_failed=args.retry_failed)

@@ -48,7 +48,7 @@ def test_cli_refuses_with_exit_2_and_status_still_answers(workspace: Path,
     settings = make_settings(workspace, provider="none", enabled=False)
     common = ("--workspace", str(workspace), "--config", str(settings.config_file))
     for argv in (("search", "PostgreSQL"), ("get", "MEMORY.md"), ("index",), ("reindex",),
-                 ("watch",)):
+                 ("watch",), ("index", "--remote")):
         done = run_memq(*argv, *common, timeout=120)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert "memory is disabled (enabled = false" in done.stderr, (argv, done.stderr)
