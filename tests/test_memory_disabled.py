@@ -77,3 +77,35 @@ def test_mcp_tools_are_tool_errors(workspace: Path, make_settings) -> None:
     anyio.run(scenario)
     assert not settings.store.path.exists()
     assert "a note" not in (workspace / "MEMORY.md").read_text()
+
+
+def test_a_watch_over_many_memories_skips_a_disabled_one(tmp_path: Path, make_settings,
+                                                         workspace: Path) -> None:
+    import shutil
+    import threading
+
+    from workers.watching import WatchGroup, run_watch
+
+    other = tmp_path / "ws-on"
+    shutil.copytree(workspace, other)
+    off = make_settings(workspace, provider="none", enabled=False, agentId="off")
+    on = make_settings(other, provider="none", agentId="on",
+                       store={"path": str(tmp_path / "on.sqlite")})
+    started: list[WatchGroup] = []
+    thread = threading.Thread(target=run_watch, args=([off, on],),
+                              kwargs={"debounce_s": 0.2, "on_start": started.append},
+                              daemon=True)
+    thread.start()
+    try:
+        for _ in range(300):
+            if started and all(s.reconciles for s in started[0].stats.values()):
+                break
+            threading.Event().wait(0.1)
+        assert started, "run_watch never started"
+        assert [s.settings.agent_id for s in started[0].services] == ["on"]
+    finally:
+        if started:
+            started[0].stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert on.store.path.exists() and not off.store.path.exists()
