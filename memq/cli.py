@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
-from pipeline.errors import EmbeddingError, MemqError, StoreError, WorkspaceMissing
+from pipeline.errors import (
+    EmbeddingError,
+    MemoryDisabled,
+    MemqError,
+    StoreError,
+    WorkspaceMissing,
+    memory_disabled,
+)
 
 ROLES = ("writer", "embed", "batch")
 
@@ -23,7 +30,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _existing(settings: Settings) -> Settings:
-    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist."""
+    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist, or
+    :class:`MemoryDisabled` when the memory is turned off (``enabled = false``)."""
+    if not settings.enabled:
+        raise memory_disabled(settings.config_file)
     if not settings.workspace.is_dir():
         raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
                                "--workspace, the config's workspace or the agent's; create the "
@@ -113,6 +123,8 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     from workers.jobs_api import EnqueueFailed, enqueue_index
 
     settings = _settings(args)
+    if not settings.enabled:
+        raise memory_disabled(settings.config_file)
     queue = control_queue(settings.fleet.shard_of(settings.agent_id))
     try:
         job_id = enqueue_index(settings, retry_failed=args.retry_failed)
@@ -255,6 +267,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         _emit(args, s, "\n".join([f"workspace {s['workspace']}: {s['reason']}",
                                   f"store: {s['store']}", *_fleet_lines(s["fleet"])]))
         return 0
+    if not s["enabled"]:  # indexed before it was turned off
+        _warn("memory is disabled (enabled = false): search and indexing are off; the index "
+              "below is as it was left")
     when = (datetime.fromtimestamp(s["last_index_at"]).isoformat(timespec="seconds")
             if s["last_index_at"] else "never")
     lines = [
@@ -604,7 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memq: embedding provider error: {exc}", file=sys.stderr)
     except StoreError as exc:
         print(f"memq: store error: {exc}", file=sys.stderr)
-    except WorkspaceMissing as exc:
+    except (WorkspaceMissing, MemoryDisabled) as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
     except MemqError as exc:
