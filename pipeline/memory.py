@@ -49,8 +49,8 @@ from pipeline.ingest.reindex import (
 from pipeline.ingest.sessions import session_get
 from pipeline.ingest.sources import relative_path, resolve_memory_path
 from pipeline.messages import ProviderSpec
-from pipeline.qmd import QmdBackend, QmdUnavailable
-from pipeline.qmd.jobs import QmdJobRunner, is_due, needs_boot
+from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
+from pipeline.qmd.jobs import QmdJobs, needs_boot
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue
 from pipeline.search.citations import apply_citations, check_mode
@@ -151,7 +151,7 @@ class Memory:
         self._lock = threading.Lock()
         self._refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
         self._qmd: QmdBackend | None = None  # backend "qmd": built on first use
-        self._qmd_jobs: QmdJobRunner | None = None  # its update jobs, without a fleet
+        self._qmd_jobs: QmdJobs | None = None  # where its update jobs go
         self._qmd_opened = False  # the boot job was asked for (update.onBoot)
 
     @property
@@ -294,10 +294,13 @@ class Memory:
             return session
         try:
             target = resolve_memory_path(self.settings, str(path))
-        except MemoryPathError:
+        except MemoryPathError as refused:
             if backend is None:
                 raise
-            return backend.get(str(path), from_line, lines)  # a file of a QMD collection
+            try:  # a file of a QMD collection (its folder inside the workspace)
+                return backend.get(str(path), from_line, lines)
+            except QmdPathError:
+                raise refused from None
         rel = relative_path(self.settings.workspace, target)
         if not target.exists():
             return MemoryText(rel, "")
@@ -431,38 +434,43 @@ class Memory:
         :mod:`pipeline.qmd.jobs`) unless nothing would be done: on the fleet's
         ``control.<shard>`` queue when a broker takes it, else on this memory's background
         thread (one job at a time). Nothing happens with ``backend: "builtin"``."""
-        backend = self.qmd
-        if backend is None or not is_due(backend, reason):
-            return
-        if self.dispatcher.qmd_job(self.name, reason, shard=self.shard):
-            return
-        self._qmd_runner(backend).trigger(reason)
+        jobs = self._qmd_scheduler()
+        if jobs is not None:
+            jobs.ask(reason)
 
     def wait_for_qmd_jobs(self, timeout: float | None = None) -> None:
         """Wait for the QMD job this process runs in the background, if any."""
         with self._lock:
-            runner = self._qmd_jobs
-        if runner is not None:
-            runner.wait(timeout)
+            jobs = self._qmd_jobs
+        if jobs is not None:
+            jobs.runner.wait(timeout)
 
-    def _qmd_runner(self, backend: QmdBackend) -> QmdJobRunner:
+    def _qmd_scheduler(self) -> QmdJobs | None:
+        backend = self.qmd
+        if backend is None:
+            return None
         with self._lock:
             if self._qmd_jobs is None:
-                self._qmd_jobs = QmdJobRunner(backend)
+                self._qmd_jobs = QmdJobs(backend, lambda reason: self.dispatcher.qmd_job(
+                    self.name, reason, shard=self.shard))
             return self._qmd_jobs
 
     def _qmd_open(self) -> None:
-        """``update.onBoot``, once per ``Memory``: set QMD up or refresh it when due, in the
-        background, or before answering with ``update.waitForBootSync`` when the home is not
-        set up yet."""
-        backend = self.qmd
-        if backend is None or self._qmd_opened or not backend.qmd.update.on_boot:
+        """Before a QMD search. Once per ``Memory`` (``update.onBoot``): set QMD up, or
+        refresh it when due, in the background (before answering, with
+        ``update.waitForBootSync``, when the home is not set up yet). Later: the intervals'
+        jobs when due (looked at every 30 s at most)."""
+        jobs = self._qmd_scheduler()
+        if jobs is None:
+            return
+        if self._qmd_opened or not jobs.backend.qmd.update.on_boot:
+            jobs.ask("due")
             return
         self._qmd_opened = True
-        if backend.qmd.update.wait_for_boot_sync and needs_boot(backend):
-            self._qmd_runner(backend).run_now("boot")
+        if jobs.backend.qmd.update.wait_for_boot_sync and needs_boot(jobs.backend):
+            jobs.runner.run_now("boot")
             return
-        self.qmd_job("boot")
+        jobs.ask("boot")
 
     def _qmd_after(self, report: IndexReport) -> None:
         """After an index pass: QMD follows the files too (a debounced update)."""
@@ -601,9 +609,9 @@ class Memory:
         default dispatcher, built providers (a local model's memory) and in-memory copies."""
         self._refresher.wait()
         with self._lock:
-            runner, self._qmd_jobs = self._qmd_jobs, None
-        if runner is not None:
-            runner.close()
+            jobs, self._qmd_jobs = self._qmd_jobs, None
+        if jobs is not None:
+            jobs.close()
         with self._lock:
             owned, self._owned = self._owned, None
         if owned is not None:

@@ -16,6 +16,8 @@ import os
 import shutil
 import stat
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,14 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from pipeline.config import load_settings
+from pipeline.errors import MemoryPathError
 from pipeline.memory import Memory
 from pipeline.qmd import QmdBackend
 from pipeline.qmd.jobs import QmdJobRunner, needs_boot, run_due
-from tests.conftest import EXAMPLE_WORKSPACE, REPO, run_memq
+from tests.conftest import EXAMPLE_WORKSPACE, REPO, Fleet, run_memq
+from tests.test_fleet import memq_argv, nodes_on, wait_for
 from tests.tools import node_env, tool
+from workers.watching import WatchGroup, run_watch
 
 OPS = "# Ops\n\nThe deployment uses kubernetes on hetzner.\nBackups run nightly at 03:00 UTC.\n"
 
@@ -189,6 +194,9 @@ def test_library_search_get_status(indexed: Setup) -> None:
         zigbee = memory.search("Zigbee")
         assert zigbee.backend == "qmd"
         assert {h.path for h in zigbee} == {"MEMORY.md", "memory/2026-11-10.md"}
+        with pytest.raises(MemoryPathError) as refused:  # neither backend's file: as builtin
+            memory.get("/etc/passwd")
+        assert str(refused.value).startswith("path required: a memory .md file")
 
 
 def test_library_falls_back_mid_use_and_says_why(indexed: Setup,
@@ -300,3 +308,58 @@ def test_mcp_memory_search_and_get_through_qmd(indexed: Setup) -> None:
                 assert any(r["path"] == "MEMORY.md" for r in fallback["results"])
 
     anyio.run(scenario)
+
+
+# ---------------------------------------------------------------------------------------------
+# the watcher and the fleet
+
+
+def _until(check: Any, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_memq_watch_updates_qmd_after_a_change(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    setup = Setup(tmp_path, update={"debounceMs": 0})
+    monkeypatch.setenv("PATH", setup.env["PATH"])
+    assert setup.memq("index").returncode == 0
+    settings = setup.settings()
+    backend = QmdBackend(settings)
+    assert backend.search("flamingo") == []
+    started: list[WatchGroup] = []
+    thread = threading.Thread(target=run_watch, args=([settings],),
+                              kwargs={"debounce_s": 0.2, "on_start": started.append},
+                              daemon=True)
+    thread.start()
+    try:
+        _until(lambda: started and all(s.reconciles for s in started[0].stats.values()),
+               "the first reconcile")
+        (setup.ws / "memory" / "2026-12-02.md").write_text("- Saw a flamingo in Lisbon.\n")
+        _until(lambda: [h.path for h in backend.search("flamingo")] == ["memory/2026-12-02.md"],
+               "qmd to find the new note")
+    finally:
+        started[0].stop()
+        thread.join(60)
+    assert not thread.is_alive()
+
+
+def test_update_jobs_go_to_the_owners_control_queue(tmp_path: Path, broker_url: str,
+                                                    fleet: Fleet) -> None:
+    setup = Setup(tmp_path)
+    env = {**setup.env, "MEMQ_CONFIG": str(setup.config), "MEMQ_BROKER_URL": broker_url}
+    fleet.spawn(memq_argv("worker", "--role", "writer"), "writer", env)
+    wait_for(lambda: nodes_on(broker_url, "control.0"), "the writer on control.0", fleet)
+    settings = load_settings(setup.config, env=env)
+    assert settings.broker_url == broker_url
+    backend = QmdBackend(settings)
+    assert needs_boot(backend)
+    with Memory(settings=settings) as memory:
+        memory.index()  # keyword-only: no embedding work; the QMD job goes to control.0
+    wait_for(lambda: "memq.qmd_update" in fleet.logs(None) and not needs_boot(backend),
+             "the writer to run memq.qmd_update and boot QMD", fleet)
+    assert [h.path for h in backend.search("kubernetes hetzner")] == ["qmd://notes-main/ops.md"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pipeline.qmd.backend import QmdBackend
@@ -160,6 +161,39 @@ class QmdJobRunner:
                 self.last = {"job": "update", "error": exc.reason, "kind": exc.kind}
             return
         self.trigger("changed")
+
+
+class QmdJobs:
+    """Where one memory's QMD jobs go: ``send(reason)`` hands a job to the host that owns the
+    memory (the fleet's ``control.<shard>`` queue) and says whether it took it; otherwise this
+    process runs it on a :class:`QmdJobRunner`. Jobs that would do nothing are not asked for,
+    and ``due`` (the intervals) is looked at no more often than every ``check_s`` seconds."""
+
+    def __init__(self, backend: QmdBackend, send: Callable[[str], bool] | None = None, *,
+                 check_s: float = 30.0) -> None:
+        self.backend = backend
+        self.send = send
+        self.check_s = check_s
+        self.runner = QmdJobRunner(backend)
+        self._next_due_check = 0.0
+
+    def ask(self, reason: str) -> bool:
+        """Ask for a job for ``reason``; whether one was sent or started."""
+        if reason == "due":
+            now = time.monotonic()
+            if now < self._next_due_check:
+                return False
+            self._next_due_check = now + self.check_s
+        if not is_due(self.backend, reason):
+            return False
+        if self.send is not None and self.send(reason):
+            return True
+        self.runner.trigger(reason)
+        return True
+
+    def close(self) -> None:
+        """Finish this process's job, if any (see :meth:`QmdJobRunner.close`)."""
+        self.runner.close()
 
 
 def _stronger(current: str | None, new: str) -> str:
