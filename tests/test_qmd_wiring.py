@@ -356,7 +356,7 @@ def test_update_jobs_go_to_the_owners_control_queue(tmp_path: Path, broker_url: 
     wait_for(lambda: nodes_on(broker_url, "control.0"), "the writer on control.0", fleet)
     settings = load_settings(setup.config, env=env)
     assert settings.broker_url == broker_url
-    backend = QmdBackend(settings)
+    backend = QmdBackend(settings, env=setup.env)
     assert needs_boot(backend)
     with Memory(settings=settings) as memory:
         memory.index()  # keyword-only: no embedding work; the QMD job goes to control.0
