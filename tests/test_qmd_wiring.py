@@ -303,6 +303,9 @@ def test_mcp_memory_search_and_get_through_qmd(indexed: Setup) -> None:
     async def scenario() -> None:
         with anyio.fail_after(120):
             async with Client(params, read_timeout_seconds=60) as client:
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+                assert "`backend` says which engine answered" in \
+                    tools["memory_search"].description
                 found = await call(client, "memory_search", {"query": "kubernetes hetzner"})
                 assert found["backend"] == "qmd"
                 assert [r["path"] for r in found["results"]] == ["qmd://notes-main/ops.md"]
