@@ -374,3 +374,16 @@ def test_update_jobs_go_to_the_owners_control_queue(tmp_path: Path, broker_url: 
     wait_for(lambda: "memq.qmd_update" in fleet.logs(None) and not needs_boot(backend),
              "the writer to run memq.qmd_update and boot QMD", fleet)
     assert [h.path for h in backend.search("kubernetes hetzner")] == ["qmd://notes-main/ops.md"]
+
+
+def test_a_broker_that_is_down_fails_neither_index_nor_search(
+        setup: Setup, caplog: pytest.LogCaptureFixture) -> None:
+    env = {**setup.env, "MEMQ_BROKER_URL": "redis://:hunter2-not-a-real-one@127.0.0.1:9/0"}
+    settings = load_settings(setup.config, env=env)
+    with caplog.at_level(logging.WARNING), Memory(settings=settings) as memory:
+        memory.index()  # the QMD job cannot be queued: it runs here instead
+        memory.wait_for_qmd_jobs()
+        found = memory.search("kubernetes hetzner")
+        assert found.backend == "qmd" and found[0].path == "qmd://notes-main/ops.md"
+    queued = [r.getMessage() for r in caplog.records if "cannot queue the QMD" in r.getMessage()]
+    assert queued and all("hunter2" not in m for m in queued)

@@ -21,6 +21,7 @@ from typing import Any
 
 from pipeline.qmd.backend import QmdBackend
 from pipeline.qmd.errors import QmdUnavailable
+from pipeline.qmd.sanitize import redact_secrets
 
 log = logging.getLogger("memq.qmd")
 
@@ -166,8 +167,10 @@ class QmdJobRunner:
 class QmdJobs:
     """Where one memory's QMD jobs go: ``send(reason)`` hands a job to the host that owns the
     memory (the fleet's ``control.<shard>`` queue) and says whether it took it; otherwise this
-    process runs it on a :class:`QmdJobRunner`. Jobs that would do nothing are not asked for,
-    and ``due`` (the intervals) is looked at no more often than every ``check_s`` seconds."""
+    process runs it on a :class:`QmdJobRunner` (also when sending fails: a broker that is down
+    must not fail the search or index pass that asked). Jobs that would do nothing are not
+    asked for, and ``due`` (the intervals) is looked at no more often than every ``check_s``
+    seconds."""
 
     def __init__(self, backend: QmdBackend, send: Callable[[str], bool] | None = None, *,
                  check_s: float = 30.0) -> None:
@@ -186,8 +189,13 @@ class QmdJobs:
             self._next_due_check = now + self.check_s
         if not is_due(self.backend, reason):
             return False
-        if self.send is not None and self.send(reason):
-            return True
+        if self.send is not None:
+            try:
+                if self.send(reason):
+                    return True
+            except Exception as exc:  # a broker down must not fail the search or index
+                log.warning("cannot queue the QMD %s job (%s: %s); running it here",
+                            reason, type(exc).__name__, redact_secrets(str(exc)))
         self.runner.trigger(reason)
         return True
 
