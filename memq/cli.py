@@ -161,6 +161,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
     notes = ("reason", "synced", "pending", "warning", "rebuilding")
     footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
+    if "backend" in out:
+        fallback = out.get("fallback")
+        footer += f" backend: {out['backend']}" + (
+            f" (qmd {fallback['kind']}: {fallback['reason']})" if fallback else "")
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0
@@ -255,6 +259,20 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _qmd_lines(status: dict[str, Any]) -> list[str]:
+    """The QMD backend's part of ``memq status`` (nothing for the builtin backend)."""
+    q = status.get("qmd")
+    if status.get("backend") != "qmd" or q is None:
+        return []
+    when = (datetime.fromtimestamp(q["last_update_at"]).isoformat(timespec="seconds")
+            if q["last_update_at"] else "never")
+    health = "available" if q["available"] else (
+        f"DOWN ({q['down']['kind']}: {q['down']['reason']}); searches answer from memq's index")
+    collections = ", ".join(f"{c['name']} {c['documents']}" for c in q["collections"])
+    return [f"backend:   qmd ({q['command']} {q['search_mode']}), {health}",
+            f"qmd:       {q['documents']} documents ({collections}); last update {when}"]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from workers.monitor import fleet_status, resume_batches
 
@@ -265,7 +283,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         s["batch"]["resumed"] = resume_batches(settings)
     if not s["indexed"]:
         _emit(args, s, "\n".join([f"workspace {s['workspace']}: {s['reason']}",
-                                  f"store: {s['store']}", *_fleet_lines(s["fleet"])]))
+                                  f"store: {s['store']}", *_qmd_lines(s),
+                                  *_fleet_lines(s["fleet"])]))
         return 0
     if not s["enabled"]:  # indexed before it was turned off
         _warn("memory is disabled (enabled = false): search and indexing are off; the index "
@@ -295,6 +314,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"note: {s['vector_backend_reason']}")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
     lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
+    lines += _qmd_lines(s)
     lines += _fleet_lines(s["fleet"])
     lines += _batch_lines(s["batch"])
     for provider, p in s["pending_by_provider"].items():

@@ -35,7 +35,7 @@ from pipeline.dispatch import Dispatcher, InlineDispatcher
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.errors import EmbeddingError, StoreError, memory_disabled
+from pipeline.errors import EmbeddingError, MemoryPathError, StoreError, memory_disabled
 from pipeline.ingest.append import append_note
 from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale
@@ -49,6 +49,8 @@ from pipeline.ingest.reindex import (
 from pipeline.ingest.sessions import session_get
 from pipeline.ingest.sources import relative_path, resolve_memory_path
 from pipeline.messages import ProviderSpec
+from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
+from pipeline.qmd.jobs import QmdJobs, needs_boot
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue
 from pipeline.search.citations import apply_citations, check_mode
@@ -65,6 +67,8 @@ STALL_HINT_S = 30.0
 VECTORS_EMBEDDED = "embedded"
 VECTORS_QUEUED = "queued"
 VECTORS_NONE = "none (keyword-only index)"
+#: ``SearchResults.mode`` of a QMD answer, by ``qmd.searchMode``.
+_QMD_MODES = {"search": "keyword-only", "vsearch": "hybrid", "query": "hybrid"}
 
 
 @dataclass
@@ -146,6 +150,9 @@ class Memory:
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
         self._lock = threading.Lock()
         self._refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
+        self._qmd: QmdBackend | None = None  # backend "qmd": built on first use
+        self._qmd_jobs: QmdJobs | None = None  # where its update jobs go
+        self._qmd_opened = False  # the boot job was asked for (update.onBoot)
 
     @property
     def name(self) -> str:
@@ -171,7 +178,10 @@ class Memory:
                citations: str | None = None) -> SearchResults:
         """Search the memory by meaning and keywords; the hits, best first.
 
-        Never raises for the content of ``query``: any text gives results or none.
+        Never raises for the content of ``query``: any text gives results or none. With
+        ``backend: "qmd"`` the ``qmd`` CLI answers (``backend == "qmd"``); when it cannot (no
+        executable, a non-zero exit, a timeout, bad output, not set up yet) memq's own index
+        answers instead, with ``backend == "builtin"`` and ``fallback`` saying why.
         ``max_results`` and ``min_score`` default to ``query.maxResults`` (6) and
         ``query.minScore`` (0.35). ``sync`` (default ``sync.onSearch``) first brings changed
         files' text up to date (their vectors follow with the next index pass); a long-running
@@ -181,6 +191,26 @@ class Memory:
         """
         self._check_enabled()
         citations = check_mode(citations or self.settings.citations)
+        fallback = None
+        backend = self.qmd
+        if backend is not None:
+            self._qmd_open()
+            try:
+                hits = backend.search(str(query), max_results=max_results, min_score=min_score)
+            except QmdUnavailable as exc:  # the backend logged it (once per outage)
+                fallback = exc.as_dict()
+            else:
+                return SearchResults(hits=apply_citations(hits, citations), provider="qmd",
+                                     model=backend.qmd.search_mode,
+                                     mode=_QMD_MODES[backend.qmd.search_mode],
+                                     citations=citations, backend="qmd")
+        results = self._search_builtin(str(query), max_results, min_score, sync, citations)
+        if backend is not None:
+            results.backend, results.fallback = "builtin", fallback
+        return results
+
+    def _search_builtin(self, query: str, max_results: int | None, min_score: float | None,
+                        sync: bool | None, citations: str) -> SearchResults:
         try:
             db = self._open_store()
         except StoreError as exc:  # OpenClaw's "unavailable" shape: the agent is told
@@ -191,7 +221,7 @@ class Memory:
             return SearchResults(warning=f"nothing indexed yet at {self.settings.store.path}: "
                                          "run `memq index`")
         try:
-            return self._search(db, str(query), max_results, min_score, sync, citations)
+            return self._search(db, query, max_results, min_score, sync, citations)
         finally:
             db.close()
 
@@ -253,13 +283,26 @@ class Memory:
         that does not exist yet (but could) reads as empty text; anything outside the memory
         files, a symlink or a non-``.md`` path raises
         :class:`~pipeline.errors.MemoryPathError`. With session memory on, session hits
-        (``sessions/<file>.jsonl``) open too, by JSONL line.
+        (``sessions/<file>.jsonl``) open too, by JSONL line. With ``backend: "qmd"``, QMD hits
+        open too: ``qmd://<collection>/<path>`` (or OpenClaw's ``qmd/<collection>/<path>``)
+        from the collection's folder, and workspace files a collection covers.
         """
         self._check_enabled()
+        backend = self.qmd
+        if backend is not None and _names_qmd_file(backend, str(path)):
+            return backend.get(str(path), from_line, lines)
         session = session_get(self.settings, str(path), from_line, lines)
         if session is not None:
             return session
-        target = resolve_memory_path(self.settings, str(path))
+        try:
+            target = resolve_memory_path(self.settings, str(path))
+        except MemoryPathError as refused:
+            if backend is None:
+                raise
+            try:  # a file of a QMD collection (its folder inside the workspace)
+                return backend.get(str(path), from_line, lines)
+            except QmdPathError:
+                raise refused from None
         rel = relative_path(self.settings.workspace, target)
         if not target.exists():
             return MemoryText(rel, "")
@@ -273,8 +316,14 @@ class Memory:
 
     def status(self) -> dict[str, Any]:
         """What is indexed, pending and failed, with which provider and why, the rebuild under
-        way, recent index jobs and provider batch jobs (``memq status --json``'s index part)."""
-        return index_status(self.settings)
+        way, recent index jobs and provider batch jobs (``memq status --json``'s index part); with
+        ``backend: "qmd"``, ``backend`` says so and ``qmd`` holds the QMD backend's status."""
+        status = index_status(self.settings)
+        backend = self.qmd
+        status["backend"] = "builtin" if backend is None else "qmd"
+        if backend is not None:
+            status["qmd"] = backend.status()
+        return status
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -327,6 +376,7 @@ class Memory:
                 self._produce(run, db, choice, wait=wait, retry_failed=retry_failed,
                               rebuild=rebuild, on_progress=on_progress, warn=warn)
                 counts.update(run.report.counts())
+            self._qmd_after(run.report)
             return run
         except db.operational_error as exc:
             raise as_store_error(exc, db.path) or exc from exc
@@ -351,6 +401,7 @@ class Memory:
             choice = self._index_choice(db)
             if choice.spec is None:
                 report = index_once(db, self.settings, choice, None)
+                self._qmd_after(report)
                 return IndexRun(report, choice.mode, None, None, choice.reason,
                                 vectors=VECTORS_NONE)
         finally:
@@ -373,6 +424,66 @@ class Memory:
     def sync_error(self) -> str | None:
         """Why the last sync failed (None after a good one)."""
         return self._refresher.last_error
+
+    # -- the QMD backend ---------------------------------------------------------------------
+
+    @property
+    def qmd(self) -> QmdBackend | None:
+        """The QMD backend (``backend: "qmd"``), built on first use; None for ``builtin``."""
+        if self.settings.backend != "qmd":
+            return None
+        with self._lock:
+            if self._qmd is None:
+                self._qmd = QmdBackend(self.settings)
+            return self._qmd
+
+    def qmd_job(self, reason: str) -> None:
+        """Ask for a QMD update job (``boot``, ``changed`` or ``due``; see
+        :mod:`pipeline.qmd.jobs`) unless nothing would be done: on the fleet's
+        ``control.<shard>`` queue when a broker takes it, else on this memory's background
+        thread (one job at a time). Nothing happens with ``backend: "builtin"``."""
+        jobs = self._qmd_scheduler()
+        if jobs is not None:
+            jobs.ask(reason)
+
+    def wait_for_qmd_jobs(self, timeout: float | None = None) -> None:
+        """Wait for the QMD job this process runs in the background, if any."""
+        with self._lock:
+            jobs = self._qmd_jobs
+        if jobs is not None:
+            jobs.runner.wait(timeout)
+
+    def _qmd_scheduler(self) -> QmdJobs | None:
+        backend = self.qmd
+        if backend is None:
+            return None
+        with self._lock:
+            if self._qmd_jobs is None:
+                self._qmd_jobs = QmdJobs(backend, lambda reason: self.dispatcher.qmd_job(
+                    self.name, reason, shard=self.shard))
+            return self._qmd_jobs
+
+    def _qmd_open(self) -> None:
+        """Before a QMD search. Once per ``Memory`` (``update.onBoot``): set QMD up, or
+        refresh it when due, in the background (before answering, with
+        ``update.waitForBootSync``, when the home is not set up yet). Later: the intervals'
+        jobs when due (looked at every 30 s at most)."""
+        jobs = self._qmd_scheduler()
+        if jobs is None:
+            return
+        if self._qmd_opened or not jobs.backend.qmd.update.on_boot:
+            jobs.ask("due")
+            return
+        self._qmd_opened = True
+        if jobs.backend.qmd.update.wait_for_boot_sync and needs_boot(jobs.backend):
+            jobs.runner.run_now("boot")
+            return
+        jobs.ask("boot")
+
+    def _qmd_after(self, report: IndexReport) -> None:
+        """After an index pass: QMD follows the files too (a debounced update)."""
+        if self.settings.backend == "qmd":
+            self.qmd_job("changed" if report.changed or report.deleted else "due")
 
     # -- the parts ---------------------------------------------------------------------------
 
@@ -508,9 +619,13 @@ class Memory:
     # -- the end -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release what this memory holds: background syncs (waited for), the default
-        dispatcher, built providers (a local model's memory) and in-memory copies."""
+        """Release what this memory holds: background syncs and QMD jobs (waited for), the
+        default dispatcher, built providers (a local model's memory) and in-memory copies."""
         self._refresher.wait()
+        with self._lock:
+            jobs, self._qmd_jobs = self._qmd_jobs, None
+        if jobs is not None:
+            jobs.close()
         with self._lock:
             owned, self._owned = self._owned, None
         if owned is not None:
@@ -525,3 +640,12 @@ class Memory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+
+def _names_qmd_file(backend: QmdBackend, path: str) -> bool:
+    """Whether ``path`` names a QMD document: ``qmd://…``, or ``qmd/<collection>/…`` for one
+    of the backend's collections (else ``qmd/`` is a workspace folder)."""
+    if path.startswith("qmd://"):
+        return True
+    return path.startswith("qmd/") and path[4:].partition("/")[0] in {
+        c.name for c in backend.collections}

@@ -168,6 +168,9 @@ class EmbeddedFleet(FleetDispatcher):
     def consumers(self, queue: str) -> int | None:
         return 1  # its own worker, restarted when it dies
 
+    def qmd_job(self, memory: str, reason: str, *, shard: int = 0) -> bool:
+        return False  # its worker takes no control queue: the run's process does the job
+
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -28,6 +28,8 @@ from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
 from pipeline.ingest.watcher import Watcher
 from pipeline.memory import Memory
+from pipeline.qmd import QmdBackend
+from pipeline.qmd.jobs import QmdJobs
 from pipeline.routing import embed_queue, store_queue
 from pipeline.store.engine import connect
 from pipeline.store.schema import ensure_schema, set_meta, transaction
@@ -69,6 +71,15 @@ class WatchService:
         self._next_reconcile = 0.0  # reconcile once at start: heals what happened while down
         self._alone = WatchGroup([self])
         self._next_rebuild_step = 0.0
+        # backend "qmd": QMD follows the files too (its update jobs, on the owner's queue)
+        self.qmd = (QmdJobs(QmdBackend(settings), self._send_qmd_job)
+                    if settings.backend == "qmd" else None)
+
+    def _send_qmd_job(self, reason: str) -> bool:
+        if self.dispatcher is None:
+            return False
+        return self.dispatcher.qmd_job(self.settings.agent_id, reason,
+                                       shard=self.settings.fleet.shard_of(self.settings.agent_id))
 
     def _pass(self, paths: set[Path] | None, requeue_after_s: float = REQUEUE_AFTER_S
               ) -> IndexReport:
@@ -91,7 +102,9 @@ class WatchService:
     def on_batch(self, paths: set[Path]) -> None:
         self.stats.batches += 1
         self.stats.paths += len(paths)
-        self._pass(paths)
+        report = self._pass(paths)
+        if self.qmd is not None and (report.changed or report.deleted):
+            self.qmd.ask("changed")
 
     def queues_idle(self) -> bool:
         if self.choice.spec is None or self.dispatcher is None:
@@ -106,6 +119,8 @@ class WatchService:
         store, and in a rebuild's target)."""
         idle = self.queues_idle()
         report = self._pass(None, self.lost_after_s if idle else REQUEUE_AFTER_S)
+        if self.qmd is not None and (report.changed or report.deleted):
+            self.qmd.ask("changed")
         self.stats.reconciles += 1
         self.stats.requeued_lost += report.chunks_requeued
         if idle:
@@ -119,6 +134,11 @@ class WatchService:
 
     def stop(self) -> None:
         self._alone.stop()
+
+    def close(self) -> None:
+        """Finish what this service runs besides the watcher (a QMD job in flight)."""
+        if self.qmd is not None:
+            self.qmd.close()
 
     def record_mode(self) -> None:
         """Note in the store how this memory's changes are followed (``memq status`` shows
@@ -137,6 +157,8 @@ class WatchService:
         now = time.monotonic()
         if self.dispatcher is not None:
             self.dispatcher.check()
+        if self.qmd is not None:
+            self.qmd.ask("due")  # looked at every 30 s at most
         if now >= self._next_reconcile:
             self.reconcile()
             self._next_reconcile = now + self.reconcile_s
@@ -187,6 +209,8 @@ class WatchGroup:
                 service.watcher.observer.stop()
             for service in started:
                 service.watcher.observer.join(timeout=5)
+            for service in self.services:
+                service.close()
 
     def _beat(self) -> None:
         now = time.monotonic()
