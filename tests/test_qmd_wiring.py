@@ -10,6 +10,7 @@ from either backend, and the answer says which.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -245,8 +246,12 @@ def test_library_boots_qmd_on_first_search_when_asked_to_wait(tmp_path: Path,
 
 def test_library_boots_qmd_in_the_background(setup: Setup) -> None:
     with Memory(config=setup.config) as memory:
-        first = memory.search("kubernetes hetzner")  # QMD not set up yet: memq's index
-        assert first.backend == "builtin" and first.fallback["kind"] == "collections"
+        lock = memory.qmd.home.write_lock
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "a") as held:  # another process mid-update: the boot job must wait
+            fcntl.flock(held, fcntl.LOCK_EX)
+            first = memory.search("kubernetes hetzner")  # QMD not set up yet: memq's index
+            assert first.backend == "builtin" and first.fallback["kind"] == "collections"
         memory.wait_for_qmd_jobs()
         assert memory.search("kubernetes hetzner").backend == "qmd"
 
