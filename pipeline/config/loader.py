@@ -18,7 +18,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from pipeline.config.collect import file_entries
+from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_strict
+from pipeline.config.collect import ROSTER_ENTRY, file_entries
 from pipeline.config.env import env_entries
 from pipeline.config.errors import ConfigError, Entry, Invalid, message, show
 from pipeline.config.files import discover
@@ -61,6 +62,8 @@ def load_settings(
     # Environment beats the file, except REDIS_URL, a generic variable, which only fills in
     # when neither MEMQ_BROKER_URL nor the file's brokerUrl sets the broker.
     merged = {**from_file, **entries}
+    if "agentId" in from_file and from_file["agentId"].name == ROSTER_ENTRY:
+        merged["agentId"] = from_file["agentId"]  # the canonical name of the memory chosen
     if redis is not None and "brokerUrl" not in merged:
         merged["brokerUrl"] = redis
     return _Loader(merged, path, env, warnings).settings(workspace)
@@ -80,7 +83,7 @@ class _Loader:
     def settings(self, workspace_arg: Path | str | None) -> Settings:
         self.workspace = self._workspace(workspace_arg)
         if "agentId" in self.entries:
-            self.agent_id = self.checked("agentId")
+            self.agent_id = self._agent_id()
         settings: Settings = self.build(Settings, "")
         self._warn(settings)
         return dataclasses.replace(settings, warnings=tuple(dict.fromkeys(self.warnings)))
@@ -127,6 +130,18 @@ class _Loader:
             key=bad,
             source=str(self.config_path) if self.config_path else None,
         )
+
+    def _agent_id(self) -> str:
+        """The canonical agent id (OpenClaw's: ``Ops`` is ``ops``); an id OpenClaw would have
+        to rewrite beyond its case is refused, naming what OpenClaw would read."""
+        raw = self.checked("agentId")
+        canonical = normalize_agent_id_strict(raw)
+        if canonical is None or not is_valid_agent_id(raw):
+            entry = self.entries["agentId"]
+            hint = f' (OpenClaw reads it as "{canonical}")' if canonical else ""
+            raise entry.fail("agentId", "must be letters, digits, '_' or '-', starting with a "
+                             f"letter or digit (it is used in file names){hint}", show(raw))
+        return canonical
 
     def _workspace(self, workspace_arg: Path | str | None) -> Path:
         """Argument > MEMQ_WORKSPACE > file > cwd; relative paths from where they were given."""
