@@ -323,6 +323,7 @@ def _qmd_export_dir(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
 #: In the order they run (which decides the first of several errors reported).
 _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "workspace": lambda ld, entry: {"workspace": ld.workspace},
+    "agentId": lambda ld, entry: {"agent_id": ld.agent_id},  # canonical (``_agent_id``)
     "store.path": _store_path,
     "store.vector.extensionPath": _extension_path,
     "remote.apiKey": _api_key,
