@@ -1,0 +1,135 @@
+"""memq's own roster: ``memories`` and ``memoriesDir`` in memq.toml, names canonical, unknown names
+refused, and no two memories sharing a store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError, listed_agents, load_settings, read_roster
+from pipeline.config.paths import default_store_path
+from pipeline.errors import UnknownMemory
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"HOME": str(tmp_path / "home"), "MEMQ_HOME": str(tmp_path / "data")}
+
+
+ROSTER = """
+workspace = "own"
+provider = "openai"
+[chunking]
+tokens = 300
+
+[[memories]]
+name = "Ops"
+workspace = "ws/ops"
+model = "text-embedding-3-large"
+[memories.chunking]
+tokens = 120
+
+[[memories]]
+name = "notes"
+workspace = "~/notes"
+"""
+
+
+def test_memories_are_listed_and_layered_over_the_file(tmp_path: Path,
+                                                       env: dict[str, str]) -> None:
+    cfg = write(tmp_path / "conf/memq.toml", ROSTER)
+    own = load_settings(config_file=cfg, env=env)
+    assert (own.agent_id, own.workspace, own.chunking.tokens) == \
+        ("main", tmp_path / "conf/own", 300)
+    ops = load_settings(config_file=cfg, env=env, agent="OPS")
+    assert ops.agent_id == "ops"
+    assert ops.workspace == tmp_path / "conf/ws/ops"  # relative to the file
+    assert (ops.provider, ops.model, ops.chunking.tokens) == \
+        ("openai", "text-embedding-3-large", 120)
+    notes = load_settings(config_file=cfg, env=env, agent="notes")
+    assert notes.workspace == tmp_path / "home/notes"
+    assert notes.chunking.tokens == 300  # inherited
+    assert len({own.store.path, ops.store.path, notes.store.path}) == 3
+    assert read_roster(cfg, env).names == ["ops", "notes"]
+    assert listed_agents(cfg, env) == ["main", "ops", "notes"]
+    assert load_settings(config_file=cfg, env=env, agent="main").workspace == own.workspace
+
+
+def test_an_unknown_memory_lists_the_known_ones(tmp_path: Path, env: dict[str, str]) -> None:
+    cfg = write(tmp_path / "memq.toml", ROSTER)
+    with pytest.raises(UnknownMemory) as err:
+        load_settings(config_file=cfg, env=env, agent="opz")
+    assert err.value.known == ("main", "ops", "notes")
+    assert 'did you mean "ops"' in str(err.value)
+    assert str(cfg) in str(err.value)
+
+
+def test_without_a_roster_any_name_is_the_files_own_memory(tmp_path: Path,
+                                                           env: dict[str, str]) -> None:
+    cfg = write(tmp_path / "memq.toml", 'workspace = "w"\n')
+    s = load_settings(config_file=cfg, env=env, agent="Anything")
+    assert (s.agent_id, s.workspace) == ("anything", tmp_path / "w")
+    assert listed_agents(cfg, env) == []
+
+
+def test_memories_dir_makes_one_memory_per_folder(tmp_path: Path, env: dict[str, str]) -> None:
+    root = tmp_path / "agents"
+    for name in ("Alice", "bob smith", ".hidden"):
+        (root / name).mkdir(parents=True)
+    (root / "README.md").write_text("not a workspace")
+    cfg = write(tmp_path / "memq.toml", 'memoriesDir = "agents"\n')
+    assert read_roster(cfg, env).names == ["alice", "bob-smith"]
+    bob = load_settings(config_file=cfg, env=env, agent="Bob Smith")
+    assert (bob.agent_id, bob.workspace) == ("bob-smith", root / "bob smith")
+    assert bob.store.path == default_store_path(root / "bob smith", env)
+    with pytest.raises(UnknownMemory):
+        load_settings(config_file=cfg, env=env, agent="hidden")
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('memories = "x"', "memories: must be a list"),
+    ("[[memories]]\nworkspace = \"w\"", "memories[0].name"),
+    ("[[memories]]\nname = \"!!\"\nworkspace = \"w\"", "memories[0].name"),
+    ("[[memories]]\nname = \"a\"", "memories[0].workspace"),
+    ("[[memories]]\nname = \"a\"\nworkspace = \"w\"\nbrokerUrl = \"redis://x\"",
+     "memories[0].brokerUrl: is a setting of the whole file"),
+    ("[[memories]]\nname = \"a\"\nworkspace = \"w\"\n[memories.fleet]\nshards = 2",
+     "memories[0].fleet.shards"),
+    ("[[memories]]\nname = \"Main\"\nworkspace = \"w\"", "the file's own memory"),
+    ("[[memories]]\nname = \"a\"\nworkspace = \"w\"\n[[memories]]\nname = \"A\"\n"
+     "workspace = \"v\"", "memory names must differ"),
+    ("[[memories]]\nname = \"a\"\nworkspace = \"w\"\nchunkin = 3", 'unknown key "memories[0].'),
+    ('memoriesDir = "nowhere"', "memoriesDir:"),
+])
+def test_bad_rosters_say_what_is_wrong(tmp_path: Path, env: dict[str, str], text: str,
+                                       words: str) -> None:
+    cfg = write(tmp_path / "memq.toml", text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(config_file=cfg, env=env, agent="a")
+    assert words in str(err.value)
+    assert str(cfg) in str(err.value)
+
+
+def test_a_shared_store_path_without_agent_id_is_not_shared(tmp_path: Path,
+                                                             env: dict[str, str]) -> None:
+    cfg = write(tmp_path / "memq.toml", '[store]\npath = "one.sqlite"\n'
+                '[[memories]]\nname = "a"\nworkspace = "wa"\n'
+                '[[memories]]\nname = "b"\nworkspace = "wb"\n[memories.store]\npath = "b.sqlite"\n')
+    own = load_settings(config_file=cfg, env=env, workspace=tmp_path)
+    a = load_settings(config_file=cfg, env=env, agent="a")
+    b = load_settings(config_file=cfg, env=env, agent="b")
+    assert own.store.path == tmp_path / "one.sqlite"
+    assert a.store.path == default_store_path(tmp_path / "wa", env)
+    assert any("{agentId}" in w and "own store" in w for w in a.warnings)
+    assert b.store.path == tmp_path / "b.sqlite"  # its own explicit choice
+    templated = write(tmp_path / "t/memq.toml", '[store]\npath = "{agentId}.sqlite"\n'
+                      '[[memories]]\nname = "a"\nworkspace = "wa"\n')
+    assert load_settings(config_file=templated, env=env, agent="a").store.path == \
+        tmp_path / "t/a.sqlite"
