@@ -133,3 +133,33 @@ def test_a_shared_store_path_without_agent_id_is_not_shared(tmp_path: Path,
                       '[[memories]]\nname = "a"\nworkspace = "wa"\n')
     assert load_settings(config_file=templated, env=env, agent="a").store.path == \
         tmp_path / "t/a.sqlite"
+
+
+def test_a_store_is_refused_to_a_memory_that_does_not_own_it(tmp_path: Path,
+                                                             env: dict[str, str]) -> None:
+    from pipeline.errors import StoreOwnedElsewhere
+    from pipeline.memory import Memory
+    from pipeline.store.engine import connect
+    from pipeline.store.owner import owner_of, recorded_owner
+
+    for name in ("wa", "wb"):
+        write(tmp_path / name / "MEMORY.md", f"- the secret of {name} is basalt\n")
+    # A careless config: both memories name one store file.
+    cfg = write(tmp_path / "memq.toml", 'provider = "none"\n'
+                '[[memories]]\nname = "a"\nworkspace = "wa"\n[memories.store]\npath = "s.db"\n'
+                '[[memories]]\nname = "b"\nworkspace = "wb"\n[memories.store]\npath = "s.db"\n')
+    with Memory(settings=load_settings(config_file=cfg, env=env, agent="a")) as a:
+        a.index()
+        assert [h.path for h in a.search("basalt", min_score=0)] == ["MEMORY.md"]
+    db = connect(tmp_path / "s.db")
+    try:
+        assert recorded_owner(db) == owner_of("a", tmp_path / "wa")
+    finally:
+        db.close()
+    with Memory(settings=load_settings(config_file=cfg, env=env, agent="b")) as b:
+        with pytest.raises(StoreOwnedElsewhere) as err:
+            b.index()
+        assert "belongs to memory 'a'" in str(err.value) and "{agentId}" in str(err.value)
+        found = b.search("basalt", min_score=0)  # never a's text
+        assert (found.mode, list(found)) == ("unavailable", [])
+        assert "belongs to memory 'a'" in (found.error or "")
