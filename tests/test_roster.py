@@ -163,3 +163,14 @@ def test_a_store_is_refused_to_a_memory_that_does_not_own_it(tmp_path: Path,
         found = b.search("basalt", min_score=0)  # never a's text
         assert (found.mode, list(found)) == ("unavailable", [])
         assert "belongs to memory 'a'" in (found.error or "")
+
+
+def test_a_listed_memory_keeps_its_workspace_whatever_the_environment_says(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    cfg = write(tmp_path / "conf/memq.toml", ROSTER)
+    e = {**env, "MEMQ_WORKSPACE": str(tmp_path / "elsewhere"), "MEMQ_AGENT_ID": "notes"}
+    assert load_settings(config_file=cfg, env=e).workspace == tmp_path / "home/notes"
+    assert load_settings(config_file=cfg, env=e, agent="ops").workspace == \
+        tmp_path / "conf/ws/ops"
+    assert load_settings(config_file=cfg, env=e, agent="main").workspace == \
+        tmp_path / "elsewhere"  # the file's own memory follows MEMQ_WORKSPACE, as before

@@ -41,16 +41,10 @@ def file_entries(
     if _is_openclaw(path, data):
         agent_id, ws_entry = _collect_openclaw(collector, data, agent_hint, env)
         collector.entries["workspace"] = ws_entry
-        collector.entries.setdefault(
-            "agentId", collector.entry(agent_id, ROSTER_ENTRY)
-        )
+        collector.entries.setdefault("agentId", collector.entry(agent_id, "agentId"))
     else:
         _collect_memq(collector, data, agent_hint, env)
     return collector.entries
-
-
-#: The name of the ``agentId`` entry a roster chose (it beats the spelling the caller gave).
-ROSTER_ENTRY = "the memory the config names"
 
 
 def _collect_memq(c: _Collector, data: Mapping[str, Any], agent_hint: str | None,
@@ -62,10 +56,10 @@ def _collect_memq(c: _Collector, data: Mapping[str, Any], agent_hint: str | None
     roster = memq_roster(data, c.path, env)
     listed = roster.require(agent_hint)
     if listed is None:  # the file's own memory
-        c.entries["agentId"] = c.entry(roster.default, ROSTER_ENTRY)
+        c.entries["agentId"] = c.pinned(roster.default, "agentId")
         return
-    c.entries["agentId"] = c.entry(listed.name, ROSTER_ENTRY)
-    c.entries["workspace"] = c.entry(listed.workspace, f"{listed.display}.workspace")
+    c.entries["agentId"] = c.pinned(listed.name, f"{listed.display}.name")
+    c.entries["workspace"] = c.pinned(listed.workspace, f"{listed.display}.workspace")
     inherited = c.entries.get("store.path")
     overrides = {k: v for k, v in listed.section.items() if k not in ENTRY_KEYS}
     c.walk(overrides, display=f"{listed.display}.", top=True)
@@ -86,6 +80,10 @@ class _Collector:
 
     def entry(self, value: Any, name: str) -> Entry:
         return Entry(value, name, self.where, str(self.path), self.path.parent)
+
+    def pinned(self, value: Any, name: str) -> Entry:
+        """An entry that names the memory chosen: it beats the environment's."""
+        return Entry(value, name, self.where, str(self.path), self.path.parent, pinned=True)
 
     def walk(self, data: Mapping[str, Any], *, display: str, top: bool, prefix: str = "") -> None:
         for name, value in data.items():
@@ -205,7 +203,7 @@ def _collect_openclaw(
         found = roster.require(agent_hint)
         agent_id = found.name if found is not None else _canonical_hint(agent_hint)
         if found is not None or agent_id == roster.default:
-            c.entries["agentId"] = c.entry(agent_id, ROSTER_ENTRY)
+            c.entries["agentId"] = c.pinned(agent_id, "agentId")
     chosen = roster.find(agent_id)
     agent = chosen.section if chosen is not None else {}
     layers = [
@@ -240,6 +238,8 @@ def _collect_openclaw(
             "one (set MEMQ_STORE_PATH or store.path in memq.toml to choose it)"
         )
     workspace, where = openclaw_workspace(data, agent_id, env, str(c.path))
+    if chosen is not None and agent_id != roster.default:  # a listed agent's own folder
+        return agent_id, c.pinned(workspace, where)
     return agent_id, c.entry(workspace, where)
 
 

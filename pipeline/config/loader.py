@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_strict
-from pipeline.config.collect import ROSTER_ENTRY, file_entries
+from pipeline.config.collect import file_entries
 from pipeline.config.env import env_entries
 from pipeline.config.errors import ConfigError, Entry, Invalid, message, show
 from pipeline.config.files import discover
@@ -62,8 +62,7 @@ def load_settings(
     # Environment beats the file, except REDIS_URL, a generic variable, which only fills in
     # when neither MEMQ_BROKER_URL nor the file's brokerUrl sets the broker.
     merged = {**from_file, **entries}
-    if "agentId" in from_file and from_file["agentId"].name == ROSTER_ENTRY:
-        merged["agentId"] = from_file["agentId"]  # the canonical name of the memory chosen
+    merged.update((k, e) for k, e in from_file.items() if e.pinned)  # the memory chosen
     if redis is not None and "brokerUrl" not in merged:
         merged["brokerUrl"] = redis
     return _Loader(merged, path, env, warnings).settings(workspace)
