@@ -9,7 +9,10 @@ tell a store memq made, and whether its workspace is gone.
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +57,42 @@ def check_owner(db: Database, owner: dict[str, str], *, claim: bool) -> None:
 def describe_owner(owner: dict[str, Any] | None) -> str:
     """``name (workspace)`` for messages; ``unclaimed`` for None."""
     return f"{owner['memory']} ({owner['workspace']})" if owner else "unclaimed"
+
+
+@dataclass(frozen=True)
+class StoreFacts:
+    """What a store file says about itself, read without writing: its owner, when it was last
+    indexed, and whether it could be read at all (``error`` says why not)."""
+
+    owner: dict[str, str] | None
+    last_index_at: float | None
+    error: str | None = None
+
+
+def peek(path: Path) -> StoreFacts:
+    """The :class:`StoreFacts` of the store at ``path``, opened read-only (no schema upgrade,
+    no claim: listing stores never changes them)."""
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as exc:
+        return StoreFacts(None, None, str(exc))
+    try:
+        rows = dict(conn.execute(
+            "SELECT key, value FROM meta WHERE key IN ('owner', 'last_index_at')").fetchall())
+    except sqlite3.Error as exc:
+        return StoreFacts(None, None, str(exc))
+    finally:
+        conn.close()
+    values = {}
+    for key, text in rows.items():
+        try:
+            values[key] = json.loads(text)
+        except (TypeError, ValueError):
+            values[key] = None
+    owner = values.get(OWNER_KEY)
+    valid = isinstance(owner, dict) and all(isinstance(owner.get(k), str)
+                                            for k in ("memory", "workspace"))
+    last = values.get("last_index_at")
+    return StoreFacts({"memory": owner["memory"], "workspace": owner["workspace"]}
+                      if valid else None,
+                      float(last) if isinstance(last, int | float) else None)
