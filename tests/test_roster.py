@@ -174,3 +174,13 @@ def test_a_listed_memory_keeps_its_workspace_whatever_the_environment_says(
         tmp_path / "conf/ws/ops"
     assert load_settings(config_file=cfg, env=e, agent="main").workspace == \
         tmp_path / "elsewhere"  # the file's own memory follows MEMQ_WORKSPACE, as before
+
+
+def test_a_bad_own_agent_id_is_refused_even_with_a_roster(tmp_path: Path,
+                                                          env: dict[str, str]) -> None:
+    cfg = write(tmp_path / "memq.toml", 'agentId = "../evil"\n[[memories]]\nname = "a"\n'
+                'workspace = "wa"\n')
+    for agent in (None, "../evil", "evil"):
+        with pytest.raises(ConfigError) as err:
+            load_settings(config_file=cfg, env=env, agent=agent)
+        assert "file names" in str(err.value) or "unknown memory" in str(err.value), agent

@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.config.agent_id import DEFAULT_AGENT_ID, normalize_agent_id, normalize_agent_id_strict
+from pipeline.config.agent_id import (
+    DEFAULT_AGENT_ID,
+    is_valid_agent_id,
+    normalize_agent_id,
+    normalize_agent_id_strict,
+)
 from pipeline.config.errors import ConfigError, show
 from pipeline.config.paths import expand, home, openclaw_state_dir, resolve
 from pipeline.errors import UnknownMemory
@@ -210,8 +215,10 @@ def memq_roster(data: Mapping[str, Any], path: Path, env: Mapping[str, str]) -> 
     file's own memory, ``agentId`` or ``main``, is the default and is not in ``listed``)."""
     source = str(path)
     own = data.get("agentId")
-    default = (normalize_agent_id_strict(own) if isinstance(own, str) else None) \
-        or DEFAULT_AGENT_ID
+    if isinstance(own, str) and own.strip():  # one OpenClaw would rewrite stays as written:
+        default = normalize_agent_id_strict(own) if is_valid_agent_id(own) else own  # refused
+    else:
+        default = DEFAULT_AGENT_ID
     listed: dict[str, Listed] = {}
 
     def add(memory: Listed) -> None:
