@@ -14,10 +14,12 @@ from typing import Any
 from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.errors import (
     EmbeddingError,
+    MemoryDisabled,
     MemqError,
     StoreError,
     UnknownMemory,
     WorkspaceMissing,
+    memory_disabled,
 )
 
 ROLES = ("writer", "embed", "batch")
@@ -29,6 +31,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _existing(settings: Settings) -> Settings:
+    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist, or
+    :class:`MemoryDisabled` when the memory is turned off (``enabled = false``)."""
+    if not settings.enabled:
+        raise memory_disabled(settings.config_file)
+    return _with_workspace(settings)
+
+
+def _with_workspace(settings: Settings) -> Settings:
     """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist."""
     if not settings.workspace.is_dir():
         raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
@@ -119,6 +129,8 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     from workers.jobs_api import EnqueueFailed, enqueue_index
 
     settings = _settings(args)
+    if not settings.enabled:
+        raise memory_disabled(settings.config_file)
     queue = control_queue(settings.fleet.shard_of(settings.agent_id))
     try:
         job_id = enqueue_index(settings, retry_failed=args.retry_failed)
@@ -252,7 +264,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from workers.monitor import fleet_status, resume_batches
 
-    settings = _existing(_settings(args))
+    settings = _with_workspace(_settings(args))  # a disabled memory still has a status
     s = fleet_status(settings, timeout=args.timeout)
     if s["fleet"]["reachable"] and s["batch"]["live"]:
         # Status is one of the places that notices a batch job whose polling died.
@@ -261,6 +273,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         _emit(args, s, "\n".join([f"workspace {s['workspace']}: {s['reason']}",
                                   f"store: {s['store']}", *_fleet_lines(s["fleet"])]))
         return 0
+    if not s["enabled"]:  # indexed before it was turned off
+        _warn("memory is disabled (enabled = false): search and indexing are off; the index "
+              "below is as it was left")
     when = (datetime.fromtimestamp(s["last_index_at"]).isoformat(timespec="seconds")
             if s["last_index_at"] else "never")
     lines = [
@@ -663,7 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memq: embedding provider error: {exc}", file=sys.stderr)
     except StoreError as exc:
         print(f"memq: store error: {exc}", file=sys.stderr)
-    except WorkspaceMissing as exc:
+    except (WorkspaceMissing, MemoryDisabled) as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
     except MemqError as exc:

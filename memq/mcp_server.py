@@ -28,7 +28,13 @@ from jsonschema import Draft202012Validator
 from mcp.server.lowlevel import Server
 
 from pipeline.config import ConfigError, Settings
-from pipeline.errors import AppendError, EmbeddingError, MemoryPathError, RequestRefused
+from pipeline.errors import (
+    AppendError,
+    EmbeddingError,
+    MemoryDisabled,
+    MemoryPathError,
+    RequestRefused,
+)
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
 
@@ -186,7 +192,7 @@ def build_server(memory: Memory) -> Server[Any]:
                 raise ToolRefused(f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
             args = _check(name, params.arguments)
             out = await anyio.to_thread.run_sync(calls[name], args)
-        except ToolRefused as exc:
+        except (ToolRefused, MemoryDisabled) as exc:
             return _error(str(exc))
         except (ConfigError, EmbeddingError) as exc:
             return _error(f"{name} failed: {exc}")

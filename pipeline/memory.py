@@ -35,7 +35,7 @@ from pipeline.dispatch import Dispatcher, InlineDispatcher
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.errors import EmbeddingError, StoreError
+from pipeline.errors import EmbeddingError, StoreError, memory_disabled
 from pipeline.ingest.append import append_note
 from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale
@@ -180,6 +180,7 @@ class Memory:
         on, off; default: the ``citations`` setting) adds a ``Source: path#Ls-Le`` line to each
         snippet. A store that cannot be opened gives ``mode == "unavailable"`` and the reason.
         """
+        self._check_enabled()
         citations = check_mode(citations or self.settings.citations)
         try:
             db = self._open_store()
@@ -255,6 +256,7 @@ class Memory:
         :class:`~pipeline.errors.MemoryPathError`. With session memory on, session hits
         (``sessions/<file>.jsonl``) open too, by JSONL line.
         """
+        self._check_enabled()
         session = session_get(self.settings, str(path), from_line, lines)
         if session is not None:
             return session
@@ -286,6 +288,7 @@ class Memory:
         target. Once the note is on disk, a failure to index it is reported in ``warning``,
         never raised: a caller that retried would write the note twice.
         """
+        self._check_enabled()
         note = append_note(text, target, settings=self.settings)
         try:
             run = self._refresher.refresh_now()
@@ -310,6 +313,7 @@ class Memory:
         ``on_progress(done, total)`` follows the vectors; ``warn`` gets hints for a person.
         The pass is logged as a job (``job_id``, ``origin`` and ``host`` say what ran it).
         """
+        self._check_enabled()
         started = time.monotonic()
         choice = choice or choose_provider(self.settings)
         run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
@@ -342,6 +346,7 @@ class Memory:
         """Bring the index in line with the files under its own provider and model (never a
         switch, which would drop every vector): new text is keyword-searchable at once, its
         vectors embedded here or queued to the fleet (``run.vectors`` says which)."""
+        self._check_enabled()
         db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
         try:
             schema.ensure_schema(db)
@@ -356,7 +361,10 @@ class Memory:
         return self.index(choice=choice, wait=False)
 
     def sync_in_background(self) -> None:
-        """Start :meth:`sync` on a thread unless one runs (which then runs once more)."""
+        """Start :meth:`sync` on a thread unless one runs (which then runs once more); nothing
+        while the memory is disabled."""
+        if not self.settings.enabled:
+            return
         self._refresher.trigger()
 
     @property
@@ -370,6 +378,12 @@ class Memory:
         return self._refresher.last_error
 
     # -- the parts ---------------------------------------------------------------------------
+
+    def _check_enabled(self) -> None:
+        """Raise :class:`~pipeline.errors.MemoryDisabled` when ``enabled = false``: OpenClaw
+        then has no memory tools and indexes nothing, and neither does memq."""
+        if not self.settings.enabled:
+            raise memory_disabled(self.settings.config_file)
 
     @property
     def dispatcher(self) -> Dispatcher:

@@ -211,8 +211,12 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
     connection shared by all) or embedded fleets (one per provider and shard).
 
     ``polling`` None follows each memory's ``watch.polling``; ``heartbeat`` is a file touched
-    every few seconds by the loop, for a container health check.
+    every few seconds by the loop, for a container health check. A memory turned off
+    (``enabled = false``) is not watched.
     """
+    for off in (m for m in memories if not m.enabled):
+        log.warning("not watching %s: memory is disabled (enabled = false)", off.agent_id)
+    memories = [m for m in memories if m.enabled]
     with ExitStack() as stack:
         dispatchers: dict[tuple[str, ...], FleetDispatcher] = {}
         services = []

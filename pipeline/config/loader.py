@@ -255,6 +255,7 @@ def _extra_paths(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     """extraPaths are relative to the workspace (OpenClaw), whichever layer set them."""
     paths: list[Path] = []
     patterns: list[tuple[Path, str]] = []
+    plain: set[Path] = set()
     for item, _base in entry.value if entry is not None else ():
         raw = item["path"] if isinstance(item, Mapping) else item
         if not raw.strip():
@@ -263,6 +264,10 @@ def _extra_paths(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
         paths.append(resolved)
         if isinstance(item, Mapping) and item.get("pattern"):
             patterns.append((resolved, item["pattern"]))
+        else:
+            plain.add(resolved)
+    # A folder also listed without a pattern keeps all its files: its globs would only narrow.
+    patterns = [(p, pattern) for p, pattern in patterns if p not in plain]
     return {"extra_paths": tuple(paths), "extra_path_patterns": tuple(patterns)}
 
 

@@ -13,7 +13,10 @@ Version 2 changed the FTS table; opening an older store rebuilds it from ``chunk
 added ``idx_chunks_source`` (a search asks which sources are present with a few index seeks
 instead of reading every chunk) and the provider batch jobs (``batch_jobs``, ``batch_chunks``):
 a version 2 store gains them in place, nothing else changes. Version 4 added the triggers that
-keep ``meta.text_version`` (below); an older store gains them in place.
+keep ``meta.text_version`` (below); an older store gains them in place. Version 5 added
+``embedding_cache.last_used`` (set on every write and every cache hit, so pruning to
+``cache.maxEntries`` drops the least recently *used* rows, as OpenClaw's docs say); an older
+store gains the column in place, filled from ``updated_at``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 from pipeline.messages import ProviderSpec
 from pipeline.store.engine import Database, connect
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: The last version whose full-text table differs from today's (older stores rebuild it).
 FTS_VERSION = 2
 FTS_TOKENIZER = "porter unicode61"
@@ -80,9 +83,10 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
     embedding    BLOB NOT NULL,
     dims         INTEGER NOT NULL,
     updated_at   REAL NOT NULL,
+    last_used    REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (provider, model, provider_key, hash)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache(updated_at);
+CREATE INDEX IF NOT EXISTS idx_embedding_cache_last_used ON embedding_cache(last_used);
 CREATE TABLE IF NOT EXISTS batch_jobs (
     id          TEXT PRIMARY KEY,
     provider    TEXT NOT NULL,
@@ -145,6 +149,13 @@ DROP TRIGGER IF EXISTS chunks_fts_delete;
 DROP TRIGGER IF EXISTS chunks_fts_update;
 DROP TABLE IF EXISTS chunks_fts;
 """
+# Version 5: the cache's last use (a version < 5 store has the table without the column).
+_ADD_LAST_USED = """
+ALTER TABLE embedding_cache ADD COLUMN last_used REAL NOT NULL DEFAULT 0;
+UPDATE embedding_cache SET last_used = updated_at;
+DROP INDEX IF EXISTS idx_embedding_cache_updated_at;
+"""
+LAST_USED_VERSION = 5
 _REFILL_FTS = (
     "INSERT INTO chunks_fts(rowid, text) SELECT rowid, memq_fts_text(text) FROM chunks;"
 )
@@ -158,10 +169,18 @@ def ensure_schema(db: Database) -> None:
         return
     old_fts = version is not None and int(version) < FTS_VERSION
     upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
+    if version is not None and int(version) < LAST_USED_VERSION and _lacks_last_used(db):
+        upgrade = f"{_ADD_LAST_USED}\n{upgrade}"
     db.conn.executescript(
         f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
         f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"
     )
+
+
+def _lacks_last_used(db: Database) -> bool:
+    """An older store whose cache table has no ``last_used`` column yet."""
+    columns = {row[1] for row in db.conn.execute("PRAGMA table_info(embedding_cache)")}
+    return bool(columns) and "last_used" not in columns
 
 
 @contextmanager
