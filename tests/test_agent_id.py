@@ -135,3 +135,17 @@ def test_an_id_openclaw_would_rewrite_is_refused_with_its_reading(tmp_path: Path
     assert "file names" in str(err.value)
     if hint:
         assert f"OpenClaw reads it as {hint}" in str(err.value)
+
+
+def test_agents_entries_layer_their_memory_search(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "OPENCLAW_STATE_DIR": str(tmp_path / "state")}
+    cfg = write(tmp_path / "openclaw.json", json.dumps({"agents": {
+        "defaults": {"memorySearch": {"chunking": {"tokens": 300}}},
+        "entries": {"Work": {"memorySearch": {"chunking": {"tokn": 1}}},
+                    "Home": {"default": True, "memorySearch": {"chunking": {"tokens": 99}}}}}}))
+    home = load_settings(config_file=cfg, env=env)
+    assert (home.agent_id, home.chunking.tokens) == ("home", 99)
+    assert home.workspace == tmp_path / "state/workspace"  # the owner: the default workspace
+    with pytest.raises(ConfigError) as err:
+        load_settings(config_file=cfg, env=env, agent="work")
+    assert '"agents.entries.Work.memorySearch.chunking.tokn"' in str(err.value)
