@@ -17,6 +17,7 @@ from pipeline.errors import (
     MemoryDisabled,
     MemqError,
     StoreError,
+    UnknownMemory,
     WorkspaceMissing,
     memory_disabled,
 )
@@ -34,6 +35,11 @@ def _existing(settings: Settings) -> Settings:
     :class:`MemoryDisabled` when the memory is turned off (``enabled = false``)."""
     if not settings.enabled:
         raise memory_disabled(settings.config_file)
+    return _with_workspace(settings)
+
+
+def _with_workspace(settings: Settings) -> Settings:
+    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist."""
     if not settings.workspace.is_dir():
         raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
                                "--workspace, the config's workspace or the agent's; create the "
@@ -276,7 +282,7 @@ def _qmd_lines(status: dict[str, Any]) -> list[str]:
 def cmd_status(args: argparse.Namespace) -> int:
     from workers.monitor import fleet_status, resume_batches
 
-    settings = _settings(args)
+    settings = _with_workspace(_settings(args))  # a disabled memory still has a status
     s = fleet_status(settings, timeout=args.timeout)
     if s["fleet"]["reachable"] and s["batch"]["live"]:
         # Status is one of the places that notices a batch job whose polling died.
@@ -324,6 +330,48 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append("recent jobs:")
         lines += [f"  {_job_line(job)}" for job in s["jobs"]]
     _emit(args, s, "\n".join(lines))
+    return 0
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # not reached
+
+
+def cmd_memories(args: argparse.Namespace) -> int:
+    from pipeline.catalog import MemoryCatalog
+
+    catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
+    names = [catalog.settings(args.agent).agent_id] if args.agent else catalog.names()
+    infos = catalog.describe(names)
+    pruned = catalog.prune() if args.prune else []
+    orphans = catalog.orphans()
+    data = {"config": str(catalog.config_file) if catalog.config_file else None,
+            "default": catalog.default, "memories": [i.to_dict() for i in infos],
+            "orphanedStores": [o.to_dict() for o in orphans],
+            "pruned": [o.to_dict() for o in pruned]}
+    lines = []
+    for i in infos:
+        when = (datetime.fromtimestamp(i.last_index_at).isoformat(timespec="seconds")
+                if i.last_index_at else "never")
+        lines.append(f"{'*' if i.default else ' '} {i.name:<20} {i.state:<12} {when:<19} "
+                     f"{_size(i.size):>9}  {i.workspace}")
+        lines.append(f"  {'':<20} store: {i.store}"
+                     + (f" (owned by {i.owner['memory']}, {i.owner['workspace']})"
+                        if i.state == "foreign" and i.owner else ""))
+    lines += [f"removed {o.store} ({_size(o.size)}): memory {o.memory}, workspace "
+              f"{o.workspace} is gone" for o in pruned]
+    if orphans:
+        lines.append("orphaned stores (their workspace is gone; `memq memories --prune` "
+                     "removes them):")
+        lines += [f"  {o.store} ({_size(o.size)}): memory {o.memory}, workspace {o.workspace}"
+                  for o in orphans]
+    elif args.prune and not pruned:
+        lines.append("no orphaned stores to remove")
+    _emit(args, data, "\n".join(lines))
     return 0
 
 
@@ -517,8 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--workspace", help="memory workspace (default: configured, else cwd)")
     common.add_argument("--config", help="config file (memq.toml/.json or openclaw.json)")
     common.add_argument("--agent", "--memory", dest="agent", metavar="ID",
-                        help="the memory to use: an agent id of openclaw.json's agents.list "
-                             "(default: the default agent)")
+                        help="the memory to use: an agent of openclaw.json, or a memory of "
+                             "memq.toml's memories/memoriesDir; any spelling of its id "
+                             "(default: the default agent; `memq memories` lists them)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     parser = argparse.ArgumentParser(prog="memq", description=__doc__)
     parser.add_argument("--version", action="version", version=f"memq {_version()}")
@@ -550,6 +599,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what is indexed, pending and why; queues, workers, recent jobs")
     p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for the broker")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("memories", parents=[common],
+                       help="every memory of the config: workspace, store, size, state, last "
+                            "index; orphaned stores")
+    p.add_argument("--prune", action="store_true",
+                   help="delete the stores memq made whose workspace is gone")
+    p.set_defaults(func=cmd_memories)
 
     p = sub.add_parser("watch", parents=[common], help="index memory files as they change")
     p.add_argument("--polling", action=argparse.BooleanOptionalAction, default=None,
@@ -633,6 +689,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except UnknownMemory as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"memq: configuration error: {exc}", file=sys.stderr)
     except EmbeddingError as exc:

@@ -51,6 +51,17 @@ class ConfigError(MemqError, ValueError):
         self.source = source
 
 
+class UnknownMemory(ConfigError):
+    """A memory name (``--agent``/``--memory``) the configuration does not list. ``known``
+    holds the names it does list; the CLI prints them and exits with status 2."""
+
+    def __init__(self, message: str, *, name: str, known: tuple[str, ...],
+                 source: str | None = None) -> None:
+        super().__init__(message, key="agentId", source=source)
+        self.name = name
+        self.known = known
+
+
 class WorkspaceMissing(MemqError, FileNotFoundError):
     """The memory's workspace folder does not exist (a typo'd ``--workspace``, a moved
     folder): nothing is indexed or searched, and no store is created for it."""
@@ -130,6 +141,11 @@ class BatchUnavailable(EmbeddingError):
 
 class StoreError(MemqError, RuntimeError):
     """The store file cannot be used (corrupt, not a database, unwritable)."""
+
+
+class StoreOwnedElsewhere(StoreError):
+    """The store file belongs to another memory (its ``owner`` meta names another memory or
+    workspace): opening it for this one is refused, nothing is read or written."""
 
 
 class StoreBusy(StoreError):

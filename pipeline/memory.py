@@ -58,6 +58,7 @@ from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.status import index_status
 from pipeline.store import batches, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
+from pipeline.store.owner import check_owner, owner_of
 
 log = logging.getLogger(__name__)
 
@@ -370,6 +371,7 @@ class Memory:
         db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
         try:
             schema.ensure_schema(db)
+            check_owner(db, self.owner, claim=True)
             with joblog.opened(self.settings.store.path) as log_db, \
                     joblog.logged(log_db, run.job_id, origin,
                                   host or socket.gethostname()) as counts:
@@ -398,6 +400,7 @@ class Memory:
         db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
         try:
             schema.ensure_schema(db)
+            check_owner(db, self.owner, claim=True)
             choice = self._index_choice(db)
             if choice.spec is None:
                 report = index_once(db, self.settings, choice, None)
@@ -510,8 +513,21 @@ class Memory:
             return self._owned
 
     def _open_store(self) -> Database | None:
-        return schema.open_store(self.settings.store.path,
-                                 want_vectors=self.settings.store.vector_enabled)
+        db = schema.open_store(self.settings.store.path,
+                               want_vectors=self.settings.store.vector_enabled)
+        if db is not None:
+            try:
+                check_owner(db, self.owner, claim=False)
+            except StoreError:
+                db.close()
+                raise
+        return db
+
+    @property
+    def owner(self) -> dict[str, str]:
+        """What this memory's store records as its owner (name and workspace); a store that
+        records another is refused (:class:`~pipeline.errors.StoreOwnedElsewhere`)."""
+        return owner_of(self.name, self.workspace)
 
     def _index_choice(self, db: Database) -> ProviderChoice:
         """The provider choice the index already made; a store never indexed chooses afresh

@@ -53,6 +53,7 @@ ALLOWED: dict[str, set[str]] = {
                         "pipeline.ingest", "pipeline.status", "pipeline.dispatch",
                         "pipeline.fleet", "pipeline.qmd"},
     "pipeline.query": {"pipeline.config", "pipeline.memory"},
+    "pipeline.catalog": {"pipeline.errors", "pipeline.config", "pipeline.store"},
     # The package itself only names its public parts (loaded on first use).
     "pipeline": {"pipeline.errors", "pipeline.memory", "pipeline.query", "pipeline.results"},
 }

@@ -18,6 +18,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_strict
 from pipeline.config.collect import file_entries
 from pipeline.config.env import env_entries
 from pipeline.config.errors import ConfigError, Entry, Invalid, message, show
@@ -61,6 +62,7 @@ def load_settings(
     # Environment beats the file, except REDIS_URL, a generic variable, which only fills in
     # when neither MEMQ_BROKER_URL nor the file's brokerUrl sets the broker.
     merged = {**from_file, **entries}
+    merged.update((k, e) for k, e in from_file.items() if e.pinned)  # the memory chosen
     if redis is not None and "brokerUrl" not in merged:
         merged["brokerUrl"] = redis
     return _Loader(merged, path, env, warnings).settings(workspace)
@@ -80,7 +82,7 @@ class _Loader:
     def settings(self, workspace_arg: Path | str | None) -> Settings:
         self.workspace = self._workspace(workspace_arg)
         if "agentId" in self.entries:
-            self.agent_id = self.checked("agentId")
+            self.agent_id = self._agent_id()
         settings: Settings = self.build(Settings, "")
         self._warn(settings)
         return dataclasses.replace(settings, warnings=tuple(dict.fromkeys(self.warnings)))
@@ -127,6 +129,18 @@ class _Loader:
             key=bad,
             source=str(self.config_path) if self.config_path else None,
         )
+
+    def _agent_id(self) -> str:
+        """The canonical agent id (OpenClaw's: ``Ops`` is ``ops``); an id OpenClaw would have
+        to rewrite beyond its case is refused, naming what OpenClaw would read."""
+        raw = self.checked("agentId")
+        canonical = normalize_agent_id_strict(raw)
+        if canonical is None or not is_valid_agent_id(raw):
+            entry = self.entries["agentId"]
+            hint = f' (OpenClaw reads it as "{canonical}")' if canonical else ""
+            raise entry.fail("agentId", "must be letters, digits, '_' or '-', starting with a "
+                             f"letter or digit (it is used in file names){hint}", show(raw))
+        return canonical
 
     def _workspace(self, workspace_arg: Path | str | None) -> Path:
         """Argument > MEMQ_WORKSPACE > file > cwd; relative paths from where they were given."""
@@ -313,6 +327,7 @@ def _qmd_export_dir(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
 #: In the order they run (which decides the first of several errors reported).
 _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "workspace": lambda ld, entry: {"workspace": ld.workspace},
+    "agentId": lambda ld, entry: {"agent_id": ld.agent_id},  # canonical (``_agent_id``)
     "store.path": _store_path,
     "store.vector.extensionPath": _extension_path,
     "remote.apiKey": _api_key,
