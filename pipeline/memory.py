@@ -314,7 +314,7 @@ class Memory:
         run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
                        choice.spec.model if choice.spec else None, choice.reason,
                        job_id=job_id or uuid.uuid4().hex)
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
             with joblog.opened(self.settings.store.path) as log_db, \
@@ -340,7 +340,7 @@ class Memory:
         """Bring the index in line with the files under its own provider and model (never a
         switch, which would drop every vector): new text is keyword-searchable at once, its
         vectors embedded here or queued to the fleet (``run.vectors`` says which)."""
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
             choice = self._index_choice(db)
@@ -386,7 +386,7 @@ class Memory:
 
     def _open_store(self) -> Database | None:
         return schema.open_store(self.settings.store.path,
-                                 want_vectors=self.settings.store.vector_enabled)
+                                 want_vectors=self.settings.store.want_vectors)
 
     def _index_choice(self, db: Database) -> ProviderChoice:
         """The provider choice the index already made; a store never indexed chooses afresh
@@ -438,7 +438,7 @@ class Memory:
         finally:
             if not dispatcher.durable:
                 self.forget_queued()
-        live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+        live = connect(settings.store.path, want_vectors=settings.store.want_vectors)
         try:  # after a swap the live store is another file than ``db``
             run.failed_chunks = reads.failed_count(live)
         finally:
@@ -485,7 +485,7 @@ class Memory:
         finally:
             live.close()
         for path in paths:
-            db = connect(path, want_vectors=self.settings.store.vector_enabled)
+            db = connect(path, want_vectors=self.settings.store.want_vectors)
             try:
                 reads.forget_queued(db)
             finally:

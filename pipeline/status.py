@@ -35,7 +35,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
         "config": str(settings.config_file) if settings.config_file else None,
         "broker": "configured" if settings.broker_url else "embedded (per run)",
     }
-    db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+    db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
                       mode=None, reason="never indexed: run `memq index`", reindex=None,

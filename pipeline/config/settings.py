@@ -168,6 +168,14 @@ class StoreSettings(_Validated):
         """``store.driver``: accepted for OpenClaw compatibility; SQLite is the only store."""
         return "sqlite"
 
+    @property
+    def want_vectors(self) -> bool | str:
+        """What to ask :func:`pipeline.store.engine.connect` for: False (vectors off), the
+        sqlite-vec library to load (``extensionPath``), or True (the bundled one)."""
+        if not self.vector_enabled:
+            return False
+        return self.extension_path or True
+
 
 @dataclass(frozen=True)
 class SessionSyncSettings(_Validated):

@@ -37,6 +37,8 @@ class Database:
     vector_ok: bool
     vector_error: str | None = None
     _module: ModuleType | None = field(default=None, repr=False)
+    #: The library vectors were loaded from (``connect``'s ``want_vectors`` when it loaded).
+    vector_library: bool | str = False
 
     @property
     def operational_error(self) -> type[Exception]:
@@ -50,14 +52,32 @@ class Database:
         self.conn.close()
 
 
-def _load_vec(conn: Any) -> None:
-    import sqlite_vec
+def _load_vec(conn: Any, path: str | None = None) -> None:
+    """Load sqlite-vec into ``conn``: from ``path`` when given, else the ``sqlite_vec``
+    package's own library."""
+    if path is None:
+        import sqlite_vec
 
+        path = sqlite_vec.loadable_path()
     conn.enable_load_extension(True)
     try:
-        conn.load_extension(sqlite_vec.loadable_path())
+        conn.load_extension(path)
     finally:
         conn.enable_load_extension(False)
+
+
+def _load_configured_vec(conn: Any, path: str) -> str | None:
+    """Load sqlite-vec from ``store.vector.extensionPath``; None when it loaded, else why not
+    (the store then keeps its vectors in a plain table, searched in-process, as OpenClaw falls
+    back to in-process cosine similarity when sqlite-vec is unavailable)."""
+    try:
+        if not hasattr(conn, "enable_load_extension"):
+            raise RuntimeError("this SQLite driver cannot load extensions")
+        _load_vec(conn, path)
+        return None
+    except Exception as exc:  # a missing file, a wrong architecture, not sqlite-vec
+        return (f"sqlite-vec from store.vector.extensionPath {path} did not load ({exc}); "
+                "vectors are searched in-process")
 
 
 def _probe_driver(name: str) -> tuple[ModuleType | None, str | None]:
@@ -105,8 +125,14 @@ def choose_driver() -> tuple[str, ModuleType, str | None]:
     return _chosen
 
 
-def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
-    """Open (creating if needed) the store at ``path`` in WAL mode with a busy timeout."""
+def connect(path: Path | str, *, want_vectors: bool | str = True) -> Database:
+    """Open (creating if needed) the store at ``path`` in WAL mode with a busy timeout.
+
+    ``want_vectors`` is False for no sqlite-vec (``store.vector.enabled = false``), True for
+    the ``sqlite_vec`` package's library, or the path of the library to load
+    (``store.vector.extensionPath``; see :attr:`StoreSettings.want_vectors`). A library that
+    does not load leaves ``vector_ok`` False, with the reason in ``vector_error``.
+    """
     path = Path(path)
     name, module, vec_reason = choose_driver()
     try:
@@ -129,13 +155,17 @@ def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
     vector_ok = False
     if not want_vectors:
         vec_reason = "vector search disabled by store.vector.enabled=false"
+    elif isinstance(want_vectors, str):
+        vec_reason = _load_configured_vec(conn, want_vectors)
+        vector_ok = vec_reason is None
     elif vec_reason is None:
         _load_vec(conn)
         vector_ok = True
     _enable_wal(conn, module)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
-    return Database(conn, path, name, vector_ok, vec_reason, module)
+    return Database(conn, path, name, vector_ok, vec_reason, module,
+                    want_vectors if vector_ok else False)
 
 
 def _open_failure(path: Path, exc: Exception) -> str:

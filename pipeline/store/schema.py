@@ -246,7 +246,7 @@ def set_meta(db: Database, key: str, value: Any) -> None:
     )
 
 
-def open_store(path: Path, *, want_vectors: bool = True) -> Database | None:
+def open_store(path: Path, *, want_vectors: bool | str = True) -> Database | None:
     """The store at ``path`` with its schema up to date, or None when nothing was indexed
     there yet (the file does not exist)."""
     if not path.exists():
