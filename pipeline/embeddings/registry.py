@@ -89,6 +89,7 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
 
     cls = remote_class(name)
     remote = settings.remote
+    from_spec = options is not None
     options = dict(options or {})
     headers = dict(remote.headers) if primary else {}
     headers.update(options.get("headers") or {})
@@ -104,6 +105,12 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     if name == "gemini":
         kwargs["output_dimensionality"] = options.get("output_dimensionality",
                                                       settings.output_dimensionality)
+        # Task types: the spec's (a worker), else the primary's input-type keys; a spec
+        # without them means OpenClaw's defaults, whatever this host's config says.
+        for kind in ("query", "document"):
+            configured = (getattr(settings, f"{kind}_input_type") or settings.input_type
+                          if primary and not from_spec else None)
+            kwargs[f"{kind}_task_type"] = options.get(f"{kind}_task_type", configured)
     if name == "voyage":
         kwargs["query_input_type"] = options.get(
             "query_input_type", settings.query_input_type or settings.input_type)
@@ -140,6 +147,7 @@ def _remote_options(provider: Any, role: str, settings: Settings) -> dict[str, A
         options["headers"] = provider.public_headers
     if provider.name == "gemini":
         options["output_dimensionality"] = provider.output_dimensionality
+        options.update(provider.custom_task_types())
     if provider.name == "voyage":
         options["query_input_type"] = provider.input_types["query"]
         options["document_input_type"] = provider.input_types["document"]
