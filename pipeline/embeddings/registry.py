@@ -91,15 +91,22 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     remote = settings.remote
     from_spec = options is not None
     options = dict(options or {})
-    headers = dict(remote.headers) if primary else {}
+    entry = settings.provider_entry(name)
+    base_url = (options.get("base_url") or (remote.base_url if primary else None)
+                or (entry.base_url if entry else None))
+    # OpenClaw: the models.providers entry's key and headers go only to its own destination.
+    if entry is not None and not _same_destination(cls, base_url, entry.base_url):
+        entry = None
+    headers = dict(entry.headers) if entry is not None else {}
+    headers.update(remote.headers if primary else {})
     headers.update(options.get("headers") or {})
-    api_key = resolve_api_key(cls.env_keys, configured=remote.api_key if primary else None,
-                              configured_env=remote.api_key_env if primary else None,
-                              env=os.environ if env is None else env)
-    kwargs: dict[str, Any] = {
-        "base_url": options.get("base_url") or (remote.base_url if primary else None),
-        "api_key": api_key, "headers": headers,
-    }
+    try:
+        api_key = resolve_api_key(cls.env_keys, configured=remote.api_key if primary else None,
+                                  configured_env=remote.api_key_env if primary else None,
+                                  env=os.environ if env is None else env, entry=entry)
+    except MissingApiKey as exc:
+        raise MissingApiKey(f"{name}: {exc}") from None
+    kwargs: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "headers": headers}
     # Options that change the vectors come from the spec when it has them, so a worker builds
     # exactly the producer's provider whatever its own config says.
     if name == "gemini":
@@ -122,6 +129,14 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     if options.get("auth"):  # the producer used a key: a keyless worker must not try without
         kwargs["key_required"] = True
     return cls(model or None, **kwargs)
+
+
+def _same_destination(cls: type, base_url: str | None, entry_url: str | None) -> bool:
+    """Does ``base_url`` (None: the provider's default) reach the entry's endpoint (None: the
+    default)? Compared without trailing slashes, as the providers clean them."""
+    def norm(url: str | None) -> str:
+        return (url or cls.default_base_url).rstrip("/")
+    return norm(base_url) == norm(entry_url)
 
 
 def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderSpec:
