@@ -149,6 +149,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
     notes = ("reason", "synced", "pending", "warning", "rebuilding")
     footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
+    if "fallback" in out:
+        footer += f" fallback from {out['fallback']['from']}: {out['fallback']['reason']}"
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0

@@ -34,7 +34,7 @@ from pipeline.config import Settings, load_settings
 from pipeline.dispatch import Dispatcher, InlineDispatcher
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
-from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.embeddings.registry import ProviderChoice, choose_provider, fallback_note
 from pipeline.errors import EmbeddingError, StoreError
 from pipeline.ingest.append import append_note
 from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
@@ -222,6 +222,7 @@ class Memory:
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
             warning=warning, synced=synced,
+            fallback=fallback_note(spec, self.settings, reason),
             # answered from the live index while its successor is built
             rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)
 
@@ -311,6 +312,10 @@ class Memory:
         """
         started = time.monotonic()
         choice = choice or choose_provider(self.settings)
+        if choice.fallback_from is not None:
+            log.warning("%s", choice.reason)
+            if warn is not None:
+                warn(f"warning: {choice.reason}")
         run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
                        choice.spec.model if choice.spec else None, choice.reason,
                        job_id=job_id or uuid.uuid4().hex)

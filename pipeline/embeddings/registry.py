@@ -51,6 +51,8 @@ class ProviderChoice:
     provider: EmbeddingProvider | None
     spec: ProviderSpec | None
     reason: str | None = None
+    #: The configured provider this choice replaces (``provider``), when ``fallback`` was used.
+    fallback_from: str | None = None
 
     @property
     def mode(self) -> str:
@@ -66,8 +68,31 @@ def provider_key(name: str, model: str) -> str:
 def _local(settings: Settings, model_path: str | None) -> EmbeddingProvider:
     from pipeline.embeddings.local import LocalProvider
 
-    return LocalProvider(model_path, threads=settings.local.threads,
-                         cache_dir=settings.local.model_cache_dir)
+    provider = LocalProvider(model_path, threads=settings.local.threads,
+                             cache_dir=settings.local.model_cache_dir)
+    if model_path:
+        from pipeline.embeddings.model_source import is_downloadable, model_source
+
+        path = (model_source(model_path, settings.local.model_cache_dir).present()
+                if is_downloadable(model_path) else Path(model_path).expanduser())
+        if path is not None:  # (a model not downloaded yet is checked once it is)
+            check_local_model(path)
+    return provider
+
+
+def check_local_model(path: Path) -> None:
+    """Refuse a GGUF that llama.cpp would fail to load (truncated, not a GGUF, unknown tensor
+    types) like a missing one, with :class:`ProviderUnavailable` naming the file: the caller
+    goes to the ``fallback`` (or, for ``auto``, the remote providers) instead of sending every
+    chunk to workers that cannot load it."""
+    from pipeline.embeddings.gguf_check import check_gguf
+    from pipeline.embeddings.gguf_header import GGUFHeaderError
+
+    try:
+        check_gguf(path)
+    except (GGUFHeaderError, OSError) as exc:
+        raise ProviderUnavailable(f"local model {path} is not a loadable GGUF file ({exc}); "
+                                  "replace it (or remove it to download it again)") from None
 
 
 def remote_class(name: str) -> type:
@@ -224,7 +249,7 @@ def _fetch_local_model(provider: EmbeddingProvider) -> None:
     from pipeline.embeddings.local import LocalProvider
 
     if isinstance(provider, LocalProvider):
-        provider.model_file()
+        check_local_model(provider.model_file())
 
 
 def _explicit(settings: Settings, env: Mapping[str, str] | None,
@@ -249,7 +274,8 @@ def _explicit(settings: Settings, env: Mapping[str, str] | None,
             raise EmbeddingError(f"{primary}; fallback {settings.fallback!r}: {secondary}"
                                  ) from None
         return ProviderChoice(provider, spec, f"fallback {settings.fallback!r} "
-                                              f"({spec.model}) used: {primary}")
+                                              f"({spec.model}) used: {primary}",
+                              fallback_from=settings.provider)
 
 
 def choose_provider(settings: Settings, *, fetch_default_model: bool = True,
@@ -294,6 +320,16 @@ def choose_provider(settings: Settings, *, fetch_default_model: bool = True,
         skipped = f" (skipped: {'; '.join(reasons)})" if reasons else ""
         return ProviderChoice(provider, spec, f"auto: {name}{skipped}")
     return ProviderChoice(None, None, "no embedding provider available: " + "; ".join(reasons))
+
+
+def fallback_note(spec: ProviderSpec | None, settings: Settings, reason: str | None
+                  ) -> dict[str, Any] | None:
+    """OpenClaw's ``fallback: {from, reason}`` of a search answered by an index built with the
+    ``fallback`` provider because the configured one could not be used (None otherwise)."""
+    if (spec is None or settings.fallback in ("none", settings.provider)
+            or settings.provider in ("auto", "none") or spec.name != settings.fallback):
+        return None
+    return {"from": settings.provider, "reason": reason or f"{settings.provider} unavailable"}
 
 
 def build_from_spec(spec: ProviderSpec, settings: Settings) -> EmbeddingProvider:
