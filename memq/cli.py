@@ -280,6 +280,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                      + (f" ({w['reason']})" if w.get("reason") else ""))
     if s["vector_backend_reason"]:
         lines.append(f"note: {s['vector_backend_reason']}")
+    if s.get("keyword_search") == "unavailable":
+        lines.append(f"keyword search: unavailable ({s['keyword_search_reason']})")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
     lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
     lines += _fleet_lines(s["fleet"])

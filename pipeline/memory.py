@@ -213,6 +213,9 @@ class Memory:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
             hits = search_store(db, self.settings, query, max_results=max_results,
                                 min_score=min_score, provider=None, held=self._held)
+        if not db.fts_ok:
+            warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "
+                                                       f"{db.fts_error}"]))
         reason = schema.get_meta(db, "mode_reason")
         rebuild = rebuild_info(db)
         return SearchResults(

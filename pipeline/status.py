@@ -62,6 +62,8 @@ def index_status(settings: Settings) -> dict[str, Any]:
             reason=schema.get_meta(db, "mode_reason"),
             vector_backend="sqlite-vec" if db.vector_ok else "in-process (numpy)",
             vector_backend_reason=db.vector_error,
+            keyword_search="fts5" if db.fts_ok else "unavailable",
+            keyword_search_reason=db.fts_error,
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
             watch=schema.get_meta(db, "watch"),

@@ -41,7 +41,7 @@ TEXT_VERSION_KEY = "text_version"
 _NEW_TEXT_VERSION = (f"UPDATE meta SET value = json_quote(hex(randomblob(8))) "
                      f"WHERE key = '{TEXT_VERSION_KEY}';")
 
-DDL = """
+BASE_DDL = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -109,6 +109,22 @@ CREATE TABLE IF NOT EXISTS batch_chunks (
     PRIMARY KEY (job_id, chunk_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_batch_chunks_chunk ON batch_chunks(chunk_id);
+INSERT OR IGNORE INTO meta(key, value)
+VALUES ('{text_version_key}', json_quote(hex(randomblob(8))));
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_insert AFTER INSERT ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_delete AFTER DELETE ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON chunks BEGIN
+    {new_text_version}
+END;
+""".replace("{new_text_version}", _NEW_TEXT_VERSION).replace(
+    "{text_version_key}", TEXT_VERSION_KEY)
+#: The keyword index (FTS5 over ``chunks.text``) and the triggers that keep it in step; left
+#: out on a SQLite without FTS5 (search is then vector-only), added when FTS5 is there again.
+FTS_DDL = ("""
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='rowid', tokenize='{tokenizer}'
 );
@@ -124,19 +140,8 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE OF text ON chunks BE
     VALUES ('delete', old.rowid, memq_fts_text(old.text));
     INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, memq_fts_text(new.text));
 END;
-INSERT OR IGNORE INTO meta(key, value)
-VALUES ('{text_version_key}', json_quote(hex(randomblob(8))));
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_insert AFTER INSERT ON chunks BEGIN
-    {new_text_version}
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_delete AFTER DELETE ON chunks BEGIN
-    {new_text_version}
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON chunks BEGIN
-    {new_text_version}
-END;
-""".replace("{tokenizer}", FTS_TOKENIZER).replace(
-    "{new_text_version}", _NEW_TEXT_VERSION).replace("{text_version_key}", TEXT_VERSION_KEY)
+""").replace("{tokenizer}", FTS_TOKENIZER)
+DDL = BASE_DDL + FTS_DDL
 
 # Drop the full-text table of an older schema; DDL recreates it and _REFILL_FTS indexes chunks.
 _DROP_FTS = """
@@ -150,14 +155,31 @@ _REFILL_FTS = (
 )
 
 
+def has_keyword_index(db: Database) -> bool:
+    """Whether the store has its FTS5 keyword index (absent when made without FTS5)."""
+    return db.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone() is not None
+
+
 def ensure_schema(db: Database) -> None:
     """Create every table that does not exist yet, and rebuild the full-text index of a store
-    written before :data:`FTS_VERSION` (idempotent, cheap when already current)."""
+    written before :data:`FTS_VERSION` (idempotent, cheap when already current).
+
+    On a SQLite without FTS5 (``db.fts_ok`` False) the keyword index is left out; a store made
+    that way gains it, filled from ``chunks``, the next time FTS5 is available.
+    """
     version = get_meta(db, "schema_version", None)
     if version == SCHEMA_VERSION:
+        if db.fts_ok and not has_keyword_index(db):
+            db.conn.executescript(f"BEGIN IMMEDIATE;\n{FTS_DDL}\n{_REFILL_FTS}\nCOMMIT;")
         return
-    old_fts = version is not None and int(version) < FTS_VERSION
-    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
+    if not db.fts_ok:
+        upgrade = BASE_DDL
+    else:
+        old_fts = version is not None and int(version) < FTS_VERSION
+        refill = old_fts or (version is not None and not has_keyword_index(db))
+        upgrade = (f"{_DROP_FTS}\n{DDL}" if old_fts else DDL) + (
+            f"\n{_REFILL_FTS}" if refill else "")
     db.conn.executescript(
         f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
         f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"
