@@ -170,3 +170,25 @@ def test_bad_entries_are_clear_errors_without_the_key(tmp_path: Path, workspace:
     # Entries of providers memq does not embed with are not its business.
     cfg = _openclaw(tmp_path, workspace, {"anthropic": {"apiKey": 5}, "openai": {}})
     assert _load(cfg, tmp_path).provider_entry("openai") is not None
+
+
+def test_memq_index_through_workers_with_an_env_template_key(tmp_path: Path,
+                                                            workspace: Path) -> None:
+    """The real CLI: its embed workers (other processes) resolve ``${VAR}`` from their own
+    environment; the key is in no output."""
+    from tests.conftest import run_memq
+
+    with ProviderDouble("openai", api_key=SENTINEL) as double:
+        cfg = _openclaw(tmp_path, workspace, {"openai": {"baseUrl": double.url,
+                                                         "apiKey": "${MEMQ_TEST_OPENAI}"}})
+        env = {"MEMQ_CONFIG": str(cfg), "MEMQ_STORE_PATH": str(tmp_path / "m.sqlite"),
+               "MEMQ_TEST_OPENAI": SENTINEL}
+        done = run_memq("index", env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "mode: hybrid (openai/" in done.stdout
+        assert double.embed_requests() and _auth(double) == {SENTINEL}
+        status = run_memq("status", "--json", env=env, timeout=120)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["vectors"] > 0
+        for out in (done.stdout, done.stderr, status.stdout, status.stderr):
+            assert SENTINEL not in out
