@@ -192,3 +192,15 @@ def test_memq_index_through_workers_with_an_env_template_key(tmp_path: Path,
         assert json.loads(status.stdout)["vectors"] > 0
         for out in (done.stdout, done.stderr, status.stdout, status.stderr):
             assert SENTINEL not in out
+
+
+def test_remote_api_key_takes_an_env_template_too(tmp_path: Path, workspace: Path) -> None:
+    with ProviderDouble("openai", api_key=SENTINEL) as double:
+        cfg = _openclaw(tmp_path, workspace, {}, remote={"baseUrl": double.url,
+                                                         "apiKey": "${MEMQ_REMOTE_KEY}"})
+        settings = _load(cfg, tmp_path)
+        choose_provider(settings, env={"MEMQ_REMOTE_KEY": SENTINEL}).provider.embed_query("q")
+        assert _auth(double) == {SENTINEL}
+        unset = r"openai: remote\.apiKey uses \$\{MEMQ_REMOTE_KEY\}"
+        with pytest.raises(MissingApiKey, match=unset):
+            choose_provider(settings, env={})

@@ -92,7 +92,8 @@ def check_local_model(path: Path) -> None:
         check_gguf(path)
     except (GGUFHeaderError, OSError) as exc:
         raise ProviderUnavailable(f"local model {path} is not a loadable GGUF file ({exc}); "
-                                  "replace it (or remove it to download it again)") from None
+                                  "replace it (a downloaded hf:/URL model: delete it and "
+                                  "`memq index` downloads it again)") from None
 
 
 def remote_class(name: str) -> type:
