@@ -8,8 +8,11 @@ travels to ``memq status`` and to every search result.
 
 ``fallback`` is built when the primary cannot be, with the fallback provider's **own** default
 model (OpenClaw #142364 handed it the primary's model name). ``remote.*`` (baseUrl, apiKey,
-headers) and ``model`` belong to the primary provider; a fallback uses its defaults and its
-environment key.
+headers) and ``model`` belong to the primary provider; a fallback uses its defaults, its
+environment key and its ``models.providers`` entry. Every remote provider's key, endpoint and
+headers follow OpenClaw's order: ``remote.*``, the environment, an openclaw.json's
+``models.providers.<id>`` (whose key and headers go only to its own endpoint). A local GGUF
+that llama.cpp could not load (:mod:`pipeline.embeddings.gguf_check`) counts as missing.
 
 A :class:`ProviderSpec` travels in every task message, so it never holds a secret: workers
 read API keys from their own config and environment, and refuse a job whose provider key
@@ -110,7 +113,9 @@ def _public_base_url(url: str | None) -> str | None:
 def _remote(name: str, settings: Settings, *, primary: bool, model: str | None = None,
             options: Mapping[str, Any] | None = None,
             env: Mapping[str, str] | None = None) -> EmbeddingProvider:
-    """Build a remote provider: config (for the primary) then the environment give the key."""
+    """Build a remote provider. The key: ``remote.apiKey`` (primary only), the environment,
+    the ``models.providers`` entry (:func:`~pipeline.embeddings.remote.resolve_api_key`).
+    ``options`` is a job spec's (a worker rebuilding the producer's provider)."""
     from pipeline.embeddings.remote import resolve_api_key
 
     cls = remote_class(name)
