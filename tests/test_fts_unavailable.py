@@ -91,3 +91,29 @@ def test_the_cli_works_without_fts5(tmp_path: Path, workspace: Path, make_settin
     status = run_memq("status", *args, env=env, timeout=120)
     assert status.returncode == 0, status.stderr
     assert "keyword search: unavailable" in status.stdout
+
+
+def test_a_store_made_with_fts5_keeps_working_without_it(tmp_path: Path, workspace: Path,
+                                                         make_settings, monkeypatch) -> None:
+    """Its index triggers would fail every write on a SQLite without FTS5: they are dropped
+    there, and when FTS5 is back the keyword index is refilled with what changed meanwhile."""
+    settings = make_settings(workspace, provider="none")
+    with Memory(settings=settings) as memory:
+        memory.index()
+    monkeypatch.setenv(OFF, "1")
+    note = workspace / "memory" / "2026-12-01.md"
+    note.write_text("# December\n\nThe zanzibar migration finished on time.\n")
+    with Memory(settings=settings) as memory:
+        memory.index()
+        assert len(memory.search("zanzibar")) == 0
+    db = connect(settings.store.path)
+    try:
+        triggers = {r[0] for r in db.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    finally:
+        db.close()
+    assert not any(name.startswith("chunks_fts") for name in triggers)
+    monkeypatch.delenv(OFF)
+    with Memory(settings=settings) as memory:
+        found = memory.search("zanzibar")
+    assert [hit.path for hit in found] == ["memory/2026-12-01.md"]

@@ -161,29 +161,47 @@ def has_keyword_index(db: Database) -> bool:
         "SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone() is not None
 
 
+_FTS_TRIGGERS = ("chunks_fts_insert", "chunks_fts_delete", "chunks_fts_update")
+
+
 def ensure_schema(db: Database) -> None:
     """Create every table that does not exist yet, and rebuild the full-text index of a store
     written before :data:`FTS_VERSION` (idempotent, cheap when already current).
 
-    On a SQLite without FTS5 (``db.fts_ok`` False) the keyword index is left out; a store made
-    that way gains it, filled from ``chunks``, the next time FTS5 is available.
+    On a SQLite without FTS5 (``db.fts_ok`` False) the keyword index is left out, and the
+    triggers that feed an existing one are dropped (they would fail every write there); the
+    next time FTS5 is available the index is created or emptied, filled from ``chunks``, and
+    its triggers come back.
     """
     version = get_meta(db, "schema_version", None)
-    if version == SCHEMA_VERSION:
-        if db.fts_ok and not has_keyword_index(db):
-            db.conn.executescript(f"BEGIN IMMEDIATE;\n{FTS_DDL}\n{_REFILL_FTS}\nCOMMIT;")
-        return
+    if version != SCHEMA_VERSION:
+        if not db.fts_ok:
+            upgrade = BASE_DDL
+        else:
+            old_fts = version is not None and int(version) < FTS_VERSION
+            upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
+        db.conn.executescript(
+            f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES "
+            f"('schema_version', '{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET "
+            "value = excluded.value;\nCOMMIT;")
+    _match_keyword_index(db)
+
+
+def _match_keyword_index(db: Database) -> None:
+    """Keep the keyword index in step with what this SQLite can do (see ensure_schema)."""
+    marks = ", ".join("?" * len(_FTS_TRIGGERS))
+    triggers = db.conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+                               f"AND name IN ({marks})", _FTS_TRIGGERS).fetchone()[0]
+    has_table = has_keyword_index(db)
     if not db.fts_ok:
-        upgrade = BASE_DDL
-    else:
-        old_fts = version is not None and int(version) < FTS_VERSION
-        refill = old_fts or (version is not None and not has_keyword_index(db))
-        upgrade = (f"{_DROP_FTS}\n{DDL}" if old_fts else DDL) + (
-            f"\n{_REFILL_FTS}" if refill else "")
-    db.conn.executescript(
-        f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
-        f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"
-    )
+        if triggers:
+            drops = "\n".join(f"DROP TRIGGER IF EXISTS {name};" for name in _FTS_TRIGGERS)
+            db.conn.executescript(f"BEGIN IMMEDIATE;\n{drops}\nCOMMIT;")
+        return
+    if has_table and triggers == len(_FTS_TRIGGERS):
+        return
+    empty = "INSERT INTO chunks_fts(chunks_fts) VALUES ('delete-all');" if has_table else ""
+    db.conn.executescript(f"BEGIN IMMEDIATE;\n{FTS_DDL}\n{empty}\n{_REFILL_FTS}\nCOMMIT;")
 
 
 @contextmanager
