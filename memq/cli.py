@@ -167,10 +167,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
     notes = ("reason", "synced", "pending", "warning", "rebuilding")
     footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
+    fallback = out.get("fallback")
     if "backend" in out:
-        fallback = out.get("fallback")
+        qmd_down = fallback if fallback and fallback.get("from") == "qmd" else None
         footer += f" backend: {out['backend']}" + (
-            f" (qmd {fallback['kind']}: {fallback['reason']})" if fallback else "")
+            f" (qmd {qmd_down['kind']}: {qmd_down['reason']})" if qmd_down else "")
+    if fallback and fallback.get("from") != "qmd":
+        footer += f" fallback from {fallback['from']}: {fallback['reason']}"
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0
@@ -318,6 +321,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                      + (f" ({w['reason']})" if w.get("reason") else ""))
     if s["vector_backend_reason"]:
         lines.append(f"note: {s['vector_backend_reason']}")
+    if s.get("keyword_search") == "unavailable":
+        lines.append(f"keyword search: unavailable ({s['keyword_search_reason']})")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
     lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
     lines += _qmd_lines(s)

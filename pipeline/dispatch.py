@@ -119,7 +119,7 @@ class InlineDispatcher:
         self.settings = settings
         self.providers = providers
         self.retries = retries
-        self._stores = StorePool(want_vectors=settings.store.vector_enabled)
+        self._stores = StorePool(want_vectors=settings.store.want_vectors)
 
     def embed(self, job: EmbedJob) -> None:
         result = embed_outcome(job, self.providers, self.settings, self.retries)

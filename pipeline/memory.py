@@ -34,7 +34,7 @@ from pipeline.config import Settings, load_settings
 from pipeline.dispatch import Dispatcher, InlineDispatcher
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
-from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.embeddings.registry import ProviderChoice, choose_provider, fallback_note
 from pipeline.errors import EmbeddingError, MemoryPathError, StoreError, memory_disabled
 from pipeline.ingest.append import append_note
 from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
@@ -245,6 +245,9 @@ class Memory:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
             hits = search_store(db, self.settings, query, max_results=max_results,
                                 min_score=min_score, provider=None, held=self._held)
+        if not db.fts_ok:
+            warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "
+                                                       f"{db.fts_error}"]))
         reason = schema.get_meta(db, "mode_reason")
         rebuild = rebuild_info(db)
         return SearchResults(
@@ -254,6 +257,7 @@ class Memory:
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
             warning=warning, synced=synced,
+            fallback=fallback_note(spec, self.settings, reason),
             # answered from the live index while its successor is built
             rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)
 
@@ -365,10 +369,14 @@ class Memory:
         self._check_enabled()
         started = time.monotonic()
         choice = choice or choose_provider(self.settings)
+        if choice.fallback_from is not None:
+            log.warning("%s", choice.reason)
+            if warn is not None:
+                warn(f"warning: {choice.reason}")
         run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
                        choice.spec.model if choice.spec else None, choice.reason,
                        job_id=job_id or uuid.uuid4().hex)
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
             check_owner(db, self.owner, claim=True)
@@ -397,7 +405,7 @@ class Memory:
         switch, which would drop every vector): new text is keyword-searchable at once, its
         vectors embedded here or queued to the fleet (``run.vectors`` says which)."""
         self._check_enabled()
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
             check_owner(db, self.owner, claim=True)
@@ -514,7 +522,7 @@ class Memory:
 
     def _open_store(self) -> Database | None:
         db = schema.open_store(self.settings.store.path,
-                               want_vectors=self.settings.store.vector_enabled)
+                               want_vectors=self.settings.store.want_vectors)
         if db is not None:
             try:
                 check_owner(db, self.owner, claim=False)
@@ -579,7 +587,7 @@ class Memory:
         finally:
             if not dispatcher.durable:
                 self.forget_queued()
-        live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+        live = connect(settings.store.path, want_vectors=settings.store.want_vectors)
         try:  # after a swap the live store is another file than ``db``
             run.failed_chunks = reads.failed_count(live)
         finally:
@@ -626,7 +634,7 @@ class Memory:
         finally:
             live.close()
         for path in paths:
-            db = connect(path, want_vectors=self.settings.store.vector_enabled)
+            db = connect(path, want_vectors=self.settings.store.want_vectors)
             try:
                 reads.forget_queued(db)
             finally:

@@ -39,7 +39,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
         "broker": "configured" if settings.broker_url else "embedded (per run)",
         "enabled": settings.enabled,
     }
-    db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+    db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
                       mode=None, reason=(DISABLED if not settings.enabled
@@ -67,6 +67,8 @@ def index_status(settings: Settings) -> dict[str, Any]:
             reason=schema.get_meta(db, "mode_reason"),
             vector_backend="sqlite-vec" if db.vector_ok else "in-process (numpy)",
             vector_backend_reason=db.vector_error,
+            keyword_search="fts5" if db.fts_ok else "unavailable",
+            keyword_search_reason=db.fts_error,
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
             watch=schema.get_meta(db, "watch"),

@@ -62,7 +62,7 @@ def resume_on_writer_start(sender: Any = None, **_: Any) -> None:
         shard = settings.fleet.shard_of(memory)
         if shard not in shards:
             return
-        db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+        db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
         if db is None:
             return
         try:

@@ -126,7 +126,7 @@ def resume_batches(settings: Settings) -> int | None:
     """Restart polling of live batch jobs whose message chain died (a Redis flush, a killed
     worker): ``memq status`` is one of the places that notices. None: no store, or the broker
     did not answer."""
-    db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+    db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
     if db is None or not settings.broker_url:
         return None
     try:

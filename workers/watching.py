@@ -84,7 +84,7 @@ class WatchService:
     def _pass(self, paths: set[Path] | None, requeue_after_s: float = REQUEUE_AFTER_S
               ) -> IndexReport:
         # A fresh connection per pass: a rebuild may have swapped another store file in.
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             report = index_once(db, self.settings, self.choice, self.submit, paths=paths,
                                 requeue_after_s=requeue_after_s)
@@ -143,7 +143,7 @@ class WatchService:
     def record_mode(self) -> None:
         """Note in the store how this memory's changes are followed (``memq status`` shows
         it): native events, or polling and why."""
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             ensure_schema(db)
             with transaction(db):

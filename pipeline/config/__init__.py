@@ -66,6 +66,7 @@ from pipeline.config.keys import (
 )
 from pipeline.config.loader import load_settings
 from pipeline.config.paths import default_sessions_dir, default_store_path
+from pipeline.config.providers import PROVIDER_IDS, ProviderEntry
 from pipeline.config.redact import Headers, is_sensitive_header, redact_url
 from pipeline.config.roster import Listed, Roster
 from pipeline.config.settings import (
@@ -100,6 +101,7 @@ __all__ = [
     "MODALITIES",
     "MULTIMODAL_MODEL",
     "PROVIDERS",
+    "PROVIDER_IDS",
     "SOURCES",
     "BatchSettings",
     "CacheSettings",
@@ -111,6 +113,7 @@ __all__ = [
     "LocalSettings",
     "MmrSettings",
     "MultimodalSettings",
+    "ProviderEntry",
     "QuerySettings",
     "RemoteSettings",
     "Roster",

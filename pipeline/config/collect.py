@@ -224,6 +224,9 @@ def _collect_openclaw(
                 source=str(c.path),
             )
         c.walk(section, display=display, top=False)
+    providers = _dict_at(data, "models", "providers")
+    if providers is not None:  # the credentials and endpoints memory embeddings inherit
+        c.entries["models.providers"] = c.entry(providers, "models.providers")
     citations = _dict_at(data, "memory", "citations")
     if citations is not None:
         c.entries["citations"] = c.entry(citations, "memory.citations")

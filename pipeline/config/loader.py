@@ -23,8 +23,18 @@ from pipeline.config.collect import file_entries
 from pipeline.config.env import env_entries
 from pipeline.config.errors import ConfigError, Entry, Invalid, message, show
 from pipeline.config.files import discover
-from pipeline.config.keys import MAX_CANDIDATE_MULTIPLIER, OPT_STR, READ, STR, Spec, keys_at
+from pipeline.config.keys import (
+    MAX_CANDIDATE_MULTIPLIER,
+    OPT_STR,
+    READ,
+    STR,
+    Spec,
+    check_headers,
+    check_url,
+    keys_at,
+)
 from pipeline.config.paths import default_sessions_dir, default_store_path, expand, resolve
+from pipeline.config.providers import parse_model_providers
 from pipeline.config.qmd_values import command_word
 from pipeline.config.settings import Settings, nested
 
@@ -233,6 +243,19 @@ def _api_key(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     raise entry.fail("remote.apiKey", "must be a string", None)
 
 
+def _model_providers(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+    """An openclaw.json's ``models.providers``: the entries of the embedding providers."""
+    if entry is None:
+        return {}
+    try:
+        entries = parse_model_providers(entry.value, check_url, check_headers)
+    except Invalid as exc:
+        where = f"in {ld.config_path}" if ld.config_path else None
+        raise ConfigError(message(exc.key or "models.providers", exc.problem, exc.got, where),
+                          key=exc.key, source=entry.source) from None
+    return {"model_providers": tuple(entries.items())}
+
+
 def _model_path(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     """Local paths are made absolute; ``hf:``/``huggingface:`` URIs and URLs are kept as
     written."""
@@ -331,6 +354,7 @@ _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "store.path": _store_path,
     "store.vector.extensionPath": _extension_path,
     "remote.apiKey": _api_key,
+    "models.providers": _model_providers,
     "local.modelPath": _model_path,
     "local.modelCacheDir": _model_cache_dir,
     "extraPaths": _extra_paths,

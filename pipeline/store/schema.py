@@ -44,7 +44,7 @@ TEXT_VERSION_KEY = "text_version"
 _NEW_TEXT_VERSION = (f"UPDATE meta SET value = json_quote(hex(randomblob(8))) "
                      f"WHERE key = '{TEXT_VERSION_KEY}';")
 
-DDL = """
+BASE_DDL = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -113,6 +113,22 @@ CREATE TABLE IF NOT EXISTS batch_chunks (
     PRIMARY KEY (job_id, chunk_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_batch_chunks_chunk ON batch_chunks(chunk_id);
+INSERT OR IGNORE INTO meta(key, value)
+VALUES ('{text_version_key}', json_quote(hex(randomblob(8))));
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_insert AFTER INSERT ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_delete AFTER DELETE ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON chunks BEGIN
+    {new_text_version}
+END;
+""".replace("{new_text_version}", _NEW_TEXT_VERSION).replace(
+    "{text_version_key}", TEXT_VERSION_KEY)
+#: The keyword index (FTS5 over ``chunks.text``) and the triggers that keep it in step; left
+#: out on a SQLite without FTS5 (search is then vector-only), added when FTS5 is there again.
+FTS_DDL = ("""
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='rowid', tokenize='{tokenizer}'
 );
@@ -128,19 +144,8 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE OF text ON chunks BE
     VALUES ('delete', old.rowid, memq_fts_text(old.text));
     INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, memq_fts_text(new.text));
 END;
-INSERT OR IGNORE INTO meta(key, value)
-VALUES ('{text_version_key}', json_quote(hex(randomblob(8))));
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_insert AFTER INSERT ON chunks BEGIN
-    {new_text_version}
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_delete AFTER DELETE ON chunks BEGIN
-    {new_text_version}
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON chunks BEGIN
-    {new_text_version}
-END;
-""".replace("{tokenizer}", FTS_TOKENIZER).replace(
-    "{new_text_version}", _NEW_TEXT_VERSION).replace("{text_version_key}", TEXT_VERSION_KEY)
+""").replace("{tokenizer}", FTS_TOKENIZER)
+DDL = BASE_DDL + FTS_DDL
 
 # Drop the full-text table of an older schema; DDL recreates it and _REFILL_FTS indexes chunks.
 _DROP_FTS = """
@@ -161,26 +166,61 @@ _REFILL_FTS = (
 )
 
 
+def has_keyword_index(db: Database) -> bool:
+    """Whether the store has its FTS5 keyword index (absent when made without FTS5)."""
+    return db.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone() is not None
+
+
+_FTS_TRIGGERS = ("chunks_fts_insert", "chunks_fts_delete", "chunks_fts_update")
+
+
 def ensure_schema(db: Database) -> None:
     """Create every table that does not exist yet, and rebuild the full-text index of a store
-    written before :data:`FTS_VERSION` (idempotent, cheap when already current)."""
+    written before :data:`FTS_VERSION` (idempotent, cheap when already current).
+
+    On a SQLite without FTS5 (``db.fts_ok`` False) the keyword index is left out, and the
+    triggers that feed an existing one are dropped (they would fail every write there); the
+    next time FTS5 is available the index is created or emptied, filled from ``chunks``, and
+    its triggers come back.
+    """
     version = get_meta(db, "schema_version", None)
-    if version == SCHEMA_VERSION:
-        return
-    old_fts = version is not None and int(version) < FTS_VERSION
-    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
-    if version is not None and int(version) < LAST_USED_VERSION and _lacks_last_used(db):
-        upgrade = f"{_ADD_LAST_USED}\n{upgrade}"
-    db.conn.executescript(
-        f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
-        f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"
-    )
+    if version != SCHEMA_VERSION:
+        if not db.fts_ok:
+            upgrade = BASE_DDL
+        else:
+            old_fts = version is not None and int(version) < FTS_VERSION
+            upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
+        if version is not None and int(version) < LAST_USED_VERSION and _lacks_last_used(db):
+            upgrade = f"{_ADD_LAST_USED}\n{upgrade}"
+        db.conn.executescript(
+            f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES "
+            f"('schema_version', '{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET "
+            "value = excluded.value;\nCOMMIT;")
+    _match_keyword_index(db)
 
 
 def _lacks_last_used(db: Database) -> bool:
     """An older store whose cache table has no ``last_used`` column yet."""
     columns = {row[1] for row in db.conn.execute("PRAGMA table_info(embedding_cache)")}
     return bool(columns) and "last_used" not in columns
+
+
+def _match_keyword_index(db: Database) -> None:
+    """Keep the keyword index in step with what this SQLite can do (see ensure_schema)."""
+    marks = ", ".join("?" * len(_FTS_TRIGGERS))
+    triggers = db.conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+                               f"AND name IN ({marks})", _FTS_TRIGGERS).fetchone()[0]
+    has_table = has_keyword_index(db)
+    if not db.fts_ok:
+        if triggers:
+            drops = "\n".join(f"DROP TRIGGER IF EXISTS {name};" for name in _FTS_TRIGGERS)
+            db.conn.executescript(f"BEGIN IMMEDIATE;\n{drops}\nCOMMIT;")
+        return
+    if has_table and triggers == len(_FTS_TRIGGERS):
+        return
+    empty = "INSERT INTO chunks_fts(chunks_fts) VALUES ('delete-all');" if has_table else ""
+    db.conn.executescript(f"BEGIN IMMEDIATE;\n{FTS_DDL}\n{empty}\n{_REFILL_FTS}\nCOMMIT;")
 
 
 @contextmanager
@@ -265,7 +305,7 @@ def set_meta(db: Database, key: str, value: Any) -> None:
     )
 
 
-def open_store(path: Path, *, want_vectors: bool = True) -> Database | None:
+def open_store(path: Path, *, want_vectors: bool | str = True) -> Database | None:
     """The store at ``path`` with its schema up to date, or None when nothing was indexed
     there yet (the file does not exist)."""
     if not path.exists():
