@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import ConfigError, Settings, load_settings
-from pipeline.errors import EmbeddingError, MemqError, StoreError, WorkspaceMissing
+from pipeline.errors import (
+    EmbeddingError,
+    MemoryDisabled,
+    MemqError,
+    StoreError,
+    UnknownMemory,
+    WorkspaceMissing,
+    memory_disabled,
+)
 
 ROLES = ("writer", "embed", "batch")
 
@@ -23,6 +31,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _existing(settings: Settings) -> Settings:
+    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist, or
+    :class:`MemoryDisabled` when the memory is turned off (``enabled = false``)."""
+    if not settings.enabled:
+        raise memory_disabled(settings.config_file)
+    return _with_workspace(settings)
+
+
+def _with_workspace(settings: Settings) -> Settings:
     """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist."""
     if not settings.workspace.is_dir():
         raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
@@ -113,6 +129,8 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     from workers.jobs_api import EnqueueFailed, enqueue_index
 
     settings = _settings(args)
+    if not settings.enabled:
+        raise memory_disabled(settings.config_file)
     queue = control_queue(settings.fleet.shard_of(settings.agent_id))
     try:
         job_id = enqueue_index(settings, retry_failed=args.retry_failed)
@@ -149,6 +167,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
     notes = ("reason", "synced", "pending", "warning", "rebuilding")
     footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
+    fallback = out.get("fallback")
+    if "backend" in out:
+        qmd_down = fallback if fallback and fallback.get("from") == "qmd" else None
+        footer += f" backend: {out['backend']}" + (
+            f" (qmd {qmd_down['kind']}: {qmd_down['reason']})" if qmd_down else "")
+    if fallback and fallback.get("from") != "qmd":
+        footer += f" fallback from {fallback['from']}: {fallback['reason']}"
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0
@@ -243,10 +268,24 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _qmd_lines(status: dict[str, Any]) -> list[str]:
+    """The QMD backend's part of ``memq status`` (nothing for the builtin backend)."""
+    q = status.get("qmd")
+    if status.get("backend") != "qmd" or q is None:
+        return []
+    when = (datetime.fromtimestamp(q["last_update_at"]).isoformat(timespec="seconds")
+            if q["last_update_at"] else "never")
+    health = "available" if q["available"] else (
+        f"DOWN ({q['down']['kind']}: {q['down']['reason']}); searches answer from memq's index")
+    collections = ", ".join(f"{c['name']} {c['documents']}" for c in q["collections"])
+    return [f"backend:   qmd ({q['command']} {q['search_mode']}), {health}",
+            f"qmd:       {q['documents']} documents ({collections}); last update {when}"]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from workers.monitor import fleet_status, resume_batches
 
-    settings = _settings(args)
+    settings = _with_workspace(_settings(args))  # a disabled memory still has a status
     if args.fleet:
         from workers.fleet_view import fleet_lines, fleet_view
 
@@ -259,8 +298,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         s["batch"]["resumed"] = resume_batches(settings)
     if not s["indexed"]:
         _emit(args, s, "\n".join([f"workspace {s['workspace']}: {s['reason']}",
-                                  f"store: {s['store']}", *_fleet_lines(s["fleet"])]))
+                                  f"store: {s['store']}", *_qmd_lines(s),
+                                  *_fleet_lines(s["fleet"])]))
         return 0
+    if not s["enabled"]:  # indexed before it was turned off
+        _warn("memory is disabled (enabled = false): search and indexing are off; the index "
+              "below is as it was left")
     when = (datetime.fromtimestamp(s["last_index_at"]).isoformat(timespec="seconds")
             if s["last_index_at"] else "never")
     lines = [
@@ -284,8 +327,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                      + (f" ({w['reason']})" if w.get("reason") else ""))
     if s["vector_backend_reason"]:
         lines.append(f"note: {s['vector_backend_reason']}")
+    if s.get("keyword_search") == "unavailable":
+        lines.append(f"keyword search: unavailable ({s['keyword_search_reason']})")
     lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
     lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
+    lines += _qmd_lines(s)
     lines += _fleet_lines(s["fleet"])
     lines += _batch_lines(s["batch"])
     for provider, p in s["pending_by_provider"].items():
@@ -295,6 +341,48 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append("recent jobs:")
         lines += [f"  {_job_line(job)}" for job in s["jobs"]]
     _emit(args, s, "\n".join(lines))
+    return 0
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # not reached
+
+
+def cmd_memories(args: argparse.Namespace) -> int:
+    from pipeline.catalog import MemoryCatalog
+
+    catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
+    names = [catalog.settings(args.agent).agent_id] if args.agent else catalog.names()
+    infos = catalog.describe(names)
+    pruned = catalog.prune() if args.prune else []
+    orphans = catalog.orphans()
+    data = {"config": str(catalog.config_file) if catalog.config_file else None,
+            "default": catalog.default, "memories": [i.to_dict() for i in infos],
+            "orphanedStores": [o.to_dict() for o in orphans],
+            "pruned": [o.to_dict() for o in pruned]}
+    lines = []
+    for i in infos:
+        when = (datetime.fromtimestamp(i.last_index_at).isoformat(timespec="seconds")
+                if i.last_index_at else "never")
+        lines.append(f"{'*' if i.default else ' '} {i.name:<20} {i.state:<12} {when:<19} "
+                     f"{_size(i.size):>9}  {i.workspace}")
+        lines.append(f"  {'':<20} store: {i.store}"
+                     + (f" (owned by {i.owner['memory']}, {i.owner['workspace']})"
+                        if i.state == "foreign" and i.owner else ""))
+    lines += [f"removed {o.store} ({_size(o.size)}): memory {o.memory}, workspace "
+              f"{o.workspace} is gone" for o in pruned]
+    if orphans:
+        lines.append("orphaned stores (their workspace is gone; `memq memories --prune` "
+                     "removes them):")
+        lines += [f"  {o.store} ({_size(o.size)}): memory {o.memory}, workspace {o.workspace}"
+                  for o in orphans]
+    elif args.prune and not pruned:
+        lines.append("no orphaned stores to remove")
+    _emit(args, data, "\n".join(lines))
     return 0
 
 
@@ -488,8 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--workspace", help="memory workspace (default: configured, else cwd)")
     common.add_argument("--config", help="config file (memq.toml/.json or openclaw.json)")
     common.add_argument("--agent", "--memory", dest="agent", metavar="ID",
-                        help="the memory to use: an agent id of openclaw.json's agents.list "
-                             "(default: the default agent)")
+                        help="the memory to use: an agent of openclaw.json, or a memory of "
+                             "memq.toml's memories/memoriesDir; any spelling of its id "
+                             "(default: the default agent; `memq memories` lists them)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     parser = argparse.ArgumentParser(prog="memq", description=__doc__)
     parser.add_argument("--version", action="version", version=f"memq {_version()}")
@@ -524,6 +613,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every memory of the config, the writer of each shard, queue depths "
                         "per lane, pending chunks per memory")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("memories", parents=[common],
+                       help="every memory of the config: workspace, store, size, state, last "
+                            "index; orphaned stores")
+    p.add_argument("--prune", action="store_true",
+                   help="delete the stores memq made whose workspace is gone")
+    p.set_defaults(func=cmd_memories)
 
     p = sub.add_parser("watch", parents=[common], help="index memory files as they change")
     p.add_argument("--polling", action=argparse.BooleanOptionalAction, default=None,
@@ -607,13 +703,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except UnknownMemory as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"memq: configuration error: {exc}", file=sys.stderr)
     except EmbeddingError as exc:
         print(f"memq: embedding provider error: {exc}", file=sys.stderr)
     except StoreError as exc:
         print(f"memq: store error: {exc}", file=sys.stderr)
-    except WorkspaceMissing as exc:
+    except (WorkspaceMissing, MemoryDisabled) as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
     except MemqError as exc:

@@ -8,6 +8,8 @@ refusal comes back as a tool error (``isError``) the model can read and correct,
 crash of the server. Every tool has a title and MCP annotations (``ANNOTATIONS``): clients such
 as OpenClaw run read-only and non-destructive closed-world tools without asking the operator.
 
+With ``backend: "qmd"`` the ``Memory`` asks the ``qmd`` CLI first and falls back to memq's own
+index (the answer's ``backend`` and ``fallback`` say so); ``memory_get`` reads ``qmd://`` paths.
 Searches never wait for indexing: a search whose index is behind the disk is answered from the
 index as it is, says so (``dirty``: how many files differ), and starts a background sync.
 Served over stdio, or over streamable HTTP bound to loopback unless a bearer token protects it.
@@ -28,7 +30,13 @@ from jsonschema import Draft202012Validator
 from mcp.server.lowlevel import Server
 
 from pipeline.config import ConfigError, Settings
-from pipeline.errors import AppendError, EmbeddingError, MemoryPathError, RequestRefused
+from pipeline.errors import (
+    AppendError,
+    EmbeddingError,
+    MemoryDisabled,
+    MemoryPathError,
+    RequestRefused,
+)
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
 
@@ -56,7 +64,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         "preferences, or todos. Returns the top snippets with path, startLine and endLine; then "
         "call memory_get for just the lines you need. `mode` says hybrid or keyword-only; "
         "`pending` (chunks without vectors yet) or `dirty` (files changed since the last "
-        "index, a sync is running) mean results may be incomplete.",
+        "index, a sync is running) mean results may be incomplete. With the QMD backend, "
+        "`backend` says which engine answered (`fallback`: why memq's own index did).",
         {"type": "object", "additionalProperties": False, "required": ["query"], "properties": {
             "query": {"type": "string", "maxLength": MAX_QUERY_CHARS,
                       "description": "what to recall, in natural language"},
@@ -186,7 +195,7 @@ def build_server(memory: Memory) -> Server[Any]:
                 raise ToolRefused(f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
             args = _check(name, params.arguments)
             out = await anyio.to_thread.run_sync(calls[name], args)
-        except ToolRefused as exc:
+        except (ToolRefused, MemoryDisabled) as exc:
             return _error(str(exc))
         except (ConfigError, EmbeddingError) as exc:
             return _error(f"{name} failed: {exc}")

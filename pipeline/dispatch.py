@@ -63,6 +63,12 @@ class Dispatcher(Protocol):
         can take them (the caller then drives the rebuild itself)."""
         ...
 
+    def qmd_job(self, memory: str, reason: str, *, shard: int = 0) -> bool:
+        """Send a QMD update job (:mod:`pipeline.qmd.jobs`) to the host that owns ``memory``
+        (its ``control.<shard>`` queue); False when nobody can take it (the caller then runs
+        it in this process)."""
+        ...
+
     def check(self) -> None:
         """Called between polls while a caller waits for vectors: raise
         :class:`~pipeline.errors.FleetError` when the work cannot finish (a worker that keeps
@@ -113,7 +119,7 @@ class InlineDispatcher:
         self.settings = settings
         self.providers = providers
         self.retries = retries
-        self._stores = StorePool(want_vectors=settings.store.vector_enabled)
+        self._stores = StorePool(want_vectors=settings.store.want_vectors)
 
     def embed(self, job: EmbedJob) -> None:
         result = embed_outcome(job, self.providers, self.settings, self.retries)
@@ -131,6 +137,9 @@ class InlineDispatcher:
         return 0
 
     def rebuild_later(self, memory: str, countdown: float = 0.0, *, shard: int = 0) -> bool:
+        return False
+
+    def qmd_job(self, memory: str, reason: str, *, shard: int = 0) -> bool:
         return False
 
     def check(self) -> None:

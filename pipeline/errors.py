@@ -3,6 +3,8 @@
 ``except MemqError`` catches them all. Below it, the class says the next step:
 
 - :class:`ConfigError`: fix the configuration (the message names the key and the file).
+- :class:`MemoryDisabled`: the memory is turned off (``enabled = false``); turn it on to
+  search, read or index it.
 - :class:`RequestRefused`: fix the arguments of this call (a path outside the memory files,
   an empty note); nothing was read or written.
 - :class:`EmbeddingError`: the embedding provider failed this input for good; the chunks are
@@ -49,9 +51,32 @@ class ConfigError(MemqError, ValueError):
         self.source = source
 
 
+class UnknownMemory(ConfigError):
+    """A memory name (``--agent``/``--memory``) the configuration does not list. ``known``
+    holds the names it does list; the CLI prints them and exits with status 2."""
+
+    def __init__(self, message: str, *, name: str, known: tuple[str, ...],
+                 source: str | None = None) -> None:
+        super().__init__(message, key="agentId", source=source)
+        self.name = name
+        self.known = known
+
+
 class WorkspaceMissing(MemqError, FileNotFoundError):
     """The memory's workspace folder does not exist (a typo'd ``--workspace``, a moved
     folder): nothing is indexed or searched, and no store is created for it."""
+
+
+class MemoryDisabled(MemqError, RuntimeError):
+    """The memory is turned off (``enabled = false``): as OpenClaw, which then builds no memory
+    manager and registers no memory tools, nothing is searched, read, appended or indexed."""
+
+
+def memory_disabled(config_file: object | None) -> MemoryDisabled:
+    """The :class:`MemoryDisabled` error for a memory whose settings came from ``config_file``."""
+    where = f" in {config_file}" if config_file else ""
+    return MemoryDisabled(f"memory is disabled (enabled = false{where}): memory search, get, "
+                          "append and indexing are off; set enabled = true to turn them on")
 
 
 class RequestRefused(MemqError, ValueError):
@@ -116,6 +141,11 @@ class BatchUnavailable(EmbeddingError):
 
 class StoreError(MemqError, RuntimeError):
     """The store file cannot be used (corrupt, not a database, unwritable)."""
+
+
+class StoreOwnedElsewhere(StoreError):
+    """The store file belongs to another memory (its ``owner`` meta names another memory or
+    workspace): opening it for this one is refused, nothing is read or written."""
 
 
 class StoreBusy(StoreError):

@@ -29,6 +29,7 @@ from pipeline.messages import (
     EmbedJob,
     EmbedResult,
     IndexRequest,
+    QmdJobRequest,
     Route,
 )
 from pipeline.routing import (
@@ -37,6 +38,7 @@ from pipeline.routing import (
     BATCH_UPDATE_TASK,
     EMBED_TASK,
     INDEX_TASK,
+    QMD_JOB_TASK,
     REINDEX_STEP_TASK,
     WRITE_TASK,
     Lane,
@@ -243,6 +245,13 @@ class FleetDispatcher:
         """Queue the next step of a rebuild on the writer's queue."""
         self._send(REINDEX_STEP_TASK, IndexRequest(memory, shard=shard).to_json(),
                    store_queue(shard), countdown)
+        return True
+
+    def qmd_job(self, memory: str, reason: str, *, shard: int = 0) -> bool:
+        """Queue a QMD update job on the memory's ``control.<shard>`` queue (the host that
+        owns the memory runs it, one at a time)."""
+        self._send(QMD_JOB_TASK, QmdJobRequest(memory, reason, shard).to_json(),
+                   control_queue(shard))
         return True
 
     def batch_submit(self, msg: BatchSubmit) -> None:

@@ -34,8 +34,8 @@ from pipeline.config import Settings, load_settings
 from pipeline.dispatch import Dispatcher, InlineDispatcher
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
-from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.errors import EmbeddingError, StoreError
+from pipeline.embeddings.registry import ProviderChoice, choose_provider, fallback_note
+from pipeline.errors import EmbeddingError, MemoryPathError, StoreError, memory_disabled
 from pipeline.ingest.append import append_note
 from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale
@@ -49,6 +49,8 @@ from pipeline.ingest.reindex import (
 from pipeline.ingest.sessions import session_get
 from pipeline.ingest.sources import relative_path, resolve_memory_path
 from pipeline.messages import ProviderSpec
+from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
+from pipeline.qmd.jobs import QmdJobs, needs_boot
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue
 from pipeline.search.citations import apply_citations, check_mode
@@ -56,6 +58,7 @@ from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.status import index_status
 from pipeline.store import batches, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
+from pipeline.store.owner import check_owner, owner_of
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,8 @@ STALL_HINT_S = 30.0
 VECTORS_EMBEDDED = "embedded"
 VECTORS_QUEUED = "queued"
 VECTORS_NONE = "none (keyword-only index)"
+#: ``SearchResults.mode`` of a QMD answer, by ``qmd.searchMode``.
+_QMD_MODES = {"search": "keyword-only", "vsearch": "hybrid", "query": "hybrid"}
 
 
 @dataclass
@@ -146,6 +151,9 @@ class Memory:
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
         self._lock = threading.Lock()
         self._refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
+        self._qmd: QmdBackend | None = None  # backend "qmd": built on first use
+        self._qmd_jobs: QmdJobs | None = None  # where its update jobs go
+        self._qmd_opened = False  # the boot job was asked for (update.onBoot)
 
     @property
     def name(self) -> str:
@@ -171,7 +179,10 @@ class Memory:
                citations: str | None = None) -> SearchResults:
         """Search the memory by meaning and keywords; the hits, best first.
 
-        Never raises for the content of ``query``: any text gives results or none.
+        Never raises for the content of ``query``: any text gives results or none. With
+        ``backend: "qmd"`` the ``qmd`` CLI answers (``backend == "qmd"``); when it cannot (no
+        executable, a non-zero exit, a timeout, bad output, not set up yet) memq's own index
+        answers instead, with ``backend == "builtin"`` and ``fallback`` saying why.
         ``max_results`` and ``min_score`` default to ``query.maxResults`` (6) and
         ``query.minScore`` (0.35). ``sync`` (default ``sync.onSearch``) first brings changed
         files' text up to date (their vectors follow with the next index pass); a long-running
@@ -179,7 +190,28 @@ class Memory:
         on, off; default: the ``citations`` setting) adds a ``Source: path#Ls-Le`` line to each
         snippet. A store that cannot be opened gives ``mode == "unavailable"`` and the reason.
         """
+        self._check_enabled()
         citations = check_mode(citations or self.settings.citations)
+        fallback = None
+        backend = self.qmd
+        if backend is not None:
+            self._qmd_open()
+            try:
+                hits = backend.search(str(query), max_results=max_results, min_score=min_score)
+            except QmdUnavailable as exc:  # the backend logged it (once per outage)
+                fallback = exc.as_dict()
+            else:
+                return SearchResults(hits=apply_citations(hits, citations), provider="qmd",
+                                     model=backend.qmd.search_mode,
+                                     mode=_QMD_MODES[backend.qmd.search_mode],
+                                     citations=citations, backend="qmd")
+        results = self._search_builtin(str(query), max_results, min_score, sync, citations)
+        if backend is not None:
+            results.backend, results.fallback = "builtin", fallback
+        return results
+
+    def _search_builtin(self, query: str, max_results: int | None, min_score: float | None,
+                        sync: bool | None, citations: str) -> SearchResults:
         try:
             db = self._open_store()
         except StoreError as exc:  # OpenClaw's "unavailable" shape: the agent is told
@@ -190,7 +222,7 @@ class Memory:
             return SearchResults(warning=f"nothing indexed yet at {self.settings.store.path}: "
                                          "run `memq index`")
         try:
-            return self._search(db, str(query), max_results, min_score, sync, citations)
+            return self._search(db, query, max_results, min_score, sync, citations)
         finally:
             db.close()
 
@@ -213,6 +245,9 @@ class Memory:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
             hits = search_store(db, self.settings, query, max_results=max_results,
                                 min_score=min_score, provider=None, held=self._held)
+        if not db.fts_ok:
+            warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "
+                                                       f"{db.fts_error}"]))
         reason = schema.get_meta(db, "mode_reason")
         rebuild = rebuild_info(db)
         return SearchResults(
@@ -222,6 +257,7 @@ class Memory:
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
             warning=warning, synced=synced,
+            fallback=fallback_note(spec, self.settings, reason),
             # answered from the live index while its successor is built
             rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)
 
@@ -252,12 +288,26 @@ class Memory:
         that does not exist yet (but could) reads as empty text; anything outside the memory
         files, a symlink or a non-``.md`` path raises
         :class:`~pipeline.errors.MemoryPathError`. With session memory on, session hits
-        (``sessions/<file>.jsonl``) open too, by JSONL line.
+        (``sessions/<file>.jsonl``) open too, by JSONL line. With ``backend: "qmd"``, QMD hits
+        open too: ``qmd://<collection>/<path>`` (or OpenClaw's ``qmd/<collection>/<path>``)
+        from the collection's folder, and workspace files a collection covers.
         """
+        self._check_enabled()
+        backend = self.qmd
+        if backend is not None and _names_qmd_file(backend, str(path)):
+            return backend.get(str(path), from_line, lines)
         session = session_get(self.settings, str(path), from_line, lines)
         if session is not None:
             return session
-        target = resolve_memory_path(self.settings, str(path))
+        try:
+            target = resolve_memory_path(self.settings, str(path))
+        except MemoryPathError as refused:
+            if backend is None:
+                raise
+            try:  # a file of a QMD collection (its folder inside the workspace)
+                return backend.get(str(path), from_line, lines)
+            except QmdPathError:
+                raise refused from None
         rel = relative_path(self.settings.workspace, target)
         if not target.exists():
             return MemoryText(rel, "")
@@ -271,8 +321,14 @@ class Memory:
 
     def status(self) -> dict[str, Any]:
         """What is indexed, pending and failed, with which provider and why, the rebuild under
-        way, recent index jobs and provider batch jobs (``memq status --json``'s index part)."""
-        return index_status(self.settings)
+        way, recent index jobs and provider batch jobs (``memq status --json``'s index part); with
+        ``backend: "qmd"``, ``backend`` says so and ``qmd`` holds the QMD backend's status."""
+        status = index_status(self.settings)
+        backend = self.qmd
+        status["backend"] = "builtin" if backend is None else "qmd"
+        if backend is not None:
+            status["qmd"] = backend.status()
+        return status
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -285,6 +341,7 @@ class Memory:
         target. Once the note is on disk, a failure to index it is reported in ``warning``,
         never raised: a caller that retried would write the note twice.
         """
+        self._check_enabled()
         note = append_note(text, target, settings=self.settings)
         try:
             run = self._refresher.refresh_now()
@@ -309,20 +366,27 @@ class Memory:
         ``on_progress(done, total)`` follows the vectors; ``warn`` gets hints for a person.
         The pass is logged as a job (``job_id``, ``origin`` and ``host`` say what ran it).
         """
+        self._check_enabled()
         started = time.monotonic()
         choice = choice or choose_provider(self.settings)
+        if choice.fallback_from is not None:
+            log.warning("%s", choice.reason)
+            if warn is not None:
+                warn(f"warning: {choice.reason}")
         run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
                        choice.spec.model if choice.spec else None, choice.reason,
                        job_id=job_id or uuid.uuid4().hex)
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
+            check_owner(db, self.owner, claim=True)
             with joblog.opened(self.settings.store.path) as log_db, \
                     joblog.logged(log_db, run.job_id, origin,
                                   host or socket.gethostname()) as counts:
                 self._produce(run, db, choice, wait=wait, retry_failed=retry_failed,
                               rebuild=rebuild, on_progress=on_progress, warn=warn)
                 counts.update(run.report.counts())
+            self._qmd_after(run.report)
             return run
         except db.operational_error as exc:
             raise as_store_error(exc, db.path) or exc from exc
@@ -340,12 +404,15 @@ class Memory:
         """Bring the index in line with the files under its own provider and model (never a
         switch, which would drop every vector): new text is keyword-searchable at once, its
         vectors embedded here or queued to the fleet (``run.vectors`` says which)."""
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        self._check_enabled()
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
+            check_owner(db, self.owner, claim=True)
             choice = self._index_choice(db)
             if choice.spec is None:
                 report = index_once(db, self.settings, choice, None)
+                self._qmd_after(report)
                 return IndexRun(report, choice.mode, None, None, choice.reason,
                                 vectors=VECTORS_NONE)
         finally:
@@ -353,7 +420,10 @@ class Memory:
         return self.index(choice=choice, wait=False)
 
     def sync_in_background(self) -> None:
-        """Start :meth:`sync` on a thread unless one runs (which then runs once more)."""
+        """Start :meth:`sync` on a thread unless one runs (which then runs once more); nothing
+        while the memory is disabled."""
+        if not self.settings.enabled:
+            return
         self._refresher.trigger()
 
     @property
@@ -366,7 +436,73 @@ class Memory:
         """Why the last sync failed (None after a good one)."""
         return self._refresher.last_error
 
+    # -- the QMD backend ---------------------------------------------------------------------
+
+    @property
+    def qmd(self) -> QmdBackend | None:
+        """The QMD backend (``backend: "qmd"``), built on first use; None for ``builtin``."""
+        if self.settings.backend != "qmd":
+            return None
+        with self._lock:
+            if self._qmd is None:
+                self._qmd = QmdBackend(self.settings)
+            return self._qmd
+
+    def qmd_job(self, reason: str) -> None:
+        """Ask for a QMD update job (``boot``, ``changed`` or ``due``; see
+        :mod:`pipeline.qmd.jobs`) unless nothing would be done: on the fleet's
+        ``control.<shard>`` queue when a broker takes it, else on this memory's background
+        thread (one job at a time). Nothing happens with ``backend: "builtin"``."""
+        jobs = self._qmd_scheduler()
+        if jobs is not None:
+            jobs.ask(reason)
+
+    def wait_for_qmd_jobs(self, timeout: float | None = None) -> None:
+        """Wait for the QMD job this process runs in the background, if any."""
+        with self._lock:
+            jobs = self._qmd_jobs
+        if jobs is not None:
+            jobs.runner.wait(timeout)
+
+    def _qmd_scheduler(self) -> QmdJobs | None:
+        backend = self.qmd
+        if backend is None:
+            return None
+        with self._lock:
+            if self._qmd_jobs is None:
+                self._qmd_jobs = QmdJobs(backend, lambda reason: self.dispatcher.qmd_job(
+                    self.name, reason, shard=self.shard))
+            return self._qmd_jobs
+
+    def _qmd_open(self) -> None:
+        """Before a QMD search. Once per ``Memory`` (``update.onBoot``): set QMD up, or
+        refresh it when due, in the background (before answering, with
+        ``update.waitForBootSync``, when the home is not set up yet). Later: the intervals'
+        jobs when due (looked at every 30 s at most)."""
+        jobs = self._qmd_scheduler()
+        if jobs is None:
+            return
+        if self._qmd_opened or not jobs.backend.qmd.update.on_boot:
+            jobs.ask("due")
+            return
+        self._qmd_opened = True
+        if jobs.backend.qmd.update.wait_for_boot_sync and needs_boot(jobs.backend):
+            jobs.runner.run_now("boot")
+            return
+        jobs.ask("boot")
+
+    def _qmd_after(self, report: IndexReport) -> None:
+        """After an index pass: QMD follows the files too (a debounced update)."""
+        if self.settings.backend == "qmd":
+            self.qmd_job("changed" if report.changed or report.deleted else "due")
+
     # -- the parts ---------------------------------------------------------------------------
+
+    def _check_enabled(self) -> None:
+        """Raise :class:`~pipeline.errors.MemoryDisabled` when ``enabled = false``: OpenClaw
+        then has no memory tools and indexes nothing, and neither does memq."""
+        if not self.settings.enabled:
+            raise memory_disabled(self.settings.config_file)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -385,8 +521,21 @@ class Memory:
             return self._owned
 
     def _open_store(self) -> Database | None:
-        return schema.open_store(self.settings.store.path,
-                                 want_vectors=self.settings.store.vector_enabled)
+        db = schema.open_store(self.settings.store.path,
+                               want_vectors=self.settings.store.want_vectors)
+        if db is not None:
+            try:
+                check_owner(db, self.owner, claim=False)
+            except StoreError:
+                db.close()
+                raise
+        return db
+
+    @property
+    def owner(self) -> dict[str, str]:
+        """What this memory's store records as its owner (name and workspace); a store that
+        records another is refused (:class:`~pipeline.errors.StoreOwnedElsewhere`)."""
+        return owner_of(self.name, self.workspace)
 
     def _index_choice(self, db: Database) -> ProviderChoice:
         """The provider choice the index already made; a store never indexed chooses afresh
@@ -441,7 +590,7 @@ class Memory:
         if run.rebuild is None:  # no swap: ``db`` is the live store
             run.failed_chunks = reads.failed_count(db)
             return
-        live = connect(settings.store.path, want_vectors=settings.store.vector_enabled)
+        live = connect(settings.store.path, want_vectors=settings.store.want_vectors)
         try:  # after a swap the live store is another file than ``db``
             run.failed_chunks = reads.failed_count(live)
         finally:
@@ -488,7 +637,7 @@ class Memory:
         finally:
             live.close()
         for path in paths:
-            db = connect(path, want_vectors=self.settings.store.vector_enabled)
+            db = connect(path, want_vectors=self.settings.store.want_vectors)
             try:
                 reads.forget_queued(db)
             finally:
@@ -497,9 +646,13 @@ class Memory:
     # -- the end -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release what this memory holds: background syncs (waited for), the default
-        dispatcher, built providers (a local model's memory) and in-memory copies."""
+        """Release what this memory holds: background syncs and QMD jobs (waited for), the
+        default dispatcher, built providers (a local model's memory) and in-memory copies."""
         self._refresher.wait()
+        with self._lock:
+            jobs, self._qmd_jobs = self._qmd_jobs, None
+        if jobs is not None:
+            jobs.close()
         with self._lock:
             owned, self._owned = self._owned, None
         if owned is not None:
@@ -514,3 +667,12 @@ class Memory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+
+def _names_qmd_file(backend: QmdBackend, path: str) -> bool:
+    """Whether ``path`` names a QMD document: ``qmd://…``, or ``qmd/<collection>/…`` for one
+    of the backend's collections (else ``qmd/`` is a workspace folder)."""
+    if path.startswith("qmd://"):
+        return True
+    return path.startswith("qmd/") and path[4:].partition("/")[0] in {
+        c.name for c in backend.collections}

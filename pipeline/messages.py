@@ -13,6 +13,7 @@ On the wire a message is JSON (Celery's serializer): ``to_json()`` gives the dic
 - :class:`BatchSubmit`, :class:`BatchPoll` → ``batch.<provider>`` → :class:`BatchUpdate` →
   the writer (provider batch-file APIs, :mod:`pipeline.batch.workflow`);
 - :class:`IndexRequest` → the writer's ``control`` queue (``memq index --remote``).
+- :class:`QmdJobRequest` → the same ``control`` queue (a QMD backend's update job).
 
 Embedding jobs, their results and batch jobs also carry a :class:`Route`: the writer shard of
 their memory (``store.<shard>``) and whether they are interactive work, which goes ahead of
@@ -422,3 +423,25 @@ class IndexRequest:
         data = _checked(data, "index request")
         return cls(str(data["memory"]), bool(data.get("retry_failed", False)),
                    Route.from_json(data.get("route")).shard)
+
+
+@dataclass(frozen=True)
+class QmdJobRequest:
+    """A QMD backend's write job for one memory (``boot``, ``changed`` or ``due``: see
+    :mod:`pipeline.qmd.jobs`), run by the host that owns the memory."""
+
+    memory: str
+    reason: str = "due"
+    shard: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "kind": "qmd-job", "memory": self.memory, "reason": self.reason,
+                "route": Route(self.shard).to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QmdJobRequest:
+        data = _checked(data, "qmd job request")
+        reason = data.get("reason", "due")
+        if reason not in ("boot", "changed", "due"):
+            raise MessageRefused(f"qmd job request: unknown reason {reason!r}")
+        return cls(str(data["memory"]), str(reason), Route.from_json(data.get("route")).shard)

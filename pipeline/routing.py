@@ -3,7 +3,8 @@
 Queues: ``embed.<provider>`` (sync embedding, any host, shared by every memory),
 ``batch.<provider>`` (provider batch jobs: upload, poll, download; any host), and per writer
 shard ``store.<shard>`` (the shard's single writer: results into SQLite) and
-``control.<shard>`` (index jobs, run by the host that owns the shard's stores). A memory maps
+``control.<shard>`` (index jobs and QMD update jobs, run by the host that owns the shard's
+stores). A memory maps
 to one shard (:func:`shard_of`). Producers send by task name (:mod:`pipeline.fleet`);
 ``workers`` registers the tasks under the same names.
 
@@ -27,6 +28,7 @@ REINDEX_STEP_TASK = "memq.reindex_step"
 BATCH_SUBMIT_TASK = "memq.batch_submit"
 BATCH_POLL_TASK = "memq.batch_poll"
 BATCH_UPDATE_TASK = "memq.batch_update"
+QMD_JOB_TASK = "memq.qmd_update"
 
 
 def embed_queue(provider: str) -> str:

@@ -26,6 +26,9 @@ def batch_status(db: Any) -> dict[str, Any]:
             "providers": all_policies(db)}
 
 
+DISABLED = "memory is disabled (enabled = false): nothing is indexed or searched"
+
+
 def index_status(settings: Settings) -> dict[str, Any]:
     """A JSON-able summary of the workspace's index (empty counts when never indexed)."""
     status: dict[str, Any] = {
@@ -34,11 +37,13 @@ def index_status(settings: Settings) -> dict[str, Any]:
         "store": str(settings.store.path),
         "config": str(settings.config_file) if settings.config_file else None,
         "broker": "configured" if settings.broker_url else "embedded (per run)",
+        "enabled": settings.enabled,
     }
-    db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+    db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
     if db is None:
         status.update(indexed=False, files=0, chunks=0, vectors=0, pending=0, failed=0,
-                      mode=None, reason="never indexed: run `memq index`", reindex=None,
+                      mode=None, reason=(DISABLED if not settings.enabled
+                                         else "never indexed: run `memq index`"), reindex=None,
                       jobs=[], last_job_error=None, batch=batch_status(None), watch=None)
         return status
     try:
@@ -62,6 +67,8 @@ def index_status(settings: Settings) -> dict[str, Any]:
             reason=schema.get_meta(db, "mode_reason"),
             vector_backend="sqlite-vec" if db.vector_ok else "in-process (numpy)",
             vector_backend_reason=db.vector_error,
+            keyword_search="fts5" if db.fts_ok else "unavailable",
+            keyword_search_reason=db.fts_error,
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
             watch=schema.get_meta(db, "watch"),

@@ -3,11 +3,14 @@ and real Celery worker processes."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -105,19 +108,56 @@ def redis_client(url: str):
     return redis.Redis.from_url(url)
 
 
+#: Redis databases tests may take on the machine's shared server (0 is left to people).
+SHARED_DBS = range(1, 16)
+DB_LOCKS = Path(tempfile.gettempdir()) / "memq-test-redis-dbs"
+
+
+@contextlib.contextmanager
+def leased_db(wait_s: float = 600.0) -> Iterator[int]:
+    """A Redis database number no other test process on this machine holds meanwhile.
+
+    The machine's Redis is shared by every test session running on it (CI, people, other
+    checkouts): a number picked at random collides sooner or later, and then one test's
+    workers answer another's broadcasts or consume its queues. An ``flock`` per number makes
+    the choice exclusive; the kernel drops it when the process dies, so nothing goes stale.
+    """
+    DB_LOCKS.mkdir(exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for db in SHARED_DBS:
+            handle = open(DB_LOCKS / f"db-{db}.lock", "a+")  # noqa: SIM115 - held while leased
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield db
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"every Redis database {SHARED_DBS.start}-{SHARED_DBS.stop - 1} "
+                               f"stayed leased by other test processes for {wait_s:.0f} s")
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def broker_url(redis_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A private, empty Redis database for one test (scanned for the sentinel key after it)."""
-    if redis_server.startswith("redis://"):
-        url = f"{redis_server}/{1 + (os.getpid() + int(time.time() * 1000)) % 14}"
-    else:  # the embedded server is private to this session: database 0 is ours
-        url = redis_server
-    client = redis_client(url)
-    client.flushdb()
-    yield url
-    record_redis(client, request.node.nodeid)
-    client.flushdb()
-    client.close()
+    with contextlib.ExitStack() as stack:
+        if redis_server.startswith("redis://"):
+            url = f"{redis_server}/{stack.enter_context(leased_db())}"
+        else:  # the embedded server is private to this session: database 0 is ours
+            url = redis_server
+        client = redis_client(url)
+        client.flushdb()
+        yield url
+        record_redis(client, request.node.nodeid)
+        client.flushdb()
+        client.close()
 
 
 class Fleet:

@@ -51,8 +51,9 @@ ALLOWED: dict[str, set[str]] = {
                         "pipeline.results", "pipeline.config", "pipeline.embeddings",
                         "pipeline.store", "pipeline.batch", "pipeline.search",
                         "pipeline.ingest", "pipeline.status", "pipeline.dispatch",
-                        "pipeline.fleet"},
+                        "pipeline.fleet", "pipeline.qmd"},
     "pipeline.query": {"pipeline.config", "pipeline.memory"},
+    "pipeline.catalog": {"pipeline.errors", "pipeline.config", "pipeline.store"},
     # The package itself only names its public parts (loaded on first use).
     "pipeline": {"pipeline.errors", "pipeline.memory", "pipeline.query", "pipeline.results"},
 }

@@ -60,8 +60,8 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "extraPathPatterns", "rememberAcrossConversations", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
         "watch", "fleet", "chunking", "query", "cache", "store", "sync", "remote", "local",
-        "brokerUrl", "agentId", "sessionsDir", "citations", "backend", "qmd", "configFile",
-        "warnings",
+        "models", "brokerUrl", "agentId", "sessionsDir", "citations", "backend", "qmd",
+        "configFile", "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["sync"]) == [
@@ -105,7 +105,8 @@ def test_docs_list_every_key_and_variable() -> None:
 
 def test_output_only_rows_are_not_config_keys(tmp_path: Path) -> None:
     """settings_to_dict shows configFile and friends, but a file may not set them."""
-    for key in ("configFile", "warnings", "extraPathPatterns", "remote.apiKeyEnv"):
+    for key in ("configFile", "warnings", "extraPathPatterns", "remote.apiKeyEnv",
+                "models.providers"):
         assert key not in READ
     cfg = tmp_path / "memq.json"
     cfg.write_text('{"remote": {"apiKeyEnv": "X"}}', encoding="utf-8")

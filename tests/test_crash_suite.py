@@ -319,3 +319,66 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
            chunks=run.report.chunks_queued, stuck_pending=stuck, damage=cost,
            total_s=converged - started, converge_after_fault_s=converged - faulted)
     assert cost.clean, cost
+
+
+def test_production_workers_survive_broker_restarts(workspace: Path, make_settings,
+                                                    tmp_path: Path, monkeypatch) -> None:
+    """The workers ``memq worker`` starts (not the tests' quiet ones: heartbeats on) ride
+    through three restarts of their broker while embedding: each reconnects and restarts its
+    consumer without an error in its log, none dies, and after a reconcile the index equals
+    the disk."""
+    from memq.cli import worker_command
+    from pipeline.embeddings.registry import choose_provider
+    from pipeline.fleet import FleetDispatcher
+    from tests.conftest import Fleet
+    from workers.watching import WatchService
+
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    write_corpus(workspace, files=60, lines=20)
+    broker = PrivateRedis(tmp_path)
+    broker.start()
+    logs = tmp_path / "worker-logs"
+    logs.mkdir()
+    fleet = Fleet(broker.url, {"MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S)}, logs)
+    try:
+        with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
+            settings = double_settings(make_settings, workspace, double, broker.url)
+            workers = [fleet.spawn(worker_command("writer", None, None, "INFO"), "writer"),
+                       fleet.spawn(worker_command("embed", "openai", 2, "INFO"), "embed")]
+            run = run_index(settings, wait=False)
+
+            def reconcile() -> None:  # the restarted broker kept nothing: queue the rest again
+                with FleetDispatcher(broker.url) as dispatcher:
+                    WatchService(settings, choose_provider(settings), dispatcher,
+                                 reconcile_s=3600, lost_after_s=0.0).reconcile()
+
+            for _ in range(3):
+                seen = len(double.requests)
+                assert wait_for_request(double, seen), f"no embedding in flight\n{fleet.logs()}"
+                broker.kill()
+                time.sleep(1.0)
+                broker.start()
+                wait_until(lambda: [] if "Connected to" in _tail_after_restart(logs)
+                           else ["not reconnected"], 30, f"reconnect\n{fleet.logs()}")
+                time.sleep(0.5)  # the in-flight jobs' results land (or are lost) first
+                reconcile()
+            assert [w.poll() for w in workers] == [None, None], fleet.logs()
+            reconcile()
+            wait_until(lambda: index_vs_disk(settings), 90, f"after reconcile\n{fleet.logs()}")
+            assert run.report.chunks_queued > 0
+            assert damage(settings, expected(double)).clean
+        log_text = fleet.logs(tail=None)
+        assert "Error on restarting" not in log_text, log_text
+        assert "AttributeError" not in log_text, log_text
+        assert [w.poll() for w in workers] == [None, None]
+    finally:
+        fleet.stop()
+        if broker.proc is not None and broker.proc.poll() is None:
+            broker.kill()
+
+
+def _tail_after_restart(logs: Path) -> str:
+    """What every worker logged since its last "Connection to broker lost"."""
+    tails = [p.read_text(errors="replace").rsplit("Connection to broker lost", 1)[-1]
+             for p in logs.glob("*.log")]
+    return "Connected to" if all("Connected to" in t for t in tails) else ""

@@ -4,8 +4,8 @@
 The double "sees" a PNG's tEXt caption and a WAV's ICMT comment as the file's content (see
 tests/fakes/provider_doubles.py), so a text query for what a picture shows finds the picture
 by its vector alone: the caption shares no word with the file's name or label, and keyword
-search cannot find it. Oversize, misnamed, corrupt and unsupported files are reported per file
-and skipped; deleting a file removes its chunk; a change of modalities rebuilds the index.
+search cannot find it. Oversize, misnamed and corrupt files are reported per file and
+skipped; deleting a file removes its chunk; a change of modalities rebuilds the index.
 """
 
 from __future__ import annotations
@@ -175,8 +175,10 @@ def test_media_files_are_indexed_found_by_text_reported_and_removed(
                                   "multimodal.maxFileBytes (4096)",
             "media/voice_memo.mp3": "skipped: named like audio but the bytes are image/png",
             "media/broken.jpg": "skipped: the bytes are no known image format (corrupt?)",
-            "media/sticker.webp": "skipped: image/webp is not an input the embedding model "
-                                  "takes (image/png, image/jpeg, audio/mpeg, audio/wav)",
+            # Converted to PNG before sending (tests/test_multimodal_formats.py), but these
+            # bytes are only a WebP header.
+            "media/sticker.webp": "skipped: image/webp could not be converted to image/png: "
+                                  "could not create decoder object",
         }
         assert run.report.failed == 4
 

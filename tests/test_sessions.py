@@ -165,3 +165,45 @@ def test_sessions_embedded_through_real_workers(sessions, tiny_model, broker_url
     assert ready == 1
     out = memory_search("Casa do Rio hotel Porto", settings=settings)
     assert out["mode"] == "hybrid" and out["results"][0]["path"] == "sessions/trip.jsonl"
+
+
+def _compaction() -> str:
+    """The record OpenClaw's agent appends to a transcript when it compacts the context."""
+    return json.dumps({"type": "compaction", "id": "c1", "parentId": "m9",
+                       "timestamp": "2026-11-20T10:00:00.000Z", "summary": "Talked about boats.",
+                       "firstKeptEntryId": "m8", "tokensBefore": 120_000})
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_post_compaction_force_resyncs_under_the_thresholds(sessions, force: bool) -> None:
+    """OpenClaw's ``sync.sessions.postCompactionForce`` (default true) syncs a transcript
+    after a compaction whatever the deltas; memq sees the compaction record in the file."""
+    folder, make = sessions
+    keys: dict[str, object] = {"deltaBytes": 10_000, "deltaMessages": 50}
+    if not force:
+        keys["postCompactionForce"] = False
+    settings = make(sync={"sessions": keys})
+    assert settings.sync.sessions.post_compaction_force is force
+    choice = choose_provider(settings)
+    path = folder / "s.jsonl"
+    path.write_text(msg("user", "first words about kayaks") + "\n")
+    db = connect(settings.store.path)
+
+    def texts() -> str:
+        index_once(db, settings, choice, None)
+        return "\n".join(r[4] for r in _session_rows(db))
+
+    try:
+        assert "kayaks" in texts()
+        with path.open("a") as f:  # a few lines, far under both thresholds
+            f.write(msg("assistant", "the walrus joke") + "\n")
+            f.write(_compaction() + "\n")
+            f.write(msg("user", "after compaction: puffins") + "\n")
+        after = texts()
+        assert ("walrus" in after and "puffins" in after) is force
+        assert "Talked about boats" not in after  # the summary is not conversation text
+        with path.open("a") as f:  # more small growth without a compaction: no sync
+            f.write(msg("assistant", "otters now") + "\n")
+        assert "otters" not in texts()
+    finally:
+        db.close()

@@ -3,7 +3,8 @@
 
 Queues: ``embed.<provider>`` (one per provider, any host), ``batch.<provider>`` (provider batch
 jobs: upload, poll, download; any host), and per writer shard ``store.<shard>`` (exactly one
-consumer, on the host that owns the shard's SQLite files) and ``control.<shard>`` (index jobs).
+consumer, on the host that owns the shard's SQLite files) and ``control.<shard>`` (index jobs,
+QMD update jobs).
 Every sender names the queue (:class:`pipeline.fleet.FleetDispatcher`). Tasks are acknowledged
 after they run and handed back when their worker dies, so every task is idempotent.
 """

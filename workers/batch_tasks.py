@@ -62,7 +62,7 @@ def resume_on_writer_start(sender: Any = None, **_: Any) -> None:
         shard = settings.fleet.shard_of(memory)
         if shard not in shards:
             return
-        db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+        db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
         if db is None:
             return
         try:
@@ -147,7 +147,7 @@ def batch_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
             for job in applied.embed_jobs:
                 fleet.embed(job)
             if applied.top_up:
-                _top_up(db, update)
+                _top_up(db, update, use_cache=settings.cache.enabled)
         except db.operational_error as exc:
             raise as_store_error(exc, db.path) or exc from exc
     except StoreBusy as exc:
@@ -157,14 +157,15 @@ def batch_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     return {"event": update.event, "sync_jobs": len(applied.embed_jobs)}
 
 
-def _top_up(db: Database, update: BatchUpdate) -> None:
-    """Queue the chunks left waiting for a free batch slot (same index model only)."""
+def _top_up(db: Database, update: BatchUpdate, *, use_cache: bool = True) -> None:
+    """Queue the chunks left waiting for a free batch slot (same index model only);
+    ``use_cache`` is ``cache.enabled``."""
     spec = update.spec
     index = schema.get_meta(db, "index") or {}
     if (index.get("provider"), index.get("model"), index.get("provider_key")) != (
             spec.name, spec.model, spec.provider_key):
         return
     fleet = runtime.fleet()
-    queue_pending(db, spec, fleet.embed, memory=update.memory,
+    queue_pending(db, spec, fleet.embed, memory=update.memory, use_cache=use_cache,
                   batch=workflow.BatchRouting(update.options, fleet.batch_submit),
                   route=Route(update.route.shard))

@@ -70,12 +70,19 @@ class EmbeddedBroker:
 
 def worker_argv(queues: list[str], name: str, *, concurrency: int = 1,
                 loglevel: str = "WARNING", quiet_cluster: bool = False) -> list[str]:
-    """The ``celery worker`` command line for memq's app on the given queues."""
+    """The ``celery worker`` command line for memq's app on the given queues.
+
+    Gossip and mingle are off: memq's workers never ask each other anything (every decision
+    lives in the broker or the store), gossip's fanout consumers raced the connection teardown
+    when the broker restarted ("Error on restarting Gossip: AttributeError"), and mingle adds
+    a second to every start. Heartbeats stay on (Flower and ``memq status`` show liveness from
+    them) unless ``quiet_cluster``.
+    """
     argv = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", ",".join(queues),
             "-n", name, "-c", str(concurrency), "-l", loglevel, "-E",
-            "--prefetch-multiplier", "1"]
+            "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle"]
     if quiet_cluster:
-        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        argv += ["--without-heartbeat"]
     return argv
 
 
@@ -160,6 +167,9 @@ class EmbeddedFleet(FleetDispatcher):
 
     def consumers(self, queue: str) -> int | None:
         return 1  # its own worker, restarted when it dies
+
+    def qmd_job(self, memory: str, reason: str, *, shard: int = 0) -> bool:
+        return False  # its worker takes no control queue: the run's process does the job
 
     def log_tail(self, lines: int = 20) -> str:
         try:

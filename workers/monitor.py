@@ -24,6 +24,7 @@ from pipeline.fleet import (
     queued_messages,
     redis_client,
 )
+from pipeline.qmd import backend_status
 from pipeline.routing import control_queue, embed_queue, store_queue
 from pipeline.status import index_status
 from pipeline.store import schema
@@ -125,7 +126,7 @@ def resume_batches(settings: Settings) -> int | None:
     """Restart polling of live batch jobs whose message chain died (a Redis flush, a killed
     worker): ``memq status`` is one of the places that notices. None: no store, or the broker
     did not answer."""
-    db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+    db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
     if db is None or not settings.broker_url:
         return None
     try:
@@ -144,6 +145,7 @@ def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict
     Without a configured broker (each ``memq index`` starts its own), ``fleet`` says so.
     """
     status = index_status(settings)
+    status.update(backend_status(settings))
     if settings.broker_url:
         status["fleet"] = broker_status(settings.broker_url, timeout, settings.fleet.shards)
         status["fleet"]["shard"] = settings.fleet.shard_of(settings.agent_id)

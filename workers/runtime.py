@@ -106,7 +106,7 @@ class WorkerRuntime:
         """The open store at ``path`` (None when that generation is gone)."""
         with self._lock:
             if self._stores is None:
-                self._stores = StorePool(want_vectors=settings.store.vector_enabled)
+                self._stores = StorePool(want_vectors=settings.store.want_vectors)
         return self._stores.get(path)
 
     def served(self, memory: str, shard: int | None) -> Settings:

@@ -22,8 +22,17 @@ from pipeline.errors import (
     StoreBusy,
 )
 from pipeline.ingest.reindex import rebuild_step
-from pipeline.messages import EmbedJob, EmbedResult, IndexRequest
-from pipeline.routing import EMBED_TASK, INDEX_TASK, REINDEX_STEP_TASK, WRITE_TASK, embed_queue
+from pipeline.messages import EmbedJob, EmbedResult, IndexRequest, QmdJobRequest
+from pipeline.qmd import QmdBackend
+from pipeline.qmd.jobs import run_due
+from pipeline.routing import (
+    EMBED_TASK,
+    INDEX_TASK,
+    QMD_JOB_TASK,
+    REINDEX_STEP_TASK,
+    WRITE_TASK,
+    embed_queue,
+)
 from pipeline.store.results import apply_result, gone
 from workers.app import app
 from workers.runtime import arrival_shard, runtime
@@ -176,3 +185,18 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         run = memory.index(wait=False, retry_failed=request.retry_failed,
                            job_id=self.request.id, origin="remote", host=self.request.hostname)
     return run.report.counts()
+
+
+@app.task(name=QMD_JOB_TASK, bind=True)
+def qmd_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
+    """A QMD backend's update job (:func:`pipeline.qmd.jobs.run_due`), run by the host that
+    owns the memory, on its ``control.<shard>`` queue; the home's write lock keeps two from
+    overlapping."""
+    try:
+        request = QmdJobRequest.from_json(message)
+        settings = runtime.served(request.memory, arrival_shard(self))
+    except MessageRefused as exc:
+        return refused(message, exc)
+    if settings.backend != "qmd":
+        return {"skipped": "backend is not qmd"}
+    return run_due(QmdBackend(settings), request.reason)

@@ -28,6 +28,8 @@ from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
 from pipeline.ingest.watcher import Watcher
 from pipeline.memory import Memory
+from pipeline.qmd import QmdBackend
+from pipeline.qmd.jobs import QmdJobs
 from pipeline.routing import embed_queue, store_queue
 from pipeline.store.engine import connect
 from pipeline.store.schema import ensure_schema, set_meta, transaction
@@ -69,11 +71,20 @@ class WatchService:
         self._next_reconcile = 0.0  # reconcile once at start: heals what happened while down
         self._alone = WatchGroup([self])
         self._next_rebuild_step = 0.0
+        # backend "qmd": QMD follows the files too (its update jobs, on the owner's queue)
+        self.qmd = (QmdJobs(QmdBackend(settings), self._send_qmd_job)
+                    if settings.backend == "qmd" else None)
+
+    def _send_qmd_job(self, reason: str) -> bool:
+        if self.dispatcher is None:
+            return False
+        return self.dispatcher.qmd_job(self.settings.agent_id, reason,
+                                       shard=self.settings.fleet.shard_of(self.settings.agent_id))
 
     def _pass(self, paths: set[Path] | None, requeue_after_s: float = REQUEUE_AFTER_S
               ) -> IndexReport:
         # A fresh connection per pass: a rebuild may have swapped another store file in.
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             report = index_once(db, self.settings, self.choice, self.submit, paths=paths,
                                 requeue_after_s=requeue_after_s)
@@ -91,7 +102,9 @@ class WatchService:
     def on_batch(self, paths: set[Path]) -> None:
         self.stats.batches += 1
         self.stats.paths += len(paths)
-        self._pass(paths)
+        report = self._pass(paths)
+        if self.qmd is not None and (report.changed or report.deleted):
+            self.qmd.ask("changed")
 
     def queues_idle(self) -> bool:
         if self.choice.spec is None or self.dispatcher is None:
@@ -106,6 +119,8 @@ class WatchService:
         store, and in a rebuild's target)."""
         idle = self.queues_idle()
         report = self._pass(None, self.lost_after_s if idle else REQUEUE_AFTER_S)
+        if self.qmd is not None and (report.changed or report.deleted):
+            self.qmd.ask("changed")
         self.stats.reconciles += 1
         self.stats.requeued_lost += report.chunks_requeued
         if idle:
@@ -120,10 +135,15 @@ class WatchService:
     def stop(self) -> None:
         self._alone.stop()
 
+    def close(self) -> None:
+        """Finish what this service runs besides the watcher (a QMD job in flight)."""
+        if self.qmd is not None:
+            self.qmd.close()
+
     def record_mode(self) -> None:
         """Note in the store how this memory's changes are followed (``memq status`` shows
         it): native events, or polling and why."""
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.vector_enabled)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             ensure_schema(db)
             with transaction(db):
@@ -137,6 +157,8 @@ class WatchService:
         now = time.monotonic()
         if self.dispatcher is not None:
             self.dispatcher.check()
+        if self.qmd is not None:
+            self.qmd.ask("due")  # looked at every 30 s at most
         if now >= self._next_reconcile:
             self.reconcile()
             self._next_reconcile = now + self.reconcile_s
@@ -187,6 +209,8 @@ class WatchGroup:
                 service.watcher.observer.stop()
             for service in started:
                 service.watcher.observer.join(timeout=5)
+            for service in self.services:
+                service.close()
 
     def _beat(self) -> None:
         now = time.monotonic()
@@ -211,8 +235,12 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
     connection shared by all) or embedded fleets (one per provider and shard).
 
     ``polling`` None follows each memory's ``watch.polling``; ``heartbeat`` is a file touched
-    every few seconds by the loop, for a container health check.
+    every few seconds by the loop, for a container health check. A memory turned off
+    (``enabled = false``) is not watched.
     """
+    for off in (m for m in memories if not m.enabled):
+        log.warning("not watching %s: memory is disabled (enabled = false)", off.agent_id)
+    memories = [m for m in memories if m.enabled]
     with ExitStack() as stack:
         dispatchers: dict[tuple[str, ...], FleetDispatcher] = {}
         services = []

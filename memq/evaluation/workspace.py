@@ -135,7 +135,7 @@ class EvalWorkspace:
         if run.failed_chunks:
             raise RuntimeError(f"{run.failed_chunks} chunks failed to embed; see `memq status "
                                f"--workspace {self.root} --config {self.work_dir}/memq-base.json`")
-        db = schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+        db = schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
         assert db is not None  # run_index created it
         spec = schema.index_spec(db)
         providers = ProviderPool()

@@ -18,7 +18,7 @@ class BatchCommandError(RequestRefused):
 
 
 def _open(settings: Settings) -> Database | None:
-    return schema.open_store(settings.store.path, want_vectors=settings.store.vector_enabled)
+    return schema.open_store(settings.store.path, want_vectors=settings.store.want_vectors)
 
 
 def list_jobs(settings: Settings, limit: int = 20) -> list[dict[str, Any]]:

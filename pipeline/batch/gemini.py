@@ -120,7 +120,8 @@ class GeminiBatchApi:
 
     def _line(self, request: BatchRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"content": {"parts": [{"text": request.text}]},
-                                "taskType": TASK_TYPES["document"]}
+                                "taskType": getattr(self._provider, "task_types",
+                                                    TASK_TYPES)["document"]}
         dims = getattr(self._provider, "output_dimensionality", None)
         if dims is not None:
             body["outputDimensionality"] = dims

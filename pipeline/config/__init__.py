@@ -18,7 +18,8 @@ auth-like ``remote.headers``, passwords in URLs) never appear in reprs or error 
 Modules: ``keys`` (the table of keys, their specs and checks), ``settings`` (the dataclasses,
 cross-key checks, ``settings_to_dict``), ``files`` (finding and parsing the file), ``collect``
 (the keys a file sets), ``env`` (the keys variables set), ``loader`` (``load_settings``),
-``paths``, ``redact`` and ``errors``.
+``paths``, ``redact`` and ``errors``; ``agent_id`` (OpenClaw's canonical agent ids) and
+``roster`` (the memories a file names: OpenClaw's agents, memq's ``memories``/``memoriesDir``).
 
 Adding a key
 ------------
@@ -40,7 +41,13 @@ also needs a resolver in ``loader._RESOLVERS`` or a rule in the dataclass's
 ``__post_init__``. ``tests/test_config_keys.py`` checks that rows, fields and docs match.
 """
 
-from pipeline.config.collect import listed_agents
+from pipeline.config.agent_id import (
+    DEFAULT_AGENT_ID,
+    is_valid_agent_id,
+    normalize_agent_id,
+    normalize_agent_id_strict,
+)
+from pipeline.config.collect import listed_agents, read_roster
 from pipeline.config.env import ENV_VARS
 from pipeline.config.errors import ConfigError
 from pipeline.config.files import find_config_file
@@ -59,7 +66,9 @@ from pipeline.config.keys import (
 )
 from pipeline.config.loader import load_settings
 from pipeline.config.paths import default_sessions_dir, default_store_path
+from pipeline.config.providers import PROVIDER_IDS, ProviderEntry
 from pipeline.config.redact import Headers, is_sensitive_header, redact_url
+from pipeline.config.roster import Listed, Roster
 from pipeline.config.settings import (
     BatchSettings,
     CacheSettings,
@@ -81,6 +90,7 @@ from pipeline.config.settings import (
 
 __all__ = [
     "CITATIONS",
+    "DEFAULT_AGENT_ID",
     "DEFAULT_CACHE_MAX_ENTRIES",
     "DEFAULT_MULTIMODAL_MAX_FILE_BYTES",
     "ENV_VARS",
@@ -91,6 +101,7 @@ __all__ = [
     "MODALITIES",
     "MULTIMODAL_MODEL",
     "PROVIDERS",
+    "PROVIDER_IDS",
     "SOURCES",
     "BatchSettings",
     "CacheSettings",
@@ -98,11 +109,14 @@ __all__ = [
     "ConfigError",
     "Headers",
     "HybridSettings",
+    "Listed",
     "LocalSettings",
     "MmrSettings",
     "MultimodalSettings",
+    "ProviderEntry",
     "QuerySettings",
     "RemoteSettings",
+    "Roster",
     "SessionSyncSettings",
     "Settings",
     "StoreSettings",
@@ -113,8 +127,12 @@ __all__ = [
     "default_store_path",
     "find_config_file",
     "is_sensitive_header",
+    "is_valid_agent_id",
     "listed_agents",
     "load_settings",
+    "normalize_agent_id",
+    "normalize_agent_id_strict",
+    "read_roster",
     "redact_url",
     "settings_to_dict",
 ]

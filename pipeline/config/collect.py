@@ -7,35 +7,68 @@ with a suggestion); values are checked later, by the settings they fill.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_strict
 from pipeline.config.errors import ConfigError, Entry, message, show
 from pipeline.config.files import read_file
 from pipeline.config.keys import READ, TABLES, children
-from pipeline.config.paths import openclaw_state_dir
+from pipeline.config.roster import (
+    ENTRY_KEYS,
+    Roster,
+    memq_roster,
+    openclaw_roster,
+    openclaw_workspace,
+)
 
 
 def file_entries(
     path: Path, agent_hint: str | None, env: Mapping[str, str], warnings: list[str]
 ) -> dict[str, Entry]:
-    """Every key the file at ``path`` sets, by dotted key path.
+    """Every key the file at ``path`` sets, by dotted key path, for the memory ``agent_hint``
+    names (any spelling of its id; default: the file's default memory).
 
-    For an openclaw.json, also its workspace and the agent (``agent_hint`` picks it, else the
-    file's default agent).
+    For an openclaw.json, also its workspace and the agent; for memq's file naming
+    ``memories``/``memoriesDir``, a listed memory's workspace and overrides over the file's
+    keys. When the file names memories, ``agentId`` holds the canonical name of the one
+    chosen, and a name it does not list raises :class:`~pipeline.errors.UnknownMemory`.
     """
     collector = _Collector(path, warnings)
     data = read_file(path)
     if _is_openclaw(path, data):
         agent_id, ws_entry = _collect_openclaw(collector, data, agent_hint, env)
         collector.entries["workspace"] = ws_entry
-        collector.entries.setdefault(
-            "agentId", collector.entry(agent_id, "the OpenClaw default agent")
-        )
+        collector.entries.setdefault("agentId", collector.entry(agent_id, "agentId"))
     else:
-        collector.walk(data, display="", top=True)
+        _collect_memq(collector, data, agent_hint, env)
     return collector.entries
+
+
+def _collect_memq(c: _Collector, data: Mapping[str, Any], agent_hint: str | None,
+                  env: Mapping[str, str]) -> None:
+    own = {k: v for k, v in data.items() if k not in ("memories", "memoriesDir")}
+    c.walk(own, display="", top=True)
+    if not any(k in data for k in ("memories", "memoriesDir")) or agent_hint is None:
+        return
+    roster = memq_roster(data, c.path, env)
+    listed = roster.require(agent_hint)
+    if listed is None:  # the file's own memory
+        c.entries["agentId"] = c.pinned(roster.default, "agentId")
+        return
+    c.entries["agentId"] = c.pinned(listed.name, f"{listed.display}.name")
+    c.entries["workspace"] = c.pinned(listed.workspace, f"{listed.display}.workspace")
+    inherited = c.entries.get("store.path")
+    overrides = {k: v for k, v in listed.section.items() if k not in ENTRY_KEYS}
+    c.walk(overrides, display=f"{listed.display}.", top=True)
+    shared = c.entries.get("store.path")
+    if shared is not None and shared is inherited and "{agentId}" not in str(shared.value):
+        # One file for every memory would mix them: this one keeps its own default store.
+        del c.entries["store.path"]
+        c.warnings.append(f"{shared.name} has no {{agentId}}: memory {listed.name} keeps its "
+                          "own store (the default path for its workspace)")
 
 
 class _Collector:
@@ -47,6 +80,10 @@ class _Collector:
 
     def entry(self, value: Any, name: str) -> Entry:
         return Entry(value, name, self.where, str(self.path), self.path.parent)
+
+    def pinned(self, value: Any, name: str) -> Entry:
+        """An entry that names the memory chosen: it beats the environment's."""
+        return Entry(value, name, self.where, str(self.path), self.path.parent, pinned=True)
 
     def walk(self, data: Mapping[str, Any], *, display: str, top: bool, prefix: str = "") -> None:
         for name, value in data.items():
@@ -159,27 +196,24 @@ def _collect_openclaw(
 ) -> tuple[str, Entry]:
     """Read an openclaw.json; return the agent id and the workspace entry."""
     agents = _dict_at(data, "agents")
-    listed = _dict_at(agents, "list")
-    entries = [a for a in listed if isinstance(a, Mapping)] if isinstance(listed, list) else []
-    if agent_hint:
-        agent_id = agent_hint
+    roster = openclaw_roster(data, str(c.path))
+    if agent_hint is None:
+        agent_id = roster.default
     else:
-        chosen = next(
-            (a for a in entries if a.get("default") is True), entries[0] if entries else None
-        )
-        agent_id = str(chosen.get("id")) if chosen and chosen.get("id") else "main"
-    index = next(
-        (i for i, a in enumerate(entries) if str(a.get("id", "")).lower() == agent_id.lower()), None
-    )
-    agent = entries[index] if index is not None else {}
+        found = roster.require(agent_hint)
+        agent_id = found.name if found is not None else _canonical_hint(agent_hint)
+        if found is not None or agent_id == roster.default:
+            c.entries["agentId"] = c.pinned(agent_id, "agentId")
+    chosen = roster.find(agent_id)
+    agent = chosen.section if chosen is not None else {}
     layers = [
         ("agents.defaults.memorySearch.", _dict_at(agents, "defaults", "memorySearch")),
         ("memory.search.", _dict_at(data, "memory", "search")),
     ]
-    if index is not None:
+    if chosen is not None:
         layers += [
-            (f"agents.list[{index}].memorySearch.", agent.get("memorySearch")),
-            (f"agents.list[{index}].memory.search.", _dict_at(agent, "memory", "search")),
+            (f"{chosen.display}.memorySearch.", agent.get("memorySearch")),
+            (f"{chosen.display}.memory.search.", _dict_at(agent, "memory", "search")),
         ]
     for display, section in layers:
         if section is None:
@@ -190,6 +224,9 @@ def _collect_openclaw(
                 source=str(c.path),
             )
         c.walk(section, display=display, top=False)
+    providers = _dict_at(data, "models", "providers")
+    if providers is not None:  # the credentials and endpoints memory embeddings inherit
+        c.entries["models.providers"] = c.entry(providers, "models.providers")
     citations = _dict_at(data, "memory", "citations")
     if citations is not None:
         c.entries["citations"] = c.entry(citations, "memory.citations")
@@ -203,23 +240,33 @@ def _collect_openclaw(
             f"{ignored.name} points at OpenClaw's own index; memq keeps a separate "
             "one (set MEMQ_STORE_PATH or store.path in memq.toml to choose it)"
         )
-    if index is not None and agent.get("workspace"):
-        return agent_id, c.entry(agent["workspace"], f"agents.list[{index}].workspace")
-    if _dict_at(agents, "defaults", "workspace"):
-        return agent_id, c.entry(agents["defaults"]["workspace"], "agents.defaults.workspace")
-    default = str(openclaw_state_dir(env) / "workspace")
-    return agent_id, c.entry(default, "OpenClaw's default workspace")
+    workspace, where = openclaw_workspace(data, agent_id, env, str(c.path))
+    if chosen is not None and agent_id != roster.default:  # a listed agent's own folder
+        return agent_id, c.pinned(workspace, where)
+    return agent_id, c.entry(workspace, where)
 
 
-def listed_agents(path: Path | None) -> list[str]:
-    """The agent ids an openclaw.json lists (``agents.list[].id``): the memories a fleet serves
-    under that config. Empty for a memq file or a file without ``agents.list``."""
+def _canonical_hint(hint: str) -> str:
+    """A name no roster lists, canonical when it can be (the loader refuses the rest)."""
+    canonical = normalize_agent_id_strict(hint)
+    return canonical if canonical is not None and is_valid_agent_id(hint) else hint
+
+
+def listed_agents(path: Path | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """The memories a config file names (an openclaw.json's agents, memq's ``memories`` and
+    ``memoriesDir``, with the file's own memory first): the memories a fleet serves under
+    that config. Empty when the file names none (any name is then its own memory)."""
     if path is None:
         return []
+    roster = read_roster(path, os.environ if env is None else env)
+    if not roster.closed:
+        return []
+    return list(dict.fromkeys([roster.default, *roster.names]))
+
+
+def read_roster(path: Path, env: Mapping[str, str]) -> Roster:
+    """The :class:`~pipeline.config.roster.Roster` of the config file at ``path``."""
     data = read_file(path)
-    if not _is_openclaw(path, data):
-        return []
-    listed = _dict_at(data, "agents", "list")
-    if not isinstance(listed, list):
-        return []
-    return [str(a["id"]) for a in listed if isinstance(a, Mapping) and a.get("id")]
+    if _is_openclaw(path, data):
+        return openclaw_roster(data, str(path))
+    return memq_roster(data, path, env)

@@ -51,6 +51,10 @@ class Entry:
     source: str  # ConfigError.source
     base: Path  # relative paths in this value are taken from here
     env_var: str | None = None
+    #: Set by a config file's roster for what names the memory chosen (its canonical name, a
+    #: listed memory's workspace): it beats the environment (``MEMQ_AGENT_ID``/``MEMQ_WORKSPACE``
+    #: name the file's own memory, not a listed one).
+    pinned: bool = False
 
     def fail(self, key: str, problem: str, got: str | None, suffix: str = "") -> ConfigError:
         """The error for this value failing a check on ``key``."""

@@ -82,6 +82,7 @@ _TO_JSON = {
     "headers": lambda v: Headers(v).redacted(),
     "qmd_paths": lambda v: [p.to_json() for p in v],
     "qmd_scope": lambda v: v.to_json(),
+    "model_providers": lambda v: {name: entry.to_json() for name, entry in v},
 }
 
 
@@ -91,7 +92,8 @@ class Spec:
 
     ``kind`` is bool, auto_bool (true, false or "auto" = None), int, float, enum, str, url,
     secret, headers, file, dir, duration, qmd_paths or qmd_scope (checked here),
-    or list, paths, pairs or any (normalised by the dataclass, which needs other keys for it).
+    or list, paths, pairs, model_providers or any (normalised by the dataclass or a loader
+    resolver, which need other keys for it).
     """
 
     kind: str
@@ -192,6 +194,16 @@ class Spec:
         if value is None:
             return "auto" if self.kind == "auto_bool" else None
         return _TO_JSON.get(self.kind, lambda v: v)(value)
+
+
+def check_url(key: str, url: Any) -> str:
+    """An ``http(s)://`` URL for ``key``, or :class:`Invalid` (its password hidden)."""
+    return _check_url(key, url, ("http", "https"))
+
+
+def check_headers(key: str, value: Any) -> Headers:
+    """A table of one-line header strings for ``key``, or :class:`Invalid`."""
+    return _check_headers(key, value)
 
 
 def _fmt_num(x: float | None) -> str:
@@ -345,6 +357,8 @@ KEYS: tuple[Key, ...] = (
     Key("local.modelPath", OPT_STR, env="MEMQ_LOCAL_MODEL_PATH"),
     Key("local.modelCacheDir", Spec("dir", nullable=True), env="MEMQ_CACHE_DIR"),
     Key("local.threads", _int(1, nullable=True, null_hint=_AUTO), env="MEMQ_LOCAL_THREADS"),
+    # An openclaw.json's models.providers.<id> (apiKey, baseUrl, headers, auth): see providers.py
+    Key("models.providers", Spec("model_providers"), attr="model_providers", read=False),
     Key("brokerUrl", Spec("url", nullable=True), env="MEMQ_BROKER_URL", top_only=True),
     Key("agentId", STR, env="MEMQ_AGENT_ID", top_only=True),
     Key("sessionsDir", Spec("dir", nullable=True), env="MEMQ_SESSIONS_DIR", top_only=True),

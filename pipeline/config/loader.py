@@ -18,12 +18,23 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_strict
 from pipeline.config.collect import file_entries
 from pipeline.config.env import env_entries
 from pipeline.config.errors import ConfigError, Entry, Invalid, message, show
 from pipeline.config.files import discover
-from pipeline.config.keys import MAX_CANDIDATE_MULTIPLIER, OPT_STR, READ, STR, Spec, keys_at
+from pipeline.config.keys import (
+    MAX_CANDIDATE_MULTIPLIER,
+    OPT_STR,
+    READ,
+    STR,
+    Spec,
+    check_headers,
+    check_url,
+    keys_at,
+)
 from pipeline.config.paths import default_sessions_dir, default_store_path, expand, resolve
+from pipeline.config.providers import parse_model_providers
 from pipeline.config.qmd_values import command_word
 from pipeline.config.settings import Settings, nested
 
@@ -61,6 +72,7 @@ def load_settings(
     # Environment beats the file, except REDIS_URL, a generic variable, which only fills in
     # when neither MEMQ_BROKER_URL nor the file's brokerUrl sets the broker.
     merged = {**from_file, **entries}
+    merged.update((k, e) for k, e in from_file.items() if e.pinned)  # the memory chosen
     if redis is not None and "brokerUrl" not in merged:
         merged["brokerUrl"] = redis
     return _Loader(merged, path, env, warnings).settings(workspace)
@@ -80,7 +92,7 @@ class _Loader:
     def settings(self, workspace_arg: Path | str | None) -> Settings:
         self.workspace = self._workspace(workspace_arg)
         if "agentId" in self.entries:
-            self.agent_id = self.checked("agentId")
+            self.agent_id = self._agent_id()
         settings: Settings = self.build(Settings, "")
         self._warn(settings)
         return dataclasses.replace(settings, warnings=tuple(dict.fromkeys(self.warnings)))
@@ -127,6 +139,18 @@ class _Loader:
             key=bad,
             source=str(self.config_path) if self.config_path else None,
         )
+
+    def _agent_id(self) -> str:
+        """The canonical agent id (OpenClaw's: ``Ops`` is ``ops``); an id OpenClaw would have
+        to rewrite beyond its case is refused, naming what OpenClaw would read."""
+        raw = self.checked("agentId")
+        canonical = normalize_agent_id_strict(raw)
+        if canonical is None or not is_valid_agent_id(raw):
+            entry = self.entries["agentId"]
+            hint = f' (OpenClaw reads it as "{canonical}")' if canonical else ""
+            raise entry.fail("agentId", "must be letters, digits, '_' or '-', starting with a "
+                             f"letter or digit (it is used in file names){hint}", show(raw))
+        return canonical
 
     def _workspace(self, workspace_arg: Path | str | None) -> Path:
         """Argument > MEMQ_WORKSPACE > file > cwd; relative paths from where they were given."""
@@ -219,6 +243,19 @@ def _api_key(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     raise entry.fail("remote.apiKey", "must be a string", None)
 
 
+def _model_providers(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+    """An openclaw.json's ``models.providers``: the entries of the embedding providers."""
+    if entry is None:
+        return {}
+    try:
+        entries = parse_model_providers(entry.value, check_url, check_headers)
+    except Invalid as exc:
+        where = f"in {ld.config_path}" if ld.config_path else None
+        raise ConfigError(message(exc.key or "models.providers", exc.problem, exc.got, where),
+                          key=exc.key, source=entry.source) from None
+    return {"model_providers": tuple(entries.items())}
+
+
 def _model_path(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     """Local paths are made absolute; ``hf:``/``huggingface:`` URIs and URLs are kept as
     written."""
@@ -241,6 +278,7 @@ def _extra_paths(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     """extraPaths are relative to the workspace (OpenClaw), whichever layer set them."""
     paths: list[Path] = []
     patterns: list[tuple[Path, str]] = []
+    plain: set[Path] = set()
     for item, _base in entry.value if entry is not None else ():
         raw = item["path"] if isinstance(item, Mapping) else item
         if not raw.strip():
@@ -249,6 +287,10 @@ def _extra_paths(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
         paths.append(resolved)
         if isinstance(item, Mapping) and item.get("pattern"):
             patterns.append((resolved, item["pattern"]))
+        else:
+            plain.add(resolved)
+    # A folder also listed without a pattern keeps all its files: its globs would only narrow.
+    patterns = [(p, pattern) for p, pattern in patterns if p not in plain]
     return {"extra_paths": tuple(paths), "extra_path_patterns": tuple(patterns)}
 
 
@@ -308,9 +350,11 @@ def _qmd_export_dir(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
 #: In the order they run (which decides the first of several errors reported).
 _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "workspace": lambda ld, entry: {"workspace": ld.workspace},
+    "agentId": lambda ld, entry: {"agent_id": ld.agent_id},  # canonical (``_agent_id``)
     "store.path": _store_path,
     "store.vector.extensionPath": _extension_path,
     "remote.apiKey": _api_key,
+    "models.providers": _model_providers,
     "local.modelPath": _model_path,
     "local.modelCacheDir": _model_cache_dir,
     "extraPaths": _extra_paths,

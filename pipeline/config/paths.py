@@ -52,6 +52,12 @@ def _data_dir(env: Mapping[str, str]) -> Path:
     return xdg(env, "XDG_DATA_HOME", ".local/share") / "memq"
 
 
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where memq keeps the stores it names itself: ``$MEMQ_HOME``, else
+    ``$XDG_DATA_HOME/memq``, else ``~/.local/share/memq``."""
+    return _data_dir(os.environ if env is None else env)
+
+
 def default_store_path(
     workspace: str | os.PathLike[str], env: Mapping[str, str] | None = None
 ) -> Path:

@@ -33,6 +33,7 @@ from pipeline.config.keys import (
     keys_at,
 )
 from pipeline.config.paths import absolute, default_sessions_dir, default_store_path, resolve
+from pipeline.config.providers import ProviderEntry
 from pipeline.config.qmd_values import (
     DEFAULT_SCOPE,
     QmdPath,
@@ -167,6 +168,14 @@ class StoreSettings(_Validated):
     def driver(self) -> str:
         """``store.driver``: accepted for OpenClaw compatibility; SQLite is the only store."""
         return "sqlite"
+
+    @property
+    def want_vectors(self) -> bool | str:
+        """What to ask :func:`pipeline.store.engine.connect` for: False (vectors off), the
+        sqlite-vec library to load (``extensionPath``), or True (the bundled one)."""
+        if not self.vector_enabled:
+            return False
+        return self.extension_path or True
 
 
 @dataclass(frozen=True)
@@ -450,6 +459,8 @@ class Settings(_Validated):
     citations: str = "auto"
     backend: str = "builtin"
     qmd: QmdSettings = field(default_factory=QmdSettings)
+    #: An openclaw.json's ``models.providers`` entries memq uses, as (provider, entry) pairs.
+    model_providers: tuple[tuple[str, ProviderEntry], ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -485,7 +496,13 @@ class Settings(_Validated):
             _set(self, "config_file", absolute(self.config_file))
         _set(self, "warnings", tuple(self.warnings))
         _set(self, "qmd", _qmd_from_workspace(self.qmd, workspace))
+        _set(self, "model_providers", tuple(self.model_providers))
         _check_multimodal(self)
+
+    def provider_entry(self, provider: str) -> ProviderEntry | None:
+        """The ``models.providers`` entry of ``provider`` (memq's name: ``gemini`` reads
+        OpenClaw's ``google``), if the config file has one."""
+        return dict(self.model_providers).get(provider)
 
 
 def _normalize_sources(value: Any, session_memory: bool, remember: bool) -> tuple[str, ...]:

@@ -8,8 +8,11 @@ travels to ``memq status`` and to every search result.
 
 ``fallback`` is built when the primary cannot be, with the fallback provider's **own** default
 model (OpenClaw #142364 handed it the primary's model name). ``remote.*`` (baseUrl, apiKey,
-headers) and ``model`` belong to the primary provider; a fallback uses its defaults and its
-environment key.
+headers) and ``model`` belong to the primary provider; a fallback uses its defaults, its
+environment key and its ``models.providers`` entry. Every remote provider's key, endpoint and
+headers follow OpenClaw's order: ``remote.*``, the environment, an openclaw.json's
+``models.providers.<id>`` (whose key and headers go only to its own endpoint). A local GGUF
+that llama.cpp could not load (:mod:`pipeline.embeddings.gguf_check`) counts as missing.
 
 A :class:`ProviderSpec` travels in every task message, so it never holds a secret: workers
 read API keys from their own config and environment, and refuse a job whose provider key
@@ -51,6 +54,8 @@ class ProviderChoice:
     provider: EmbeddingProvider | None
     spec: ProviderSpec | None
     reason: str | None = None
+    #: The configured provider this choice replaces (``provider``), when ``fallback`` was used.
+    fallback_from: str | None = None
 
     @property
     def mode(self) -> str:
@@ -66,8 +71,32 @@ def provider_key(name: str, model: str) -> str:
 def _local(settings: Settings, model_path: str | None) -> EmbeddingProvider:
     from pipeline.embeddings.local import LocalProvider
 
-    return LocalProvider(model_path, threads=settings.local.threads,
-                         cache_dir=settings.local.model_cache_dir)
+    provider = LocalProvider(model_path, threads=settings.local.threads,
+                             cache_dir=settings.local.model_cache_dir)
+    if model_path:
+        from pipeline.embeddings.model_source import is_downloadable, model_source
+
+        path = (model_source(model_path, settings.local.model_cache_dir).present()
+                if is_downloadable(model_path) else Path(model_path).expanduser())
+        if path is not None:  # (a model not downloaded yet is checked once it is)
+            check_local_model(path)
+    return provider
+
+
+def check_local_model(path: Path) -> None:
+    """Refuse a GGUF that llama.cpp would fail to load (truncated, not a GGUF, unknown tensor
+    types) like a missing one, with :class:`ProviderUnavailable` naming the file: the caller
+    goes to the ``fallback`` (or, for ``auto``, the remote providers) instead of sending every
+    chunk to workers that cannot load it."""
+    from pipeline.embeddings.gguf_check import check_gguf
+    from pipeline.embeddings.gguf_header import GGUFHeaderError
+
+    try:
+        check_gguf(path)
+    except (GGUFHeaderError, OSError) as exc:
+        raise ProviderUnavailable(f"local model {path} is not a loadable GGUF file ({exc}); "
+                                  "replace it (a downloaded hf:/URL model: delete it and "
+                                  "`memq index` downloads it again)") from None
 
 
 def remote_class(name: str) -> type:
@@ -84,26 +113,42 @@ def _public_base_url(url: str | None) -> str | None:
 def _remote(name: str, settings: Settings, *, primary: bool, model: str | None = None,
             options: Mapping[str, Any] | None = None,
             env: Mapping[str, str] | None = None) -> EmbeddingProvider:
-    """Build a remote provider: config (for the primary) then the environment give the key."""
+    """Build a remote provider. The key: ``remote.apiKey`` (primary only), the environment,
+    the ``models.providers`` entry (:func:`~pipeline.embeddings.remote.resolve_api_key`).
+    ``options`` is a job spec's (a worker rebuilding the producer's provider)."""
     from pipeline.embeddings.remote import resolve_api_key
 
     cls = remote_class(name)
     remote = settings.remote
+    from_spec = options is not None
     options = dict(options or {})
-    headers = dict(remote.headers) if primary else {}
+    entry = settings.provider_entry(name)
+    base_url = (options.get("base_url") or (remote.base_url if primary else None)
+                or (entry.base_url if entry else None))
+    # OpenClaw: the models.providers entry's key and headers go only to its own destination.
+    if entry is not None and not _same_destination(cls, base_url, entry.base_url):
+        entry = None
+    headers = dict(entry.headers) if entry is not None else {}
+    headers.update(remote.headers if primary else {})
     headers.update(options.get("headers") or {})
-    api_key = resolve_api_key(cls.env_keys, configured=remote.api_key if primary else None,
-                              configured_env=remote.api_key_env if primary else None,
-                              env=os.environ if env is None else env)
-    kwargs: dict[str, Any] = {
-        "base_url": options.get("base_url") or (remote.base_url if primary else None),
-        "api_key": api_key, "headers": headers,
-    }
+    try:
+        api_key = resolve_api_key(cls.env_keys, configured=remote.api_key if primary else None,
+                                  configured_env=remote.api_key_env if primary else None,
+                                  env=os.environ if env is None else env, entry=entry)
+    except MissingApiKey as exc:
+        raise MissingApiKey(f"{name}: {exc}") from None
+    kwargs: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "headers": headers}
     # Options that change the vectors come from the spec when it has them, so a worker builds
     # exactly the producer's provider whatever its own config says.
     if name == "gemini":
         kwargs["output_dimensionality"] = options.get("output_dimensionality",
                                                       settings.output_dimensionality)
+        # Task types: the spec's (a worker), else the primary's input-type keys; a spec
+        # without them means OpenClaw's defaults, whatever this host's config says.
+        for kind in ("query", "document"):
+            configured = (getattr(settings, f"{kind}_input_type") or settings.input_type
+                          if primary and not from_spec else None)
+            kwargs[f"{kind}_task_type"] = options.get(f"{kind}_task_type", configured)
     if name == "voyage":
         kwargs["query_input_type"] = options.get(
             "query_input_type", settings.query_input_type or settings.input_type)
@@ -115,6 +160,14 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     if options.get("auth"):  # the producer used a key: a keyless worker must not try without
         kwargs["key_required"] = True
     return cls(model or None, **kwargs)
+
+
+def _same_destination(cls: type, base_url: str | None, entry_url: str | None) -> bool:
+    """Does ``base_url`` (None: the provider's default) reach the entry's endpoint (None: the
+    default)? Compared without trailing slashes, as the providers clean them."""
+    def norm(url: str | None) -> str:
+        return (url or cls.default_base_url).rstrip("/")
+    return norm(base_url) == norm(entry_url)
 
 
 def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderSpec:
@@ -140,6 +193,7 @@ def _remote_options(provider: Any, role: str, settings: Settings) -> dict[str, A
         options["headers"] = provider.public_headers
     if provider.name == "gemini":
         options["output_dimensionality"] = provider.output_dimensionality
+        options.update(provider.custom_task_types())
     if provider.name == "voyage":
         options["query_input_type"] = provider.input_types["query"]
         options["document_input_type"] = provider.input_types["document"]
@@ -201,7 +255,7 @@ def _fetch_local_model(provider: EmbeddingProvider) -> None:
     from pipeline.embeddings.local import LocalProvider
 
     if isinstance(provider, LocalProvider):
-        provider.model_file()
+        check_local_model(provider.model_file())
 
 
 def _explicit(settings: Settings, env: Mapping[str, str] | None,
@@ -226,7 +280,8 @@ def _explicit(settings: Settings, env: Mapping[str, str] | None,
             raise EmbeddingError(f"{primary}; fallback {settings.fallback!r}: {secondary}"
                                  ) from None
         return ProviderChoice(provider, spec, f"fallback {settings.fallback!r} "
-                                              f"({spec.model}) used: {primary}")
+                                              f"({spec.model}) used: {primary}",
+                              fallback_from=settings.provider)
 
 
 def choose_provider(settings: Settings, *, fetch_default_model: bool = True,
@@ -271,6 +326,16 @@ def choose_provider(settings: Settings, *, fetch_default_model: bool = True,
         skipped = f" (skipped: {'; '.join(reasons)})" if reasons else ""
         return ProviderChoice(provider, spec, f"auto: {name}{skipped}")
     return ProviderChoice(None, None, "no embedding provider available: " + "; ".join(reasons))
+
+
+def fallback_note(spec: ProviderSpec | None, settings: Settings, reason: str | None
+                  ) -> dict[str, Any] | None:
+    """OpenClaw's ``fallback: {from, reason}`` of a search answered by an index built with the
+    ``fallback`` provider because the configured one could not be used (None otherwise)."""
+    if (spec is None or settings.fallback in ("none", settings.provider)
+            or settings.provider in ("auto", "none") or spec.name != settings.fallback):
+        return None
+    return {"from": settings.provider, "reason": reason or f"{settings.provider} unavailable"}
 
 
 def build_from_spec(spec: ProviderSpec, settings: Settings) -> EmbeddingProvider:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.config import is_sensitive_header
+from pipeline.config import PROVIDER_IDS, ProviderEntry, is_sensitive_header
 from pipeline.embeddings.base import DocumentInput, MediaInput, l2_normalise
 from pipeline.embeddings.http import BATCH_TIMEOUT_S, QUERY_TIMEOUT_S, HttpClient, shown_url
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES, max_input_bytes, normalise_model
@@ -31,6 +31,8 @@ from pipeline.errors import EmbeddingError, MissingApiKey
 __all__ = ["RemoteProvider", "pack_requests", "remote_provider_key", "resolve_api_key"]
 
 _ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*_(?:API_)?KEY$")
+#: ``${VAR}`` in a configured key: OpenClaw's config substitution (upper-case names only).
+_TEMPLATE_RE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
 #: Tokens a media part is counted as by the fleet rate limiter (Gemini bills an image 258
 #: tokens per 768x768 tile and audio 32 tokens a second: a 4-tile image, a 32 s clip).
 MEDIA_TOKEN_ESTIMATE = 1032
@@ -46,24 +48,61 @@ def input_tokens(item: DocumentInput) -> int:
 
 def resolve_api_key(env_vars: Sequence[str], *, configured: str | None = None,
                     configured_env: str | None = None,
-                    env: Mapping[str, str] | None = None) -> str | None:
-    """The key from config (``remote.apiKey``), else the provider's environment variables.
+                    env: Mapping[str, str] | None = None,
+                    entry: ProviderEntry | None = None) -> str | None:
+    """The API key, in OpenClaw's order (2026.9.6, ``resolveApiKeyForProvider``):
 
-    Like OpenClaw, a ``remote.apiKey`` that is itself a variable name (``"GEMINI_API_KEY"``)
-    is read from the environment; an OpenClaw SecretRef names the variable explicitly.
+    1. ``remote.apiKey`` (``configured``, or the variable of its SecretRef ``configured_env``);
+    2. the ``models.providers.<id>.apiKey`` of ``entry`` when the entry says ``auth: "api-key"``;
+    3. the provider's environment variables (``env_vars``);
+    4. ``models.providers.<id>.apiKey`` otherwise.
+
+    A configured key may be the key itself, ``${VAR}`` text (substituted from ``env``, as
+    OpenClaw substitutes its config), the *name* of a variable (``"GEMINI_API_KEY"``), or a
+    SecretRef ``{source: "env", id}``. A key that names an unset variable, or a SecretRef
+    memq cannot read, raises :class:`MissingApiKey` saying which (never the key).
     """
     env = os.environ if env is None else env
     if configured:
-        if _ENV_NAME_RE.match(configured) and env.get(configured):
-            return env[configured].strip()
-        return configured
+        return _configured_key(configured, env, "remote.apiKey")
     if configured_env:
         return (env.get(configured_env) or "").strip() or None
+    if entry is not None and entry.auth == "api-key" and entry.has_key:
+        return _entry_key(entry, env)
     for name in env_vars:
         value = (env.get(name) or "").strip()
         if value:
             return value
+    if entry is not None and entry.has_key:
+        return _entry_key(entry, env)
     return None
+
+
+def _configured_key(text: str, env: Mapping[str, str], where: str) -> str:
+    if _ENV_NAME_RE.match(text) and env.get(text):
+        return env[text].strip()
+    missing = [name for name in _TEMPLATE_RE.findall(text) if not env.get(name)]
+    if missing:
+        raise MissingApiKey(f"{where} uses ${{{missing[0]}}}, which is not set in the environment")
+    return _TEMPLATE_RE.sub(lambda m: env[m.group(1)], text).strip()
+
+
+def _entry_key(entry: ProviderEntry, env: Mapping[str, str]) -> str:
+    where = f"{entry.path}.apiKey"
+    if entry.api_key_source:
+        raise MissingApiKey(f"{where} is a {entry.api_key_source!r} SecretRef, which memq cannot "
+                            'read: use {source: "env", id: "VARIABLE"}, ${VARIABLE} or a key')
+    if entry.api_key_env:
+        value = (env.get(entry.api_key_env) or "").strip()
+        if not value:
+            raise MissingApiKey(f"{where} names the variable {entry.api_key_env}, which is not "
+                                "set in the environment")
+        return value
+    assert entry.api_key is not None
+    if _ENV_NAME_RE.match(entry.api_key) and not (env.get(entry.api_key) or "").strip():
+        raise MissingApiKey(f"{where} names the variable {entry.api_key}, which is not set in "
+                            "the environment")  # OpenClaw: an env-name marker, no key
+    return _configured_key(entry.api_key, env, where)
 
 
 def remote_provider_key(name: str, base_url: str, model: str, headers: Mapping[str, str],
@@ -123,8 +162,9 @@ class RemoteProvider:
         if key_required is None:
             key_required = self.base_url == self.default_base_url
         if key_required and not api_key:
-            raise MissingApiKey(f"{self.name}: no API key (set remote.apiKey or "
-                                f"{' / '.join(self.env_keys)})")
+            raise MissingApiKey(f"{self.name}: no API key (set remote.apiKey, "
+                                f"models.providers.{PROVIDER_IDS[self.name]}.apiKey in an "
+                                f"openclaw.json, or {' / '.join(self.env_keys)})")
         self.has_key = bool(api_key)
         user_headers = dict(headers or {})
         self._headers = user_headers

@@ -10,13 +10,17 @@ snippets see, while the embedding request carries the label *and* the file's byt
 Checked when the file is listed, before anything is queued (OpenClaw #11, "size at
 file-entry time"): the size against ``multimodal.maxFileBytes`` (10 MiB by default) before
 the file is read, then the MIME type **sniffed from the bytes** (magic numbers, not the
-name). A file whose bytes are no known image or audio format, whose format belongs to the
-other modality (a PNG named ``.mp3``), or whose format the model does not take as input
-(Gemini embedding 2 documents image/png, image/jpeg, audio/mpeg and audio/wav) gets a clear
+name). Gemini embedding 2 takes image/png, image/jpeg, audio/mpeg and audio/wav only, so the
+other listed formats (WebP, GIF, HEIC/HEIF, Ogg, Opus, M4A, AAC, FLAC) are converted to PNG,
+JPEG or 16 kHz mono WAV (:mod:`pipeline.ingest.transcode`); the converted bytes must fit
+``maxFileBytes`` too. A file whose bytes are no known image or audio format, whose format
+belongs to the other modality (a PNG named ``.mp3``), or that cannot be decoded gets a clear
 per-file error in ``memq status`` and is skipped; OpenClaw drops such files silently.
 
-The chunk hash is OpenClaw's: sha256 of ``{path, contentText, mimeType, dataHash}``, so the
-embedding cache and the freshness guard see a new image at the same path as new content.
+The chunk hash is OpenClaw's: sha256 of ``{path, contentText, mimeType, dataHash}`` of the
+file as it is on disk (its sniffed type and bytes, not the converted ones), so the embedding
+cache and the freshness guard see a new image at the same path as new content, and a
+conversion that comes out differently (a newer FFmpeg) never makes an unchanged file look new.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ import base64
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.config import MultimodalSettings
 from pipeline.ingest.chunking import Chunk, hash_text
+from pipeline.ingest.transcode import NATIVE, TranscodeError, target_mime, transcode
 from pipeline.messages import MediaPart
 
 __all__ = ["MediaFile", "MediaSource", "classify", "file_chunks", "label", "media_chunk",
@@ -41,7 +46,7 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
 }
 LABEL_PREFIX = {"image": "Image file", "audio": "Audio file"}
 #: What gemini-embedding-2-preview takes as inline data (Google's model page).
-MODEL_MIME_TYPES = ("image/png", "image/jpeg", "audio/mpeg", "audio/wav")
+MODEL_MIME_TYPES = NATIVE
 SNIFF_BYTES = 512  # OpenClaw sniffs the first 512 bytes too
 _HEIF_BRANDS = {b"heic": "image/heic", b"heix": "image/heic", b"hevc": "image/heic",
                 b"hevx": "image/heic", b"heim": "image/heic", b"heis": "image/heic",
@@ -51,12 +56,17 @@ _M4A_BRANDS = (b"M4A ", b"M4B ", b"M4P ")
 
 @dataclass(frozen=True)
 class MediaFile:
-    """A multimodal file that passed the checks: what its one chunk and its request need."""
+    """A multimodal file that passed the checks: what its one chunk and its request need.
+
+    ``mime_type`` and ``payload`` are what the request carries (converted when the model does
+    not take the file's own type, ``source_mime``)."""
 
     modality: str
     mime_type: str
     label: str
     chunk_hash: str
+    source_mime: str = ""
+    payload: bytes = field(default=b"", repr=False, compare=False)
 
 
 def classify(path: str, settings: MultimodalSettings) -> str | None:
@@ -109,7 +119,7 @@ def media_chunk(path: str, modality: str, mime_type: str, data_hash: str) -> Med
     text = label(modality, path)
     blob = json.dumps({"path": path, "contentText": text, "mimeType": mime_type,
                        "dataHash": data_hash}, separators=(",", ":"))
-    return MediaFile(modality, mime_type, text, hash_text(blob))
+    return MediaFile(modality, mime_type, text, hash_text(blob), source_mime=mime_type)
 
 
 def read_media(file_path: str, rel_path: str, modality: str, size: int,
@@ -128,10 +138,15 @@ def read_media(file_path: str, rel_path: str, modality: str, size: int,
         return raw, None, f"skipped: the bytes are no known {modality} format (corrupt?)"
     if not mime.startswith(f"{modality}/"):
         return raw, None, (f"skipped: named like {modality} but the bytes are {mime}")
-    if mime not in MODEL_MIME_TYPES:
-        return raw, None, (f"skipped: {mime} is not an input the embedding model takes "
-                           f"({', '.join(MODEL_MIME_TYPES)})")
-    return raw, media_chunk(rel_path, modality, mime, hashlib.sha256(raw).hexdigest()), None
+    try:
+        payload, sent = transcode(raw, mime, settings.max_file_bytes)
+    except TranscodeError as exc:
+        if str(exc) == "too big once converted":
+            return raw, None, (f"skipped: converted to {target_mime(mime)} it is over "
+                               f"multimodal.maxFileBytes ({settings.max_file_bytes})")
+        return raw, None, f"skipped: {mime} could not be converted to {target_mime(mime)}: {exc}"
+    media = media_chunk(rel_path, modality, mime, hashlib.sha256(raw).hexdigest())
+    return raw, replace(media, mime_type=sent, payload=payload), None
 
 
 def file_chunks(media: MediaFile) -> list[Chunk]:
@@ -151,9 +166,10 @@ class MediaSource:
         return classify(rel_path, self.settings) is not None
 
     def inline(self, rel_path: str, text_hash: str) -> MediaPart | None:
-        """The file's bytes (base64) and MIME type for the chunk, read now, or None when the file
-        changed or vanished since its chunk was written: the chunk then waits for the pass
-        that re-syncs the file, and is never embedded from its label alone."""
+        """The file's bytes (base64; converted when the model does not take its type) and MIME
+        type for the chunk, read now, or None when the file changed or vanished since its
+        chunk was written: the chunk then waits for the pass that re-syncs the file, and is
+        never embedded from its label alone."""
         modality = classify(rel_path, self.settings)
         path = os.path.normpath(self.workspace / rel_path)
         try:
@@ -165,4 +181,4 @@ class MediaSource:
         raw, media, _ = read_media(path, rel_path, modality, size, self.settings)
         if raw is None or media is None or media.chunk_hash != text_hash:
             return None
-        return MediaPart(media.mime_type, base64.b64encode(raw).decode("ascii"))
+        return MediaPart(media.mime_type, base64.b64encode(media.payload).decode("ascii"))

@@ -21,6 +21,7 @@ from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.chunking import CHUNKING_VERSION, chunk_markdown, enforce_input_limit
+from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.multimodal import MediaSource, classify, file_chunks, read_media
 from pipeline.ingest.sessions import (
     SESSIONS_SOURCE,
@@ -223,7 +224,7 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     if paths is None:
         unreadable: list[tuple[str, str]] = []
         on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
-                               unreadable=unreadable)
+                               unreadable=unreadable, patterns=PathPatterns.of(settings))
         on_disk += session_files(settings)
         # A folder that cannot be listed hides its files; they are not deleted from the index.
         hidden = {folder for folder, _ in unreadable}
@@ -233,7 +234,8 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     else:
         paths = list(paths)
         on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths,
-                                          settings.multimodal)
+                                          settings.multimodal,
+                                          patterns=PathPatterns.of(settings))
         sessions, session_scopes = session_files_at(settings, paths)
         on_disk, scopes = on_disk + sessions, scopes | session_scopes
         present = {f.path for f in on_disk}
@@ -261,7 +263,7 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     stale: list[Path] = []
     unreadable: list[tuple[str, str]] = []
     for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
-                             unreadable=unreadable):
+                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
         try:
             stat = os.stat(file.file)  # a str, not a Path: Path objects cost more than the stat
         except OSError:
@@ -277,9 +279,12 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
 def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: str,
                   retry_failed: bool = False, report: IndexReport | None = None,
                   requeue_after_s: float = REQUEUE_AFTER_S, media: MediaSource | None = None,
-                  batch: workflow.BatchRouting | None = None, route: Route = DEFAULT_ROUTE
-                  ) -> IndexReport:
+                  batch: workflow.BatchRouting | None = None, route: Route = DEFAULT_ROUTE,
+                  use_cache: bool = True) -> IndexReport:
     """Serve pending chunks from the cache and submit the rest as embedding jobs of ``memory``.
+
+    ``use_cache`` (``cache.enabled``) False: the cache is not looked up, every pending chunk
+    is embedded.
 
     Chunks queued less than ``requeue_after_s`` ago are left alone (their job is in flight);
     older ones are presumed lost with their message and queued again, which is safe because
@@ -300,7 +305,8 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
     report.chunks_requeued += sum(1 for row in rows if row.queued)
     if not pending:
         return report
-    hits = cache.get_cached(db, spec.name, spec.model, spec.provider_key, (p.hash for p in pending))
+    hits = (cache.get_cached(db, spec.name, spec.model, spec.provider_key,
+                             (p.hash for p in pending)) if use_cache else {})
     remaining = writer.attach_cached(db, pending, hits)
     report.chunks_cached += len(pending) - len(remaining)
     store = os.path.realpath(db.path)
@@ -351,7 +357,8 @@ def index_once(db: Database, settings: Settings, choice: ProviderChoice,
         queue_pending(db, choice.spec, submit, memory=settings.agent_id,
                       retry_failed=retry_failed, report=report,
                       requeue_after_s=requeue_after_s, media=media, batch=batch,
-                      route=Route(settings.fleet.shard_of(settings.agent_id), lane))
+                      route=Route(settings.fleet.shard_of(settings.agent_id), lane),
+                      use_cache=settings.cache.enabled)
     with schema.transaction(db):
         cache.prune_cache(db, settings.cache.max_entries)
         schema.set_meta(db, "last_index_at", time.time())

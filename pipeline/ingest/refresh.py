@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from pipeline.config import Settings
+from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.producer import stale_memory_paths
 from pipeline.ingest.sources import memory_files, relative_path
 from pipeline.store import schema
@@ -26,7 +27,8 @@ def find_stale(settings: Settings) -> list[str]:
     db = schema.open_store(settings.store.path, want_vectors=False)
     if db is None:
         return [f.path for f in memory_files(settings.workspace, settings.extra_paths,
-                                             settings.multimodal)]
+                                             settings.multimodal,
+                                             patterns=PathPatterns.of(settings))]
     try:
         return [relative_path(settings.workspace, p) for p in stale_memory_paths(db, settings)]
     finally:

@@ -100,7 +100,7 @@ def rebuild_info(db: Database) -> dict[str, Any] | None:
 
 
 def _open(settings: Settings, path: Path | str) -> Database:
-    db = connect(path, want_vectors=settings.store.vector_enabled)
+    db = connect(path, want_vectors=settings.store.want_vectors)
     schema.ensure_schema(db)
     return db
 

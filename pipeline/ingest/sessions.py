@@ -9,7 +9,10 @@ a hit names the transcript lines it came from. Files are stored as ``sessions/<f
 Transcripts grow by a few lines per turn; re-indexing one on every write would re-chunk it
 forever. A known transcript is synced again only once it grew by ``deltaBytes`` (100,000) or
 ``deltaMessages`` (50) lines, or when it is no longer an extension of what was indexed (it was
-truncated, rotated or rewritten): then it counts as new, in full.
+truncated, rotated or rewritten): then it counts as new, in full. ``postCompactionForce``
+(default true) also syncs it, whatever the deltas, once it has grown by a compaction: OpenClaw
+runs a targeted sync of the transcript after its agent compacts the context; memq, outside
+the agent, sees the ``{"type": "compaction", …}`` record the agent appends to the file.
 """
 
 from __future__ import annotations
@@ -121,7 +124,24 @@ def needs_sync(raw: bytes, known_hash: str, known_size: int, settings: Settings)
         return True  # truncated, rotated or rewritten: index it again in full
     grown = raw[known_size:]
     deltas = settings.sync.sessions
-    return len(grown) >= deltas.delta_bytes or grown.count(b"\n") >= deltas.delta_messages
+    if len(grown) >= deltas.delta_bytes or grown.count(b"\n") >= deltas.delta_messages:
+        return True
+    return deltas.post_compaction_force and compacted(grown)
+
+
+def compacted(grown: bytes) -> bool:
+    """Whether the new lines of a transcript hold a compaction record (the agent summarised
+    the conversation so far)."""
+    if b"compaction" not in grown:
+        return False
+    for line in grown.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("type") == "compaction":
+            return True
+    return False
 
 
 def session_get(settings: Settings, requested: str, from_line: int | None,

@@ -1,7 +1,8 @@
 """Which files are memory: ``MEMORY.md``, ``memory/**/*.md`` and ``extraPaths``.
 
 Under ``extraPaths`` only, image and audio files are memory too when ``multimodal`` is on
-(:mod:`pipeline.ingest.multimodal`), as in OpenClaw.
+(:mod:`pipeline.ingest.multimodal`), as in OpenClaw. An extra path given as ``{path, pattern}``
+lets in only the files its glob matches (:mod:`pipeline.ingest.globs`).
 
 Paths are stored relative to the workspace with forward slashes (extra paths outside the
 workspace come out as ``../…``), as OpenClaw stores them. Symlinks are never followed, so a
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from pipeline.config import MultimodalSettings, Settings
 from pipeline.errors import MemoryPathError
+from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.multimodal import classify
 
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
@@ -92,11 +94,13 @@ def _single(workspace: Path, path: Path) -> _Listed:
 
 def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
                  multimodal: MultimodalSettings | None = None, *,
-                 unreadable: list[tuple[str, str]] | None = None) -> list[SourceFile]:
+                 unreadable: list[tuple[str, str]] | None = None,
+                 patterns: PathPatterns | None = None) -> list[SourceFile]:
     """List the memory files of a workspace, deduplicated by real path, in a stable order.
 
     Folders that cannot be listed (permissions) are appended to ``unreadable`` as (relative
-    path, reason): their files are unknown, not gone.
+    path, reason): their files are unknown, not gone. ``patterns`` (the ``{path, pattern}``
+    extraPaths entries) leave out the files below a globbed folder that match none of its globs.
     """
     workspace = Path(workspace)
     wanted = _extra_filter(multimodal)
@@ -122,7 +126,7 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
     seen: set[str] = set()
     found: list[SourceFile] = []
     for listed, real, rel in candidates:
-        if real in seen:
+        if real in seen or (patterns and patterns.excludes(listed)):
             continue
         seen.add(real)
         found.append(SourceFile(rel, listed, MEMORY_SOURCE))
@@ -150,13 +154,15 @@ def _clean_below(root: Path, path: Path) -> bool:
 
 
 def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Iterable[Path],
-                    multimodal: MultimodalSettings | None = None
+                    multimodal: MultimodalSettings | None = None, *,
+                    patterns: PathPatterns | None = None
                     ) -> tuple[list[SourceFile], set[str]]:
     """The memory files at or below ``paths`` (files or folders), without listing the roots.
 
     Returns (memory files found on disk, relative path prefixes the caller may treat as gone
     when the store knows a file there that is not on disk). This is what a watcher's targeted
-    sync needs: it costs a few stats per event instead of a walk of every root.
+    sync needs: it costs a few stats per event instead of a walk of every root. Files that
+    ``patterns`` exclude are not found (so a known one in scope counts as gone).
     """
     workspace = Path(workspace)
     extras = [e if e.is_absolute() else workspace / e for e in extra_paths]
@@ -190,7 +196,8 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Itera
                 found[f_rel] = SourceFile(f_rel, listed, MEMORY_SOURCE)
         elif path.is_file() and wanted(path.name):
             found[rel] = SourceFile(rel, str(path), MEMORY_SOURCE)
-    return sorted(found.values(), key=lambda f: f.path), scopes
+    kept = [f for f in found.values() if not (patterns and patterns.excludes(f.file))]
+    return sorted(kept, key=lambda f: f.path), scopes
 
 
 _PATH_REQUIRED = "path required: a memory .md file (MEMORY.md, memory/…, or an extra path)"
@@ -205,6 +212,8 @@ def _could_be_memory(settings: Settings, path: Path) -> bool:
     a symlink or an ignored folder."""
     workspace = settings.workspace
     if os.path.realpath(path.parent) != str(path.parent):
+        return False
+    if PathPatterns.of(settings).excludes(path):
         return False
     if path in (workspace / "MEMORY.md", workspace / "memory.md"):
         return True
@@ -227,7 +236,8 @@ def resolve_memory_path(settings: Settings, requested: str) -> Path:
     if candidate.suffix.lower() != ".md":
         raise MemoryPathError(_PATH_REQUIRED)
     listed = {Path(os.path.normpath(f.abs_path))
-              for f in memory_files(settings.workspace, settings.extra_paths)}
+              for f in memory_files(settings.workspace, settings.extra_paths,
+                                    patterns=PathPatterns.of(settings))}
     if candidate in listed:
         return candidate
     # Not listed: a file that does not exist yet, or that a concurrent append created after the

@@ -17,6 +17,9 @@ reconcile, rebuild steps). Its rules:
   up at all (inotify's watch or instance limit reached).
 - **Ignore lists and symlinks.** Events inside :data:`pipeline.ingest.sources.IGNORED_DIRS` are
   dropped here; the targeted sync skips symlinks, exactly as the full scan does.
+- **Globbed extra paths.** A file event below an ``extraPaths`` ``{path, pattern}`` folder
+  that the pattern does not select is dropped here too (:mod:`pipeline.ingest.globs`);
+  folder events pass (the targeted sync filters what it finds below them).
 - **Moves** count for both ends: the old path is deleted from the index, the new one added.
 """
 
@@ -37,6 +40,7 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from pipeline.config import Settings
+from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.sessions import SESSIONS_SOURCE
 from pipeline.ingest.sources import IGNORED_DIRS
 
@@ -89,8 +93,9 @@ def ignored(path: Path) -> bool:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, batcher: ChangeBatcher) -> None:
+    def __init__(self, batcher: ChangeBatcher, patterns: PathPatterns | None = None) -> None:
         self.batcher = batcher
+        self.patterns = patterns
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in IGNORED_EVENTS:
@@ -99,6 +104,8 @@ class _Handler(FileSystemEventHandler):
         if getattr(event, "dest_path", ""):
             paths.append(Path(os.fsdecode(event.dest_path)))
         kept = [p for p in paths if not ignored(p)]
+        if self.patterns and not event.is_directory:
+            kept = [p for p in kept if not self.patterns.excludes(p)]
         if kept:
             self.batcher.add(*kept)
 
@@ -186,7 +193,7 @@ class Watcher:
         self.observer: BaseObserver = (PollingObserver(timeout=self.poll_interval_s)
                                        if self.polling else Observer())
         self.tick_s = tick_s
-        self._handler = _Handler(self.batcher)
+        self._handler = _Handler(self.batcher, PathPatterns.of(settings))
         self._watched: dict[Path, ObservedWatch] = {}
         self._stop = threading.Event()
 

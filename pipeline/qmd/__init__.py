@@ -11,12 +11,14 @@ for it, and falls back to its own index whenever QMD cannot answer.
 ``collections`` (``qmd collection add``), ``results`` (JSON output to memq's results),
 ``export`` (session transcripts as Markdown), ``scope`` (which chats may see results),
 ``state`` (what every process knows about the home: bindings, last update, outage),
-``sanitize`` (secrets out of exported text) and ``errors``.
+``sanitize`` (secrets out of exported text), ``errors``, and ``jobs`` (the update jobs: what is
+due, and a background runner for a process without a fleet). :class:`pipeline.Memory` serves
+searches, reads and status through it when ``backend`` is ``qmd``.
 """
 
-from pipeline.qmd.backend import QmdBackend
+from pipeline.qmd.backend import QmdBackend, backend_status
 from pipeline.qmd.errors import QmdPathError, QmdUnavailable
 from pipeline.qmd.layout import Collection, QmdHome, collections, qmd_home
 
 __all__ = ["Collection", "QmdBackend", "QmdHome", "QmdPathError", "QmdUnavailable",
-           "collections", "qmd_home"]
+           "backend_status", "collections", "qmd_home"]

@@ -500,3 +500,11 @@ class QmdBackend:
                                            or self.home.default_sessions_dir)},
             "scope": self.qmd.scope.to_json(),
         }
+
+
+def backend_status(settings: Settings) -> dict[str, Any]:
+    """``{"backend": "builtin"}``, or ``{"backend": "qmd", "qmd": <QmdBackend.status()>}``:
+    which engine answers searches, for ``memq status``. Cheap (runs no qmd process)."""
+    if settings.backend != "qmd":
+        return {"backend": "builtin"}
+    return {"backend": "qmd", "qmd": QmdBackend(settings).status()}

@@ -5,6 +5,7 @@ merged by weighted fusion or reciprocal rank fusion (:mod:`pipeline.search.fusio
 temporal decay, sort, MMR, ``minScore`` and ``maxResults``. Unlike OpenClaw, decay and MMR apply
 in every mode (hybrid, vector-only and keyword-only), keyword search covers
 Chinese/Japanese/Korean, and a keyword hit without a vector is not capped below ``minScore``.
+On a SQLite without FTS5 (``Database.fts_ok`` False) the keyword side is empty: vector-only.
 See docs/search.md.
 
 A long-running reader passes :class:`HeldCopies`: the store's vectors and BM25 statistics held
@@ -95,7 +96,7 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     """Fused candidates, best first, and the keyword side's hits (FTS5 ranks)."""
     hybrid = settings.query.hybrid
     sources = source_filter(db, settings.sources)
-    use_text = provider is None or hybrid.enabled
+    use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
     # fall under minScore), so keyword scores are relative to the best hit in every mode.

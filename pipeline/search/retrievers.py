@@ -50,7 +50,7 @@ def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | 
     the cut is the same on every run and on both paths.
     """
     terms = match_terms(query)
-    if not terms or limit <= 0:
+    if not terms or limit <= 0 or not db.fts_ok:  # no FTS5 in this SQLite: no keyword side
         return {}
     if stats is not None:
         if sources is not None and among is None:

@@ -2,6 +2,10 @@
 
 A chunk whose text was embedded before by the same model never goes to a queue again, even after
 the file moved, was deleted and restored, or the index was rebuilt. Vectors are float32 blobs.
+
+Every write and every hit sets the row's ``last_used``; :func:`prune_cache` keeps the
+``cache.maxEntries`` most recently used rows (OpenClaw's docs: least recently used eviction).
+With ``cache.enabled = false`` the callers neither look up nor store anything here.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ LOOKUP_BATCH = 400
 def get_cached(
     db: Database, provider: str, model: str, provider_key: str, hashes: Iterable[str]
 ) -> dict[str, np.ndarray]:
-    """Cached vectors for the given text hashes (missing hashes are simply absent)."""
+    """Cached vectors for the given text hashes (missing hashes are simply absent); the hits'
+    ``last_used`` becomes now, so pruning keeps them over rows nobody asked for since."""
     wanted = list(dict.fromkeys(hashes))
     found: dict[str, np.ndarray] = {}
     for start in range(0, len(wanted), LOOKUP_BATCH):
@@ -34,20 +39,37 @@ def get_cached(
             (provider, model, provider_key, *part),
         ).fetchall()
         found.update((h, from_blob(blob)) for h, blob in rows)
+    if found:
+        _touch(db, provider, model, provider_key, list(found))
     return found
+
+
+def _touch(db: Database, provider: str, model: str, provider_key: str, hashes: list[str]
+           ) -> None:
+    now = time.time()
+    with transaction(db) as conn:
+        for start in range(0, len(hashes), LOOKUP_BATCH):
+            part = hashes[start : start + LOOKUP_BATCH]
+            marks = ",".join("?" * len(part))
+            conn.execute(
+                "UPDATE embedding_cache SET last_used = ? WHERE provider = ? AND model = ? "
+                f"AND provider_key = ? AND hash IN ({marks})",
+                (now, provider, model, provider_key, *part))
 
 
 def put_cached(
     db: Database, provider: str, model: str, provider_key: str, vectors: Mapping[str, np.ndarray]
 ) -> None:
-    """Upsert vectors by text hash; refreshes ``updated_at`` so pruning drops the least recent."""
+    """Upsert vectors by text hash; ``updated_at`` and ``last_used`` become now."""
     now = time.time()
     db.conn.executemany(
         "INSERT INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, "
-        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
-        "embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
+        "updated_at, last_used) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+        "embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at, "
+        "last_used = excluded.last_used",
         [
-            (provider, model, provider_key, h, to_blob(v), int(np.asarray(v).shape[-1]), now)
+            (provider, model, provider_key, h, to_blob(v), int(np.asarray(v).shape[-1]), now,
+             now)
             for h, v in vectors.items()
         ],
     )
@@ -64,7 +86,7 @@ def prune_cache(db: Database, max_entries: int | None) -> int:
     db.conn.execute(
         "DELETE FROM embedding_cache WHERE (provider, model, provider_key, hash) IN ("
         "SELECT provider, model, provider_key, hash FROM embedding_cache "
-        "ORDER BY updated_at LIMIT ?)",
+        "ORDER BY last_used LIMIT ?)",
         (excess,),
     )
     return excess
@@ -78,7 +100,12 @@ def seed_from(db: Database, source: str, *, meta: Mapping[str, Any]) -> None:
         with transaction(db) as conn:
             for key, value in meta.items():
                 set_meta(db, key, value)
-            conn.execute("INSERT OR IGNORE INTO main.embedding_cache "
-                         "SELECT * FROM seed.embedding_cache")
+            columns = {row[1] for row in
+                       conn.execute("PRAGMA seed.table_info(embedding_cache)")}
+            last_used = "last_used" if "last_used" in columns else "updated_at"
+            conn.execute("INSERT OR IGNORE INTO main.embedding_cache(provider, model, "
+                         "provider_key, hash, embedding, dims, updated_at, last_used) "
+                         "SELECT provider, model, provider_key, hash, embedding, dims, "
+                         f"updated_at, {last_used} FROM seed.embedding_cache")
     finally:
         db.conn.execute("DETACH DATABASE seed")

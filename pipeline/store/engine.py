@@ -4,6 +4,12 @@ Python's own ``sqlite3`` often cannot load extensions (pyenv and python.org buil
 driver falls back from the stdlib to ``pysqlite3`` (pysqlite3-binary) to ``sqlean``. If no
 driver can load sqlite-vec, the store still works: vectors go to a plain table and are searched
 in-process, and :class:`Database` says why in ``vector_error``.
+
+FTS5 is probed on every connection (``CREATE VIRTUAL TABLE temp.… USING fts5``). A SQLite
+built without it still opens the store: it is created without the keyword index, search is
+vector-only (OpenClaw: "fall back to pure vector"), and ``fts_error`` says why. Setting
+``MEMQ_SQLITE_WITHOUT_FTS5=1`` makes every connection refuse FTS5 tables (an SQLite
+authorizer), as such a build would: an internal switch for tests of that path.
 """
 
 from __future__ import annotations
@@ -37,6 +43,11 @@ class Database:
     vector_ok: bool
     vector_error: str | None = None
     _module: ModuleType | None = field(default=None, repr=False)
+    #: The library vectors were loaded from (``connect``'s ``want_vectors`` when it loaded).
+    vector_library: bool | str = False
+    #: Whether this SQLite has FTS5 (keyword search); when not, why.
+    fts_ok: bool = True
+    fts_error: str | None = None
 
     @property
     def operational_error(self) -> type[Exception]:
@@ -50,14 +61,54 @@ class Database:
         self.conn.close()
 
 
-def _load_vec(conn: Any) -> None:
-    import sqlite_vec
+def _load_vec(conn: Any, path: str | None = None) -> None:
+    """Load sqlite-vec into ``conn``: from ``path`` when given, else the ``sqlite_vec``
+    package's own library."""
+    if path is None:
+        import sqlite_vec
 
+        path = sqlite_vec.loadable_path()
     conn.enable_load_extension(True)
     try:
-        conn.load_extension(sqlite_vec.loadable_path())
+        conn.load_extension(path)
     finally:
         conn.enable_load_extension(False)
+
+
+def _load_configured_vec(conn: Any, path: str) -> str | None:
+    """Load sqlite-vec from ``store.vector.extensionPath``; None when it loaded, else why not
+    (the store then keeps its vectors in a plain table, searched in-process, as OpenClaw falls
+    back to in-process cosine similarity when sqlite-vec is unavailable)."""
+    try:
+        if not hasattr(conn, "enable_load_extension"):
+            raise RuntimeError("this SQLite driver cannot load extensions")
+        _load_vec(conn, path)
+        return None
+    except Exception as exc:  # a missing file, a wrong architecture, not sqlite-vec
+        return (f"sqlite-vec from store.vector.extensionPath {path} did not load ({exc}); "
+                "vectors are searched in-process")
+
+
+#: The internal switch that makes connections behave as a SQLite built without FTS5.
+WITHOUT_FTS5_ENV = "MEMQ_SQLITE_WITHOUT_FTS5"
+_SQLITE_CREATE_VTABLE, _SQLITE_DENY, _SQLITE_OK = 29, 1, 0
+
+
+def _refuse_fts5(action: int, arg1: Any, arg2: Any, *_: Any) -> int:
+    """An authorizer that refuses FTS5 virtual tables (``MEMQ_SQLITE_WITHOUT_FTS5``)."""
+    if action == _SQLITE_CREATE_VTABLE and str(arg2).lower() == "fts5":
+        return _SQLITE_DENY
+    return _SQLITE_OK
+
+
+def _probe_fts5(conn: Any) -> str | None:
+    """None when FTS5 tables can be created on ``conn``, else why not."""
+    try:
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_fts5_probe USING fts5(x)")
+        conn.execute("DROP TABLE temp.memq_fts5_probe")
+        return None
+    except Exception as exc:  # "no such module: fts5" on a build without it
+        return f"this SQLite has no FTS5 ({exc}): keyword search unavailable, vector-only"
 
 
 def _probe_driver(name: str) -> tuple[ModuleType | None, str | None]:
@@ -105,8 +156,14 @@ def choose_driver() -> tuple[str, ModuleType, str | None]:
     return _chosen
 
 
-def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
-    """Open (creating if needed) the store at ``path`` in WAL mode with a busy timeout."""
+def connect(path: Path | str, *, want_vectors: bool | str = True) -> Database:
+    """Open (creating if needed) the store at ``path`` in WAL mode with a busy timeout.
+
+    ``want_vectors`` is False for no sqlite-vec (``store.vector.enabled = false``), True for
+    the ``sqlite_vec`` package's library, or the path of the library to load
+    (``store.vector.extensionPath``; see :attr:`StoreSettings.want_vectors`). A library that
+    does not load leaves ``vector_ok`` False, with the reason in ``vector_error``.
+    """
     path = Path(path)
     name, module, vec_reason = choose_driver()
     try:
@@ -126,16 +183,23 @@ def connect(path: Path | str, *, want_vectors: bool = True) -> Database:
         raise StoreError(f"{path} is not a usable SQLite store ({exc}). {REBUILD_HINT}") from exc
     # The FTS triggers index this function's output (see pipeline.store.schema).
     conn.create_function("memq_fts_text", 1, _fts_text, deterministic=True)
+    if os.environ.get(WITHOUT_FTS5_ENV, "").strip() not in ("", "0"):
+        conn.set_authorizer(_refuse_fts5)
+    fts_reason = _probe_fts5(conn)
     vector_ok = False
     if not want_vectors:
         vec_reason = "vector search disabled by store.vector.enabled=false"
+    elif isinstance(want_vectors, str):
+        vec_reason = _load_configured_vec(conn, want_vectors)
+        vector_ok = vec_reason is None
     elif vec_reason is None:
         _load_vec(conn)
         vector_ok = True
     _enable_wal(conn, module)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
-    return Database(conn, path, name, vector_ok, vec_reason, module)
+    return Database(conn, path, name, vector_ok, vec_reason, module,
+                    want_vectors if vector_ok else False, fts_reason is None, fts_reason)
 
 
 def _open_failure(path: Path, exc: Exception) -> str:

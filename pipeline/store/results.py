@@ -26,7 +26,7 @@ class StorePool:
     is replaced (another inode), when ``max_open`` others were used more recently, and all at
     once by :meth:`close`."""
 
-    def __init__(self, *, want_vectors: bool = True, max_open: int = MAX_OPEN_STORES) -> None:
+    def __init__(self, *, want_vectors: bool | str = True, max_open: int = MAX_OPEN_STORES) -> None:
         self.want_vectors = want_vectors
         self.max_open = max(1, max_open)
         self._stores: OrderedDict[str, Database] = OrderedDict()

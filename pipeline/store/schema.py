@@ -13,7 +13,10 @@ Version 2 changed the FTS table; opening an older store rebuilds it from ``chunk
 added ``idx_chunks_source`` (a search asks which sources are present with a few index seeks
 instead of reading every chunk) and the provider batch jobs (``batch_jobs``, ``batch_chunks``):
 a version 2 store gains them in place, nothing else changes. Version 4 added the triggers that
-keep ``meta.text_version`` (below); an older store gains them in place.
+keep ``meta.text_version`` (below); an older store gains them in place. Version 5 added
+``embedding_cache.last_used`` (set on every write and every cache hit, so pruning to
+``cache.maxEntries`` drops the least recently *used* rows, as OpenClaw's docs say); an older
+store gains the column in place, filled from ``updated_at``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 from pipeline.messages import ProviderSpec
 from pipeline.store.engine import Database, connect
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: The last version whose full-text table differs from today's (older stores rebuild it).
 FTS_VERSION = 2
 FTS_TOKENIZER = "porter unicode61"
@@ -41,7 +44,7 @@ TEXT_VERSION_KEY = "text_version"
 _NEW_TEXT_VERSION = (f"UPDATE meta SET value = json_quote(hex(randomblob(8))) "
                      f"WHERE key = '{TEXT_VERSION_KEY}';")
 
-DDL = """
+BASE_DDL = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -80,9 +83,10 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
     embedding    BLOB NOT NULL,
     dims         INTEGER NOT NULL,
     updated_at   REAL NOT NULL,
+    last_used    REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (provider, model, provider_key, hash)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache(updated_at);
+CREATE INDEX IF NOT EXISTS idx_embedding_cache_last_used ON embedding_cache(last_used);
 CREATE TABLE IF NOT EXISTS batch_jobs (
     id          TEXT PRIMARY KEY,
     provider    TEXT NOT NULL,
@@ -109,6 +113,22 @@ CREATE TABLE IF NOT EXISTS batch_chunks (
     PRIMARY KEY (job_id, chunk_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_batch_chunks_chunk ON batch_chunks(chunk_id);
+INSERT OR IGNORE INTO meta(key, value)
+VALUES ('{text_version_key}', json_quote(hex(randomblob(8))));
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_insert AFTER INSERT ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_delete AFTER DELETE ON chunks BEGIN
+    {new_text_version}
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON chunks BEGIN
+    {new_text_version}
+END;
+""".replace("{new_text_version}", _NEW_TEXT_VERSION).replace(
+    "{text_version_key}", TEXT_VERSION_KEY)
+#: The keyword index (FTS5 over ``chunks.text``) and the triggers that keep it in step; left
+#: out on a SQLite without FTS5 (search is then vector-only), added when FTS5 is there again.
+FTS_DDL = ("""
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='rowid', tokenize='{tokenizer}'
 );
@@ -124,19 +144,8 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE OF text ON chunks BE
     VALUES ('delete', old.rowid, memq_fts_text(old.text));
     INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, memq_fts_text(new.text));
 END;
-INSERT OR IGNORE INTO meta(key, value)
-VALUES ('{text_version_key}', json_quote(hex(randomblob(8))));
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_insert AFTER INSERT ON chunks BEGIN
-    {new_text_version}
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_delete AFTER DELETE ON chunks BEGIN
-    {new_text_version}
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON chunks BEGIN
-    {new_text_version}
-END;
-""".replace("{tokenizer}", FTS_TOKENIZER).replace(
-    "{new_text_version}", _NEW_TEXT_VERSION).replace("{text_version_key}", TEXT_VERSION_KEY)
+""").replace("{tokenizer}", FTS_TOKENIZER)
+DDL = BASE_DDL + FTS_DDL
 
 # Drop the full-text table of an older schema; DDL recreates it and _REFILL_FTS indexes chunks.
 _DROP_FTS = """
@@ -145,23 +154,73 @@ DROP TRIGGER IF EXISTS chunks_fts_delete;
 DROP TRIGGER IF EXISTS chunks_fts_update;
 DROP TABLE IF EXISTS chunks_fts;
 """
+# Version 5: the cache's last use (a version < 5 store has the table without the column).
+_ADD_LAST_USED = """
+ALTER TABLE embedding_cache ADD COLUMN last_used REAL NOT NULL DEFAULT 0;
+UPDATE embedding_cache SET last_used = updated_at;
+DROP INDEX IF EXISTS idx_embedding_cache_updated_at;
+"""
+LAST_USED_VERSION = 5
 _REFILL_FTS = (
     "INSERT INTO chunks_fts(rowid, text) SELECT rowid, memq_fts_text(text) FROM chunks;"
 )
 
 
+def has_keyword_index(db: Database) -> bool:
+    """Whether the store has its FTS5 keyword index (absent when made without FTS5)."""
+    return db.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone() is not None
+
+
+_FTS_TRIGGERS = ("chunks_fts_insert", "chunks_fts_delete", "chunks_fts_update")
+
+
 def ensure_schema(db: Database) -> None:
     """Create every table that does not exist yet, and rebuild the full-text index of a store
-    written before :data:`FTS_VERSION` (idempotent, cheap when already current)."""
+    written before :data:`FTS_VERSION` (idempotent, cheap when already current).
+
+    On a SQLite without FTS5 (``db.fts_ok`` False) the keyword index is left out, and the
+    triggers that feed an existing one are dropped (they would fail every write there); the
+    next time FTS5 is available the index is created or emptied, filled from ``chunks``, and
+    its triggers come back.
+    """
     version = get_meta(db, "schema_version", None)
-    if version == SCHEMA_VERSION:
+    if version != SCHEMA_VERSION:
+        if not db.fts_ok:
+            upgrade = BASE_DDL
+        else:
+            old_fts = version is not None and int(version) < FTS_VERSION
+            upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
+        if version is not None and int(version) < LAST_USED_VERSION and _lacks_last_used(db):
+            upgrade = f"{_ADD_LAST_USED}\n{upgrade}"
+        db.conn.executescript(
+            f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES "
+            f"('schema_version', '{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET "
+            "value = excluded.value;\nCOMMIT;")
+    _match_keyword_index(db)
+
+
+def _lacks_last_used(db: Database) -> bool:
+    """An older store whose cache table has no ``last_used`` column yet."""
+    columns = {row[1] for row in db.conn.execute("PRAGMA table_info(embedding_cache)")}
+    return bool(columns) and "last_used" not in columns
+
+
+def _match_keyword_index(db: Database) -> None:
+    """Keep the keyword index in step with what this SQLite can do (see ensure_schema)."""
+    marks = ", ".join("?" * len(_FTS_TRIGGERS))
+    triggers = db.conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+                               f"AND name IN ({marks})", _FTS_TRIGGERS).fetchone()[0]
+    has_table = has_keyword_index(db)
+    if not db.fts_ok:
+        if triggers:
+            drops = "\n".join(f"DROP TRIGGER IF EXISTS {name};" for name in _FTS_TRIGGERS)
+            db.conn.executescript(f"BEGIN IMMEDIATE;\n{drops}\nCOMMIT;")
         return
-    old_fts = version is not None and int(version) < FTS_VERSION
-    upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
-    db.conn.executescript(
-        f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES ('schema_version', "
-        f"'{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET value = excluded.value;\nCOMMIT;"
-    )
+    if has_table and triggers == len(_FTS_TRIGGERS):
+        return
+    empty = "INSERT INTO chunks_fts(chunks_fts) VALUES ('delete-all');" if has_table else ""
+    db.conn.executescript(f"BEGIN IMMEDIATE;\n{FTS_DDL}\n{empty}\n{_REFILL_FTS}\nCOMMIT;")
 
 
 @contextmanager
@@ -246,7 +305,7 @@ def set_meta(db: Database, key: str, value: Any) -> None:
     )
 
 
-def open_store(path: Path, *, want_vectors: bool = True) -> Database | None:
+def open_store(path: Path, *, want_vectors: bool | str = True) -> Database | None:
     """The store at ``path`` with its schema up to date, or None when nothing was indexed
     there yet (the file does not exist)."""
     if not path.exists():

@@ -89,13 +89,13 @@ class SnapshotCache(Generic[S]):
             with self._lock:
                 if key not in self._loading:
                     loader = threading.Thread(target=self._load_apart, daemon=True,
-                                              args=(key, db.path, db.vector_ok),
+                                              args=(key, db.path, db.vector_library),
                                               name=f"memq-load-{self.what}")
                     self._loading[key] = loader
                     loader.start()
         return held
 
-    def _load_apart(self, key: str, path: Path, want_vectors: bool) -> None:
+    def _load_apart(self, key: str, path: Path, want_vectors: bool | str) -> None:
         try:
             db = connect(path, want_vectors=want_vectors)
             try:
