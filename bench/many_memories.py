@@ -2,7 +2,8 @@
 
 N memories x M notes each (one openclaw.json ``agents.list``) are indexed by one fleet of real
 ``memq worker`` processes (2 embed workers, 2 writer shards) through ``Memory.index(wait=False)``
-per memory, until every store has no pending chunk; then the same N*M notes as ONE memory
+per memory (``--via remote``: one ``memq index --remote --all``, whose jobs the shard writers
+run), until every store has no pending chunk; then the same N*M notes as ONE memory
 through the same fleet shape. Prints both wall times and their ratio (goal <= 1.3x). Uses the
 tiny random-weight GGUF from tests/fakes (the real model would make the run minutes long on 2
 cores; the ratio is what matters).
@@ -93,10 +94,12 @@ def stop_fleet(procs: list[subprocess.Popen]) -> None:
 
 
 def run_case(tmp: Path, broker: str, model: Path, agents: list[tuple[str, int]], seed: int,
-             embed: int, timeout: float) -> tuple[float, float]:
+             embed: int, timeout: float, via: str = "library") -> tuple[float, float]:
     """Index ``agents`` ((id, notes) pairs) through a fresh fleet; the wall seconds from the
     first index request until the last one returned (the caller's own part), and until every
-    store has no pending chunk."""
+    store has no pending chunk. ``via`` "library": ``Memory.index(wait=False)`` per memory in
+    this process; "remote": one fresh ``memq index --remote --all`` process (a job per memory,
+    each run by its shard's writer)."""
     from pipeline.config import load_settings
     from pipeline.fleet import FleetDispatcher
     from pipeline.memory import Memory
@@ -123,10 +126,15 @@ def run_case(tmp: Path, broker: str, model: Path, agents: list[tuple[str, int]],
         settings = [load_settings(config_file=config, agent=a, env=env) for a, _ in agents]
         time.sleep(8)  # let the workers come up before the clock starts
         t0 = time.perf_counter()
-        with FleetDispatcher(broker) as dispatcher:
-            for s in settings:
-                with Memory(settings=s, dispatcher=dispatcher) as memory:
-                    memory.index(wait=False)
+        if via == "remote":
+            subprocess.run([sys.executable, "-m", "memq.cli", "index", "--remote", "--all"],
+                           env={**os.environ, **env}, check=True, stdout=subprocess.DEVNULL,
+                           cwd=REPO)
+        else:
+            with FleetDispatcher(broker) as dispatcher:
+                for s in settings:
+                    with Memory(settings=s, dispatcher=dispatcher) as memory:
+                        memory.index(wait=False)
         sent = time.perf_counter() - t0
         watch = PendingWatch([s.store.path for s in settings])
         deadline = time.monotonic() + timeout
@@ -148,6 +156,9 @@ def main() -> None:
     ap.add_argument("--notes", type=int, default=20, help="notes per memory (20)")
     ap.add_argument("--embed", type=int, default=2, help="embed workers (2)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per case (600)")
+    ap.add_argument("--via", choices=["library", "remote"], default="library",
+                    help="how the memories are asked to index: Memory.index per memory in "
+                         "this process (library), or one `memq index --remote --all` (remote)")
     add_common_args(ap)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
@@ -155,19 +166,20 @@ def main() -> None:
     from workers.embedded import EmbeddedBroker
 
     print(header("many-memories", memories=args.memories, notes=args.notes,
-                 embed_workers=args.embed, writer_shards=2, model="tiny GGUF (tests/fakes)"))
+                 embed_workers=args.embed, writer_shards=2, model="tiny GGUF (tests/fakes)",
+                 via=args.via))
     with scratch("memq-many-", args.keep) as tmp:
         model = write_tiny_gguf(tmp / "tiny.gguf")
         broker = EmbeddedBroker()
         try:
             (many_sent, many) = run_case(tmp / "many", broker.url, model,
                             [(f"agent-{i:03d}", args.notes) for i in range(args.memories)],
-                            args.seed, args.embed, args.timeout)
+                            args.seed, args.embed, args.timeout, args.via)
             broker.close()
             broker = EmbeddedBroker()
             (one_sent, one) = run_case(tmp / "one", broker.url, model,
                            [("solo", args.memories * args.notes)], args.seed, args.embed,
-                           args.timeout)
+                           args.timeout, args.via)
         finally:
             broker.close()
     total = args.memories * args.notes

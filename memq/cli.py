@@ -87,6 +87,8 @@ def _warn(message: str) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    if args.all:
+        return _index_all(args)
     if args.remote:
         return _enqueue_index(args)
     from workers.indexing import run_index
@@ -118,6 +120,92 @@ def cmd_index(args: argparse.Namespace) -> int:
         lines.append(f"job {run.job_id}: embedding continues in the fleet (`memq status`)")
     _emit(args, data, "\n".join(lines))
     return 0
+
+
+def _index_all(args: argparse.Namespace) -> int:
+    """``memq index --all``: every memory of the configuration, one after the other (with
+    ``--remote``: one index job per memory, queued on its shard's ``control`` queue, so each
+    shard's writer runs its memories' passes beside the others'). A memory that cannot be
+    indexed (workspace gone, turned off, no broker, a broken store) is reported and the rest go
+    on; the exit code is 1 when any failed."""
+    from pipeline.catalog import MemoryCatalog
+    from workers.jobs_api import JobError
+
+    if args.agent:
+        print("memq: --all indexes every memory of the configuration; drop --agent/--memory",
+              file=sys.stderr)
+        return 2
+    catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
+    results = []
+    with _RemoteIndexer(args.retry_failed) as remote:
+        for name in catalog.names():
+            try:
+                settings = _existing(catalog.settings(name))
+                done = remote.queue(settings) if args.remote else _index_one(args, settings)
+                results.append({"memory": name, **done})
+            except (MemqError, JobError, ConfigError, OSError) as exc:
+                results.append({"memory": name, "error": str(exc)})
+    lines = [f"{r['memory']}: " + (f"failed: {r['error']}" if "error" in r else r["summary"])
+             for r in results]
+    failed = sum("error" in r for r in results)
+    lines.append(f"{len(results) - failed} of {len(results)} memories "
+                 + ("queued" if args.remote else "indexed")
+                 + (f", {failed} failed" if failed else ""))
+    _emit(args, {"memories": [{k: v for k, v in r.items() if k != "summary"}
+                              for r in results]}, "\n".join(lines))
+    return 1 if failed else 0
+
+
+def _index_one(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """One memory's index pass, here (``memq index``)."""
+    from workers.indexing import run_index
+
+    run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
+                    warn=_warn)
+    r = run.report
+    return {"job": run.job_id, "files": r.files, "changed": r.changed, "deleted": r.deleted,
+            "chunksQueued": r.chunks_queued, "failedChunks": run.failed_chunks,
+            "summary": f"{r.files} files ({r.changed} changed, {r.deleted} deleted), "
+                       f"{r.chunks_queued} chunks queued, {run.seconds:.1f}s"}
+
+
+class _RemoteIndexer:
+    """Queues index jobs on the memories' shards, one broker connection per broker URL."""
+
+    def __init__(self, retry_failed: bool) -> None:
+        self.retry_failed = retry_failed
+        self._fleets: dict[str, Any] = {}
+
+    def queue(self, settings: Settings) -> dict[str, Any]:
+        from kombu.exceptions import OperationalError
+
+        from pipeline.config.redact import redact_url
+        from pipeline.fleet import FleetDispatcher
+        from pipeline.messages import IndexRequest
+        from pipeline.routing import control_queue
+        from workers.jobs_api import EnqueueFailed
+
+        if not settings.broker_url:
+            raise EnqueueFailed("index --remote needs the fleet's broker: set MEMQ_BROKER_URL "
+                                "(or brokerUrl)")
+        fleet = self._fleets.get(settings.broker_url)
+        if fleet is None:
+            fleet = self._fleets[settings.broker_url] = FleetDispatcher(settings.broker_url)
+        shard = settings.fleet.shard_of(settings.agent_id)
+        try:
+            job = fleet.index(IndexRequest(settings.agent_id, self.retry_failed, shard))
+        except OperationalError as exc:
+            raise EnqueueFailed(f"broker {redact_url(settings.broker_url)} did not take the "
+                                f"job: {exc}") from exc
+        return {"job": job, "queue": control_queue(shard),
+                "summary": f"job {job} queued on '{control_queue(shard)}'"}
+
+    def __enter__(self) -> _RemoteIndexer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fleet in self._fleets.values():
+            fleet.close()
 
 
 def _enqueue_index(args: argparse.Namespace) -> int:
@@ -590,6 +678,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true", help="progress bar even when not a tty")
     p.add_argument("--remote", action="store_true",
                    help="enqueue the pass for the writer host (queue control); print the job id")
+    p.add_argument("--all", action="store_true",
+                   help="every memory of the configuration (agents.list, memories, "
+                        "memoriesDir), one after the other; with --remote, a job per memory")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="hybrid search of the memory")
