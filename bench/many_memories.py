@@ -45,12 +45,21 @@ class PendingWatch:
         self.conns: dict[Path, sqlite3.Connection] = {}
 
     def pending(self, path: Path) -> int | None:
-        """Chunks of the store at ``path`` not yet ready (None until the store exists)."""
+        """Chunks of the store at ``path`` not yet ready; None until its index pass has
+        finished (a pass queued with ``--remote`` runs on a writer after the caller returned,
+        and its chunk rows appear while it runs)."""
         if path not in self.conns:
-            if not path.exists():
+            jobs = path.with_name(f"{path.name}.jobs")
+            if not (path.exists() and jobs.exists()):
                 return None
-            self.conns[path] = sqlite3.connect(path, timeout=30)
+            conn = sqlite3.connect(path, timeout=30)
+            conn.execute("ATTACH DATABASE ? AS jobs", (str(jobs),))
+            self.conns[path] = conn
         try:
+            done = self.conns[path].execute(
+                "SELECT count(*) FROM jobs.index_jobs WHERE state = 'done'").fetchone()[0]
+            if not done:
+                return None
             return self.conns[path].execute(
                 "SELECT count(*) FROM chunks WHERE state != 'ready'").fetchone()[0]
         except sqlite3.OperationalError:
