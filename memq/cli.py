@@ -480,12 +480,39 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from workers.watching import run_watch
 
     logging.basicConfig(level=logging.WARNING, format="memq watch: %(message)s")
-    settings = _existing(_settings(args))
-    print(f"memq: watching {settings.workspace} (Ctrl-C to stop)", file=sys.stderr)
+    if args.all and args.agent:
+        print("memq: --all watches every memory of the configuration; drop --agent/--memory",
+              file=sys.stderr)
+        return 2
+    if args.all:
+        watched = _watchable_memories(args)
+        if not watched:
+            print("memq: no memory of the configuration can be watched", file=sys.stderr)
+            return 2
+        print(f"memq: watching {len(watched)} memories: "
+              f"{', '.join(s.agent_id for s in watched)} (Ctrl-C to stop)", file=sys.stderr)
+    else:
+        watched = [_existing(_settings(args))]
+        print(f"memq: watching {watched[0].workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
-    run_watch([settings], polling=args.polling, debounce_s=debounce,
+    run_watch(watched, polling=args.polling, debounce_s=debounce,
               reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat)
     return 0
+
+
+def _watchable_memories(args: argparse.Namespace) -> list[Settings]:
+    """``memq watch --all``: every memory of the configuration that can be watched; each one
+    that cannot (workspace gone, turned off) is named on stderr and left out."""
+    from pipeline.catalog import MemoryCatalog
+
+    catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
+    watched = []
+    for name in catalog.names():
+        try:
+            watched.append(_existing(catalog.settings(name)))
+        except (MemqError, ConfigError) as exc:
+            print(f"memq: not watching {name}: {exc}", file=sys.stderr)
+    return watched
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -721,6 +748,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debounce-ms", type=int, help="quiet time before a batch is indexed")
     p.add_argument("--interval-minutes", type=float,
                    help="full reconcile period (default: sync.intervalMinutes, else 10)")
+    p.add_argument("--all", action="store_true",
+                   help="every memory of the configuration (agents, memories, memoriesDir) "
+                        "in this one process")
     p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser("reindex", parents=[common],

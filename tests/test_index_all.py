@@ -94,3 +94,44 @@ def test_index_all_remote_queues_a_job_per_memory_on_its_shard(
     no_broker = memq("index", "--remote", "--all",
                      env={k: v for k, v in env.items() if k != "MEMQ_BROKER_URL"})
     assert no_broker.returncode == 1 and "needs the fleet's broker" in no_broker.stdout
+
+
+def test_watch_all_follows_every_memory_in_one_process(tmp_path: Path) -> None:
+    """`memq watch --all`: one process follows every watchable memory of the config (the one
+    whose workspace is gone is named and left out); a note saved in each is indexed into its
+    own store."""
+    import signal
+    import sys
+    import time
+
+    config = roster(tmp_path, missing="beta")
+    env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp_path / "home")}
+    refused = memq("watch", "--all", "--agent", "alpha", env=env)
+    assert refused.returncode == 2 and "drop --agent" in refused.stderr
+    log = open(tmp_path / "watch.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "memq.cli", "watch", "--all",
+                             "--debounce-ms", "200"], cwd=REPO, env={**os.environ, **env},
+                            stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (
+                chunks(config, "alpha", env) == chunks(config, "gamma", env) == 1):
+            time.sleep(0.3)
+        assert chunks(config, "alpha", env) == chunks(config, "gamma", env) == 1, \
+            (tmp_path / "watch.log").read_text()
+        for agent in ("alpha", "gamma"):
+            (tmp_path / f"ws-{agent}" / "memory" / "later.md").write_text(
+                f"# later\n\n{agent} saw a kingfisher\n")
+        while time.monotonic() < deadline and not (
+                chunks(config, "alpha", env) == chunks(config, "gamma", env) == 2):
+            time.sleep(0.3)
+        assert chunks(config, "alpha", env) == chunks(config, "gamma", env) == 2, \
+            (tmp_path / "watch.log").read_text()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+        log.close()
+    text = (tmp_path / "watch.log").read_text()
+    assert code == 130, text
+    assert "watching 2 memories: alpha, gamma" in text
+    assert "not watching beta" in text and chunks(config, "beta", env) == 0
