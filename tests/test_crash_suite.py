@@ -13,13 +13,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from pipeline.status import index_status
 from pipeline.store.engine import connect
-from tests.conftest import REPO, write_config
+from tests.conftest import REPO, Fleet, write_config
 from tests.fakes.provider_doubles import ProviderDouble
 from tests.faultkit import damage, kill_tree, pool_children, record, unit, write_corpus
 from tests.indexcheck import index_vs_disk, wait_until
@@ -253,6 +255,44 @@ class PrivateRedis:
         self.proc.wait()
         self.socket.unlink(missing_ok=True)
 
+    def restart(self) -> None:
+        """Killed and started again: a Redis that keeps nothing comes back empty."""
+        self.kill()
+        time.sleep(1.0)
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+
+
+@contextmanager
+def fleet_on_private_redis(tmp_path: Path) -> Iterator[tuple[PrivateRedis, Fleet]]:
+    """A private broker and a :class:`Fleet` on it (workers' logs in ``worker-logs``), both
+    stopped at the end."""
+    broker = PrivateRedis(tmp_path)
+    broker.start()
+    logs = tmp_path / "worker-logs"
+    logs.mkdir()
+    fleet = Fleet(broker.url, {"MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S)}, logs)
+    try:
+        yield broker, fleet
+    finally:
+        fleet.stop()
+        broker.stop()
+
+
+def reconcile_lost(settings, broker_url: str):
+    """One reconcile pass (``memq watch``'s, queues empty): what the broker lost is queued
+    again; its report."""
+    from pipeline.embeddings.registry import choose_provider
+    from pipeline.fleet import FleetDispatcher
+    from workers.watching import WatchService
+
+    with FleetDispatcher(broker_url) as dispatcher:
+        return WatchService(settings, choose_provider(settings), dispatcher, reconcile_s=3600,
+                            lost_after_s=0.0).reconcile()
+
 
 def _pings(client) -> bool:
     try:
@@ -270,51 +310,33 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
     while a ~2,000-chunk index is half done. The workers carry on; the chunks whose messages
     vanished stay pending until a reconcile pass (``memq watch``'s, with the queues empty)
     queues them again, and then the index equals the disk."""
-    from pipeline.embeddings.registry import choose_provider
-    from pipeline.fleet import FleetDispatcher
-    from tests.conftest import Fleet, redis_client
-    from workers.watching import WatchService
+    from tests.conftest import redis_client
 
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     write_corpus(workspace, files=100, lines=20)
-    broker = PrivateRedis(tmp_path)
-    broker.start()
-    logs = tmp_path / "worker-logs"
-    logs.mkdir()
-    fleet = Fleet(broker.url, {"MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S)}, logs)
-    try:
-        with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
-            settings = double_settings(make_settings, workspace, double, broker.url)
-            fleet.start(["store.0"], "writer")
-            fleet.start(["embed.openai"], "embed", concurrency=2)
-            started = time.monotonic()
-            run = run_index(settings, wait=False)
-            wait_until(lambda: [] if _count(settings, "ready") > run.report.chunks_queued // 4
-                       else ["wait"], 60, "a quarter embedded")
-            if fault == "flushdb":
-                redis_client(broker.url).flushdb()
-            else:
-                broker.kill()
-                time.sleep(1.0)
-                broker.start()
-            faulted = time.monotonic()
-            # Whatever was in flight lands; then nothing moves: the rest of the work is gone.
-            time.sleep(3 * 0.08 + 2.0)
-            stuck = index_status(settings)["pending"]
-            assert 0 < stuck < run.report.chunks_queued, "the fault lost nothing to heal"
-            choice = choose_provider(settings)
-            with FleetDispatcher(broker.url) as dispatcher:
-                service = WatchService(settings, choice, dispatcher, reconcile_s=3600,
-                                       lost_after_s=0.0)
-                healed = service.reconcile()
-            assert healed.chunks_requeued == stuck
-            wait_until(lambda: index_vs_disk(settings), 90, f"after reconcile\n{fleet.logs()}")
-            converged = time.monotonic()
-            cost = damage(settings, expected(double))
-    finally:
-        fleet.stop()
-        if broker.proc is not None and broker.proc.poll() is None:
-            broker.kill()
+    with fleet_on_private_redis(tmp_path) as (broker, fleet), \
+            ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
+        settings = double_settings(make_settings, workspace, double, broker.url)
+        fleet.start(["store.0"], "writer")
+        fleet.start(["embed.openai"], "embed", concurrency=2)
+        started = time.monotonic()
+        run = run_index(settings, wait=False)
+        wait_until(lambda: [] if _count(settings, "ready") > run.report.chunks_queued // 4
+                   else ["wait"], 60, "a quarter embedded")
+        if fault == "flushdb":
+            redis_client(broker.url).flushdb()
+        else:
+            broker.restart()
+        faulted = time.monotonic()
+        # Whatever was in flight lands; then nothing moves: the rest of the work is gone.
+        time.sleep(3 * 0.08 + 2.0)
+        stuck = index_status(settings)["pending"]
+        assert 0 < stuck < run.report.chunks_queued, "the fault lost nothing to heal"
+        healed = reconcile_lost(settings, broker.url)
+        assert healed.chunks_requeued == stuck
+        wait_until(lambda: index_vs_disk(settings), 90, f"after reconcile\n{fleet.logs()}")
+        converged = time.monotonic()
+        cost = damage(settings, expected(double))
     record(f"broker {fault} mid-index, healed by reconcile", repetitions=1,
            chunks=run.report.chunks_queued, stuck_pending=stuck, damage=cost,
            total_s=converged - started, converge_after_fault_s=converged - faulted)
@@ -328,42 +350,25 @@ def test_production_workers_survive_broker_restarts(workspace: Path, make_settin
     consumer without an error in its log, none dies, and after a reconcile the index equals
     the disk."""
     from memq.cli import worker_command
-    from pipeline.embeddings.registry import choose_provider
-    from pipeline.fleet import FleetDispatcher
-    from tests.conftest import Fleet
-    from workers.watching import WatchService
 
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     write_corpus(workspace, files=60, lines=20)
-    broker = PrivateRedis(tmp_path)
-    broker.start()
-    logs = tmp_path / "worker-logs"
-    logs.mkdir()
-    fleet = Fleet(broker.url, {"MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S)}, logs)
-    try:
+    with fleet_on_private_redis(tmp_path) as (broker, fleet):
         with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
             settings = double_settings(make_settings, workspace, double, broker.url)
             workers = [fleet.spawn(worker_command("writer", None, None, "INFO"), "writer"),
                        fleet.spawn(worker_command("embed", "openai", 2, "INFO"), "embed")]
             run = run_index(settings, wait=False)
-
-            def reconcile() -> None:  # the restarted broker kept nothing: queue the rest again
-                with FleetDispatcher(broker.url) as dispatcher:
-                    WatchService(settings, choose_provider(settings), dispatcher,
-                                 reconcile_s=3600, lost_after_s=0.0).reconcile()
-
             for _ in range(3):
                 seen = len(double.requests)
                 assert wait_for_request(double, seen), f"no embedding in flight\n{fleet.logs()}"
-                broker.kill()
-                time.sleep(1.0)
-                broker.start()
-                wait_until(lambda: [] if "Connected to" in _tail_after_restart(logs)
+                broker.restart()
+                wait_until(lambda: [] if _all_reconnected(fleet.log_dir)
                            else ["not reconnected"], 30, f"reconnect\n{fleet.logs()}")
                 time.sleep(0.5)  # the in-flight jobs' results land (or are lost) first
-                reconcile()
+                reconcile_lost(settings, broker.url)  # the restarted broker kept nothing
             assert [w.poll() for w in workers] == [None, None], fleet.logs()
-            reconcile()
+            reconcile_lost(settings, broker.url)
             wait_until(lambda: index_vs_disk(settings), 90, f"after reconcile\n{fleet.logs()}")
             assert run.report.chunks_queued > 0
             assert damage(settings, expected(double)).clean
@@ -371,14 +376,9 @@ def test_production_workers_survive_broker_restarts(workspace: Path, make_settin
         assert "Error on restarting" not in log_text, log_text
         assert "AttributeError" not in log_text, log_text
         assert [w.poll() for w in workers] == [None, None]
-    finally:
-        fleet.stop()
-        if broker.proc is not None and broker.proc.poll() is None:
-            broker.kill()
 
 
-def _tail_after_restart(logs: Path) -> str:
-    """What every worker logged since its last "Connection to broker lost"."""
-    tails = [p.read_text(errors="replace").rsplit("Connection to broker lost", 1)[-1]
-             for p in logs.glob("*.log")]
-    return "Connected to" if all("Connected to" in t for t in tails) else ""
+def _all_reconnected(logs: Path) -> bool:
+    """Every worker logged "Connected to" since its last "Connection to broker lost"."""
+    return all("Connected to" in p.read_text(errors="replace").rsplit(
+        "Connection to broker lost", 1)[-1] for p in logs.glob("*.log"))

@@ -4,6 +4,8 @@ and rotated files, and transcripts embedded through real workers."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -108,12 +110,11 @@ def test_session_memory_off_means_no_transcripts(sessions, make_settings, worksp
         memory_get("sessions/abc.jsonl", settings=settings)
 
 
-def test_delta_thresholds_truncation_and_rotation(sessions) -> None:
-    folder, make = sessions
-    settings = make(sync={"sessions": {"deltaBytes": 10_000, "deltaMessages": 50}})
+@contextmanager
+def indexed_session_texts(settings) -> Iterator[Callable[[], str]]:
+    """A function that runs one more producer pass over the store and returns the session
+    chunks' text, joined (the store stays open while the block runs)."""
     choice = choose_provider(settings)
-    path = folder / "s.jsonl"
-    path.write_text(msg("user", "first words about kayaks") + "\n")
     db = connect(settings.store.path)
 
     def texts() -> str:
@@ -121,6 +122,17 @@ def test_delta_thresholds_truncation_and_rotation(sessions) -> None:
         return "\n".join(r[4] for r in _session_rows(db))
 
     try:
+        yield texts
+    finally:
+        db.close()
+
+
+def test_delta_thresholds_truncation_and_rotation(sessions) -> None:
+    folder, make = sessions
+    settings = make(sync={"sessions": {"deltaBytes": 10_000, "deltaMessages": 50}})
+    path = folder / "s.jsonl"
+    path.write_text(msg("user", "first words about kayaks") + "\n")
+    with indexed_session_texts(settings) as texts:
         assert "kayaks" in texts()
         with path.open("a") as f:  # 49 short lines: under both thresholds
             f.writelines(msg("assistant", f"reply {i} mentions walrus") + "\n" for i in range(49))
@@ -139,8 +151,6 @@ def test_delta_thresholds_truncation_and_rotation(sessions) -> None:
         assert "puffins" in texts() and "otters" not in texts()
         path.unlink()
         assert texts() == ""
-    finally:
-        db.close()
 
 
 @pytest.mark.integration
@@ -184,16 +194,9 @@ def test_post_compaction_force_resyncs_under_the_thresholds(sessions, force: boo
         keys["postCompactionForce"] = False
     settings = make(sync={"sessions": keys})
     assert settings.sync.sessions.post_compaction_force is force
-    choice = choose_provider(settings)
     path = folder / "s.jsonl"
     path.write_text(msg("user", "first words about kayaks") + "\n")
-    db = connect(settings.store.path)
-
-    def texts() -> str:
-        index_once(db, settings, choice, None)
-        return "\n".join(r[4] for r in _session_rows(db))
-
-    try:
+    with indexed_session_texts(settings) as texts:
         assert "kayaks" in texts()
         with path.open("a") as f:  # a few lines, far under both thresholds
             f.write(msg("assistant", "the walrus joke") + "\n")
@@ -205,5 +208,3 @@ def test_post_compaction_force_resyncs_under_the_thresholds(sessions, force: boo
         with path.open("a") as f:  # more small growth without a compaction: no sync
             f.write(msg("assistant", "otters now") + "\n")
         assert "otters" not in texts()
-    finally:
-        db.close()
