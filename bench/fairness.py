@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_fleet_args, header, scratch
 from many_memories import start_fleet, stop_fleet
 from notes import bullet
 
@@ -113,8 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=10_000, help="memory A's backfill (10000)")
     ap.add_argument("--saves", type=int, default=20, help="saves in memory B per phase (20)")
-    ap.add_argument("--embed", type=int, default=2, help="embed workers (2)")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds to wait at most (600)")
+    add_fleet_args(ap)
     add_common_args(ap)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))

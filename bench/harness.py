@@ -17,6 +17,12 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
 
 
+def add_fleet_args(ap: argparse.ArgumentParser) -> None:
+    """The flags of the benchmarks that start a fleet of ``memq worker`` processes."""
+    ap.add_argument("--embed", type=int, default=2, help="embed workers (2)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds to wait at most (600)")
+
+
 @contextmanager
 def scratch(prefix: str, keep: bool) -> Iterator[Path]:
     """A temporary folder for stores and workspaces, removed at the end unless ``keep``."""

@@ -15,13 +15,14 @@ import argparse
 import json
 import os
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_fleet_args, header, scratch
 from notes import bullet
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,29 +77,33 @@ class PendingWatch:
             conn.close()
 
 
+def spawn_worker(role_args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A ``memq worker`` in its own process group (so a SIGKILL reaches its pool too)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "memq.cli", "worker", *role_args],
+                                env={**os.environ, **env}, stdout=out, stderr=out, cwd=REPO,
+                                start_new_session=True)
+
+
 def start_fleet(env: dict[str, str], logs: Path, embed: int) -> list[subprocess.Popen]:
     """Writers for shards 0 and 1 and ``embed`` embed workers, as ``memq worker`` processes."""
     argvs = [["--role", "writer", "--shard", "0", "--name", "w0@%h"],
              ["--role", "writer", "--shard", "1", "--name", "w1@%h"]]
     argvs += [["--role", "embed", "--provider", "local", "--name", f"e{i}@%h"]
               for i in range(embed)]
-    procs = []
-    for i, a in enumerate(argvs):
-        with open(logs / f"worker-{i}.log", "ab") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", "memq.cli", "worker", *a],
-                                          env={**os.environ, **env}, stdout=log, stderr=log,
-                                          cwd=REPO))
-    return procs
+    return [spawn_worker(a, env, logs / f"worker-{i}.log") for i, a in enumerate(argvs)]
 
 
 def stop_fleet(procs: list[subprocess.Popen]) -> None:
+    """A warm shutdown for each (all at once), their process groups killed after 20 s."""
     for p in procs:
-        p.terminate()
+        if p.poll() is None:
+            p.terminate()
     for p in procs:
         try:
             p.wait(20)
         except subprocess.TimeoutExpired:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
             p.wait()
 
 
@@ -163,8 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=200, help="memories (200)")
     ap.add_argument("--notes", type=int, default=20, help="notes per memory (20)")
-    ap.add_argument("--embed", type=int, default=2, help="embed workers (2)")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds per case (600)")
+    add_fleet_args(ap)
     ap.add_argument("--via", choices=["library", "remote"], default="library",
                     help="how the memories are asked to index: Memory.index per memory in "
                          "this process (library), or one `memq index --remote --all` (remote)")

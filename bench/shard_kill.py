@@ -20,13 +20,12 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, header, scratch
-from many_memories import write_notes
+from harness import add_common_args, add_fleet_args, header, scratch
+from many_memories import spawn_worker, stop_fleet, write_notes
 
 REPO = Path(__file__).resolve().parent.parent
 # How long Redis keeps the killed writer's unacknowledged message before handing it out again
@@ -46,24 +45,6 @@ def agents_per_shard(per_shard: int) -> dict[int, list[str]]:
             out[shard_of(name, 2)].append(name)
         i += 1
     return out
-
-
-def spawn(role_args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """A ``memq worker`` in its own process group (so SIGKILL reaches its pool process too)."""
-    with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "memq.cli", "worker", *role_args],
-                                env={**os.environ, **env}, stdout=out, stderr=out, cwd=REPO,
-                                start_new_session=True)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def counts(path: Path) -> dict[str, int]:
@@ -111,8 +92,7 @@ def main() -> None:
     ap.add_argument("--kill-at", type=float, default=0.2,
                     help="kill shard 1's writer once this share of its chunks has vectors (0.2)")
     ap.add_argument("--down", type=float, default=10, help="seconds the writer stays dead (10)")
-    ap.add_argument("--embed", type=int, default=2, help="embed workers (2)")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds to wait at most (600)")
+    add_fleet_args(ap)
     add_common_args(ap)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
@@ -148,11 +128,12 @@ def main() -> None:
         logs = tmp / "logs"
         logs.mkdir()
         writer1 = ["--role", "writer", "--shard", "1", "--name", "w1@%h"]
-        procs = [spawn(["--role", "writer", "--shard", "0", "--name", "w0@%h"], env,
-                       logs / "w0.log"),
-                 *(spawn(["--role", "embed", "--provider", "local", "--name", f"e{i}@%h"], env,
-                         logs / f"e{i}.log") for i in range(args.embed))]
-        w1 = spawn(writer1, env, logs / "w1.log")
+        writer0 = ["--role", "writer", "--shard", "0", "--name", "w0@%h"]
+        embeds = [["--role", "embed", "--provider", "local", "--name", f"e{i}@%h"]
+                  for i in range(args.embed)]
+        procs = [spawn_worker(writer0, env, logs / "w0.log"),
+                 *(spawn_worker(e, env, logs / f"e{i}.log") for i, e in enumerate(embeds))]
+        w1 = spawn_worker(writer1, env, logs / "w1.log")
         settings = {a: load_settings(config_file=config, agent=a, env=env) for a in order}
         expected = {a: expected_chunks(s) for a, s in settings.items()}
         total = {k: sum(expected[a] for a in v) for k, v in shards.items()}
@@ -181,7 +162,7 @@ def main() -> None:
             while time.monotonic() - killed_at < args.down:
                 time.sleep(1.0)
                 timeline.append((time.perf_counter() - t0, "shard 1 down", ready()))
-            w1 = spawn(writer1, env, logs / "w1-restarted.log")
+            w1 = spawn_worker(writer1, env, logs / "w1-restarted.log")
             timeline.append((time.perf_counter() - t0, "shard 1's writer restarted", ready()))
             time.sleep(1.0)
             while (now := ready()) != total:
@@ -192,8 +173,7 @@ def main() -> None:
                 time.sleep(1.0)
             timeline.append((time.perf_counter() - t0, "all chunks have vectors", now))
         finally:
-            for proc in (*procs, w1):
-                stop(proc)
+            stop_fleet([*procs, w1])
             broker.close()
         final = {a: counts(s.store.path) for a, s in settings.items()}
     print(f"chunks per shard: shard 0 {total[0]}, shard 1 {total[1]}; shard 1's writer "
