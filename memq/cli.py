@@ -128,22 +128,22 @@ def _index_all(args: argparse.Namespace) -> int:
     shard's writer runs its memories' passes beside the others'). A memory that cannot be
     indexed (workspace gone, turned off, no broker, a broken store) is reported and the rest go
     on; the exit code is 1 when any failed."""
-    from pipeline.catalog import MemoryCatalog
     from workers.jobs_api import JobError
 
     if args.agent:
         print("memq: --all indexes every memory of the configuration; drop --agent/--memory",
               file=sys.stderr)
         return 2
-    catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
     results = []
     with _RemoteIndexer(args.retry_failed) as remote:
-        for name in catalog.names():
+        for name, settings in _memories_of_config(args):
+            if isinstance(settings, str):
+                results.append({"memory": name, "error": settings})
+                continue
             try:
-                settings = _existing(catalog.settings(name))
                 done = remote.queue(settings) if args.remote else _index_one(args, settings)
                 results.append({"memory": name, **done})
-            except (MemqError, JobError, ConfigError, OSError) as exc:
+            except (MemqError, JobError, OSError) as exc:
                 results.append({"memory": name, "error": str(exc)})
     lines = [f"{r['memory']}: " + (f"failed: {r['error']}" if "error" in r else r["summary"])
              for r in results]
@@ -503,16 +503,28 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def _watchable_memories(args: argparse.Namespace) -> list[Settings]:
     """``memq watch --all``: every memory of the configuration that can be watched; each one
     that cannot (workspace gone, turned off) is named on stderr and left out."""
+    watched = []
+    for name, settings in _memories_of_config(args):
+        if isinstance(settings, str):
+            print(f"memq: not watching {name}: {settings}", file=sys.stderr)
+        else:
+            watched.append(settings)
+    return watched
+
+
+def _memories_of_config(args: argparse.Namespace) -> list[tuple[str, Settings | str]]:
+    """Every memory of the configuration (``--all``), in its order: its settings, or why it
+    cannot be used (workspace gone, turned off, bad keys)."""
     from pipeline.catalog import MemoryCatalog
 
     catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
-    watched = []
+    out: list[tuple[str, Settings | str]] = []
     for name in catalog.names():
         try:
-            watched.append(_existing(catalog.settings(name)))
+            out.append((name, _existing(catalog.settings(name))))
         except (MemqError, ConfigError) as exc:
-            print(f"memq: not watching {name}: {exc}", file=sys.stderr)
-    return watched
+            out.append((name, str(exc)))
+    return out
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
