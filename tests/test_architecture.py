@@ -27,6 +27,7 @@ PACKAGES = ("pipeline", "workers", "memq")
 ALLOWED: dict[str, set[str]] = {
     "pipeline.errors": set(),
     "pipeline.routing": set(),
+    "pipeline.broker_fixes": set(),
     "pipeline.results": set(),
     "pipeline.messages": {"pipeline.errors"},
     "pipeline.config": {"pipeline.errors", "pipeline.routing"},
@@ -46,7 +47,8 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline.dispatch": {"pipeline.errors", "pipeline.messages", "pipeline.config",
                           "pipeline.embeddings", "pipeline.store", "pipeline.batch"},
     "pipeline.fleet": {"pipeline.errors", "pipeline.messages", "pipeline.routing",
-                       "pipeline.config", "pipeline.store", "pipeline.batch"},
+                       "pipeline.config", "pipeline.store", "pipeline.batch",
+                       "pipeline.broker_fixes"},
     "pipeline.memory": {"pipeline.errors", "pipeline.messages", "pipeline.routing",
                         "pipeline.results", "pipeline.config", "pipeline.embeddings",
                         "pipeline.store", "pipeline.batch", "pipeline.search",

