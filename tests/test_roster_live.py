@@ -42,7 +42,11 @@ def memories_dir_config(tmp_path: Path, *names: str) -> Path:
 
 def chunks(config: Path, memory: str, env: dict[str, str]) -> int:
     """How many chunks memory ``memory``'s store holds (0 without a store)."""
-    path = load_settings(config_file=config, agent=memory, env=env).store.path
+    return store_chunks(load_settings(config_file=config, agent=memory, env=env).store.path)
+
+
+def store_chunks(path: Path) -> int:
+    """How many chunks the store at ``path`` holds (0 without a store)."""
     if not path.exists():
         return 0
     conn = sqlite3.connect(path)
@@ -155,6 +159,7 @@ def test_watch_all_follows_agents_added_to_and_removed_from_the_config(
     watches.append(watch)
     watch.wait(lambda: chunks(config, "alpha", env) == chunks(config, "beta", env) == 1,
                "alpha and beta indexed")
+    beta_store = load_settings(config_file=config, agent="beta", env=env).store.path
 
     # gamma added, beta removed, delta added before OpenClaw made its workspace
     agents_config(config, tmp_path, ["alpha", "gamma", "delta"])
@@ -169,12 +174,7 @@ def test_watch_all_follows_agents_added_to_and_removed_from_the_config(
     watch.wait(lambda: chunks(config, "gamma", env) == 2 and chunks(config, "alpha", env) == 2,
                "the new notes of alpha (still watched) and gamma (added) indexed")
     time.sleep(2)  # beta's note would be indexed after the debounce by now if beta were watched
-    beta_store = tmp_path / "stores" / "beta.sqlite"
-    conn = sqlite3.connect(beta_store)
-    try:
-        assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
-    finally:
-        conn.close()
+    assert store_chunks(beta_store) == 1
     assert watch.stop() == 130, watch.text()
     text = watch.text()
     assert "watching 2 memories: alpha, beta" in text
@@ -205,11 +205,7 @@ def test_watch_all_follows_memory_folders_and_names_the_unwatchable(
     watch.wait(lambda: "stopped watching alice" in watch.text(), "alice dropped")
     (tmp_path / "gone-alice" / "memory" / "later.md").write_text("# later\n\nalice saw a lynx\n")
     time.sleep(2)
-    conn = sqlite3.connect(alice_store)
-    try:
-        assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
-    finally:
-        conn.close()
+    assert store_chunks(alice_store) == 1
     assert watch.stop() == 130, watch.text()
     text = watch.text()
     assert "watching 2 memories: main, alice" in text and "now watching bob" in text
