@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.config import load_settings, read_roster
 from tests.conftest import REPO, Fleet
 from tests.test_fleet import memq_argv, nodes_on, wait_for
 
@@ -46,12 +46,14 @@ def chunks(config: Path, memory: str, env: dict[str, str]) -> int:
 
 
 def store_chunks(path: Path) -> int:
-    """How many chunks the store at ``path`` holds (0 without a store)."""
+    """How many chunks the store at ``path`` holds (0 without a store, or one being made)."""
     if not path.exists():
         return 0
     conn = sqlite3.connect(path)
     try:
         return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    except sqlite3.OperationalError:  # its schema is not written yet
+        return 0
     finally:
         conn.close()
 
@@ -65,6 +67,29 @@ def base_env(config: Path, tmp_path: Path) -> dict[str, str]:
     return {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp_path / "data"),
             "HOME": str(tmp_path / "home"), "MEMQ_WORKSPACE": "", "MEMQ_AGENT_ID": "",
             "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+
+
+def test_a_roster_says_when_its_file_or_memories_dir_changed(tmp_path: Path) -> None:
+    """Adding or removing a ``memoriesDir`` sub-folder changes the roster's version (the
+    folder's mtime); a note written inside a memory does not; editing the file does."""
+    config = memories_dir_config(tmp_path, "alice")
+    env = base_env(config, tmp_path)
+    roster = read_roster(config, env)
+    assert roster.served == ["main", "alice"] and not roster.changed()
+    (tmp_path / "team" / "alice" / "memory" / "later.md").write_text("- alice saw a lynx\n")
+    assert not roster.changed()
+    add_memory(tmp_path / "team" / "Bob", "bob keeps goats")
+    assert roster.changed()
+    roster = read_roster(config, env)
+    assert roster.served == ["main", "bob", "alice"] and not roster.changed()
+    (tmp_path / "team" / "Bob").rename(tmp_path / "Bob")
+    assert roster.changed()
+    roster = read_roster(config, env)
+    assert not roster.changed()
+    os.utime(config, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert roster.changed()
+    with pytest.raises(Exception, match="unknown memory"):
+        read_roster(config, env).require("bob")
 
 
 @pytest.mark.integration
@@ -160,6 +185,8 @@ def test_watch_all_follows_agents_added_to_and_removed_from_the_config(
     watch.wait(lambda: chunks(config, "alpha", env) == chunks(config, "beta", env) == 1,
                "alpha and beta indexed")
     beta_store = load_settings(config_file=config, agent="beta", env=env).store.path
+    config.write_text('{"agents": {"list": [')  # saved half-way: watch goes on as it was
+    watch.wait(lambda: "cannot read the configuration again" in watch.text(), "the bad save")
 
     # gamma added, beta removed, delta added before OpenClaw made its workspace
     agents_config(config, tmp_path, ["alpha", "gamma", "delta"])
@@ -184,7 +211,7 @@ def test_watch_all_follows_agents_added_to_and_removed_from_the_config(
 
 
 @pytest.mark.integration
-def test_watch_all_follows_memory_folders_and_names_the_unwatchable(
+def test_watch_all_follows_memory_folders_added_and_removed(
         tmp_path: Path, broker_url: str, watches: list[Watch]) -> None:
     config = memories_dir_config(tmp_path, "alice")
     env = {**base_env(config, tmp_path), "MEMQ_BROKER_URL": broker_url}

@@ -212,17 +212,33 @@ class LiveRoster:
         self._next = time.monotonic() + check_s
         #: The reason last given for each memory that cannot be watched (named once each).
         self.named = dict(self.current.unwatchable)
+        self._failed: str | None = None
 
     def poll(self) -> Reading | None:
-        """A new reading when one is due and the configuration changed, else None."""
+        """A new reading when one is due and the configuration changed, else None. A
+        configuration that cannot be read (a syntax error, half-saved) is logged once and
+        the memories are watched on as they were; it is read again at the next check."""
         now = time.monotonic()
         if now < self._next:
             return None
         self._next = now + self.check_s
         if not self.current.changed():
             return None
-        self.current = self._read()
-        return self.current
+        try:
+            reading = self._read()
+        except Exception as exc:  # keep watching what is watched; say so once
+            if str(exc) != self._failed:
+                log.warning("cannot read the configuration again, watching on as before: %s",
+                            exc)
+                self._failed = str(exc)
+            return None
+        self._failed = None
+        self.current = reading
+        return reading
+
+    def check_now(self) -> None:
+        """Make the next :meth:`poll` look at the configuration whatever the time."""
+        self._next = 0.0
 
     def newly_unwatchable(self) -> dict[str, str]:
         """The memories of the current reading that cannot be watched and were not named yet
@@ -270,7 +286,7 @@ class WatchGroup:
                     except FleetError:
                         raise
                     except Exception:  # one memory's failure must not stop the others
-                        log.exception("watching %s failed this turn", service.settings.agent_id)
+                        self._failed(service)
         finally:
             for service in self._started:
                 service.watcher.observer.stop()
@@ -278,6 +294,18 @@ class WatchGroup:
                 service.watcher.observer.join(timeout=5)
             for service in self.services:
                 service.close()
+
+    def _failed(self, service: WatchService) -> None:
+        """Log a failed turn of ``service``: briefly when its workspace is gone (removed with
+        its memory, most likely: the roster is then looked at right away)."""
+        workspace = service.settings.workspace
+        if workspace.is_dir():
+            log.exception("watching %s failed this turn", service.settings.agent_id)
+            return
+        log.warning("watching %s failed this turn: its workspace %s is gone",
+                    service.settings.agent_id, workspace)
+        if self.roster is not None:
+            self.roster.check_now()
 
     def _start(self, service: WatchService) -> None:
         service.watcher.start()
