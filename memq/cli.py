@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import ConfigError, Settings, load_settings
 from pipeline.errors import (
@@ -21,6 +22,10 @@ from pipeline.errors import (
     WorkspaceMissing,
     memory_disabled,
 )
+
+if TYPE_CHECKING:
+    from pipeline.catalog import MemoryCatalog
+    from workers.watching import Reading
 
 ROLES = ("writer", "embed", "batch")
 
@@ -477,47 +482,61 @@ def cmd_memories(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     import logging
 
-    from workers.watching import run_watch
+    from workers.watching import LiveRoster, run_watch
 
     logging.basicConfig(level=logging.WARNING, format="memq watch: %(message)s")
     if args.all and args.agent:
         print("memq: --all watches every memory of the configuration; drop --agent/--memory",
               file=sys.stderr)
         return 2
+    roster: LiveRoster | None = None
     if args.all:
-        watched = _watchable_memories(args)
+        roster = LiveRoster(lambda: _watch_reading(args))
+        for name, why in roster.current.unwatchable.items():
+            print(f"memq: not watching {name}: {why}", file=sys.stderr)
+        watched = roster.current.watchable
         if not watched:
             print("memq: no memory of the configuration can be watched", file=sys.stderr)
             return 2
         print(f"memq: watching {len(watched)} memories: "
-              f"{', '.join(s.agent_id for s in watched)} (Ctrl-C to stop)", file=sys.stderr)
+              f"{', '.join(s.agent_id for s in watched)} (Ctrl-C to stop; memories added to "
+              "or removed from the configuration are followed)", file=sys.stderr)
     else:
         watched = [_existing(_settings(args))]
         print(f"memq: watching {watched[0].workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
     run_watch(watched, polling=args.polling, debounce_s=debounce,
-              reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat)
+              reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat, roster=roster)
     return 0
 
 
-def _watchable_memories(args: argparse.Namespace) -> list[Settings]:
-    """``memq watch --all``: every memory of the configuration that can be watched; each one
-    that cannot (workspace gone, turned off) is named on stderr and left out."""
-    watched = []
-    for name, settings in _memories_of_config(args):
-        if isinstance(settings, str):
-            print(f"memq: not watching {name}: {settings}", file=sys.stderr)
-        else:
-            watched.append(settings)
-    return watched
-
-
-def _memories_of_config(args: argparse.Namespace) -> list[tuple[str, Settings | str]]:
-    """Every memory of the configuration (``--all``), in its order: its settings, or why it
-    cannot be used (workspace gone, turned off, bad keys)."""
+def _watch_reading(args: argparse.Namespace) -> Reading:
+    """``memq watch --all``: every memory of the configuration, each with its settings or why
+    it cannot be watched; read again when the config file or its ``memoriesDir`` changes, or
+    when the missing workspace of one of them appears."""
     from pipeline.catalog import MemoryCatalog
+    from workers.watching import Reading
 
     catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
+    memories = _memories_of_config(args, catalog)
+    absent = []
+    for name, settings in memories:
+        if isinstance(settings, str):
+            with contextlib.suppress(MemqError, ConfigError):
+                wanted = catalog.settings(name)
+                if wanted.enabled and not wanted.workspace.is_dir():
+                    absent.append(wanted.workspace)
+    return Reading(tuple(memories),
+                   lambda: catalog.changed() or any(path.is_dir() for path in absent))
+
+
+def _memories_of_config(args: argparse.Namespace, catalog: MemoryCatalog | None = None
+                        ) -> list[tuple[str, Settings | str]]:
+    """Every memory of the configuration (``--all``; its ``catalog`` when read already), in
+    its order: its settings, or why it cannot be used (workspace gone, turned off, bad keys)."""
+    from pipeline.catalog import MemoryCatalog
+
+    catalog = catalog or MemoryCatalog(config_file=args.config, workspace=args.workspace)
     out: list[tuple[str, Settings | str]] = []
     for name in catalog.names():
         try:

@@ -94,6 +94,12 @@ class MemoryCatalog:
         listed = self.roster.names if self.roster is not None else []
         return list(dict.fromkeys([self.default, *listed]))
 
+    def changed(self) -> bool:
+        """Whether the configuration's memories may have changed since this catalog read
+        them: its file, or its ``memoriesDir`` folder (a sub-folder added or removed), is
+        another version now (a ``stat`` each; read a new catalog to see how)."""
+        return self.roster is not None and self.roster.changed()
+
     def settings(self, name: str | None = None) -> Settings:
         """The settings of memory ``name`` (any spelling of it; None: the default);
         :class:`~pipeline.errors.UnknownMemory` for a name the configuration does not list."""

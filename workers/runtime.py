@@ -19,7 +19,8 @@ import redis
 from celery import Task
 from celery.signals import worker_process_init
 
-from pipeline.config import Settings, listed_agents, load_settings
+from pipeline.config import Settings, load_settings, read_roster
+from pipeline.config.roster import Stamp, stamp_of, stamps_changed
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
@@ -46,7 +47,7 @@ class WorkerRuntime:
         self._settings: dict[str, Settings] = {}
         self._own: Settings | None = None
         self._roster: list[str] | None = None
-        self._config_stamp: tuple[object, ...] | None = None
+        self._stamps: tuple[Stamp, ...] = ()
         self._providers = ProviderPool()
         self._stores: StorePool | None = None
         self._fleet: FleetDispatcher | None = None
@@ -56,11 +57,12 @@ class WorkerRuntime:
     def settings_for(self, memory: str) -> Settings:
         """The settings of ``memory``, from this worker's own environment and config file.
 
-        When that config lists its memories (an openclaw.json's ``agents.list``), a memory it
-        does not list is refused (:class:`MessageRefused`): a message cannot make a worker
-        invent one. Settings are kept between messages and read again when the config file
-        they came from changes (its mtime, size or inode), so a memory added to the config is
-        served without restarting the worker.
+        When that config lists its memories (an openclaw.json's ``agents.list``, memq's
+        ``memories`` or ``memoriesDir``), a memory it does not list is refused
+        (:class:`MessageRefused`): a message cannot make a worker invent one. Settings are kept
+        between messages and read again when the config file they came from changes (its
+        mtime, size or inode) or its ``memoriesDir`` folder does (a sub-folder added or
+        removed), so a memory added to the config is served without restarting the worker.
         """
         with self._lock:
             self._follow_config()
@@ -75,21 +77,29 @@ class WorkerRuntime:
             return self._settings[memory]
 
     def _follow_config(self) -> None:
-        """Forget every memory's settings when the config file they came from changed (one
-        ``stat``: cheap enough for every message)."""
-        if self._own is not None and _stamp(self._own.config_file) != self._config_stamp:
+        """Forget every memory's settings when the config file they came from, or its
+        ``memoriesDir`` folder, changed (a ``stat`` each: cheap enough for every message)."""
+        if self._own is not None and stamps_changed(self._stamps):
             self._settings.clear()
-            self._own, self._roster, self._config_stamp = None, None, None
+            self._own, self._roster, self._stamps = None, None, ()
 
     def _own_settings(self) -> Settings:
         if self._own is None:
             self._own = load_settings()
-            self._config_stamp = _stamp(self._own.config_file)
+            if self._own.config_file is not None:
+                self._stamps = (stamp_of(self._own.config_file),)
         return self._own
 
     def _listed(self, own: Settings) -> list[str]:
         if self._roster is None:
-            self._roster = listed_agents(own.config_file)
+            if own.config_file is None:
+                self._roster = []
+            else:
+                read = read_roster(own.config_file, os.environ)
+                # The file's stamp from when ``own`` was read wins: a change in between is
+                # then seen by the next message.
+                self._stamps = tuple({s[0]: s for s in (*read.stamps, *self._stamps)}.values())
+                self._roster = read.served
         return self._roster
 
     def default_memory(self) -> str:
@@ -169,17 +179,6 @@ class WorkerRuntime:
         """Forget what the parent process built: a forked child builds its own."""
         with self._lock:
             self._reset()
-
-
-def _stamp(path: os.PathLike[str] | None) -> tuple[object, ...] | None:
-    """What identifies a version of the config file at ``path``: mtime, size and inode."""
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (str(path),)
-    return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 runtime = WorkerRuntime()

@@ -8,10 +8,16 @@ crashed. A pending chunk counts as lost when both its queues are empty and it wa
 than ``lost_after_s`` ago: nothing can still be carrying it except a job being worked on right
 now, and embedding that one twice is harmless (every write is idempotent). A rebuild under way
 (a configuration change, ``memq reindex``) is driven to its swap from the same loop.
+
+``memq watch --all`` follows the configuration too (:class:`LiveRoster`): every few seconds a
+``stat`` of the config file and its ``memoriesDir`` folder says whether its memories may have
+changed; then it reads them again, starts watching the new ones and stops watching the ones
+that are gone, leaving the others running.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -41,6 +47,8 @@ DEFAULT_RECONCILE_MINUTES = 10
 LOST_AFTER_S = 60.0
 REBUILD_POLL_S = 1.0
 HEARTBEAT_S = 5.0
+#: How often a running ``watch --all`` looks whether its configuration's memories changed.
+ROSTER_CHECK_S = 2.0
 
 
 @dataclass
@@ -172,6 +180,75 @@ class WatchService:
 
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One reading of the memories a configuration names, as ``memq watch --all`` follows
+    them: each by name with its settings, or the reason it cannot be watched (workspace gone,
+    turned off); and ``changed``, which says (with a few ``stat`` calls) whether reading again
+    could give another answer (the config file or its ``memoriesDir`` folder changed, a
+    missing workspace appeared)."""
+
+    memories: tuple[tuple[str, Settings | str], ...]
+    changed: Callable[[], bool]
+
+    @property
+    def watchable(self) -> list[Settings]:
+        """The settings of every memory that can be watched, in order."""
+        return [s for _, s in self.memories if not isinstance(s, str)]
+
+    @property
+    def unwatchable(self) -> dict[str, str]:
+        """Why each memory that cannot be watched cannot, by name."""
+        return {name: s for name, s in self.memories if isinstance(s, str)}
+
+
+class LiveRoster:
+    """The memories a :class:`WatchGroup` follows: read once now, and again when the last
+    reading says it changed (looked at every ``check_s`` at most)."""
+
+    def __init__(self, read: Callable[[], Reading], check_s: float = ROSTER_CHECK_S) -> None:
+        self._read, self.check_s = read, check_s
+        self.current = read()
+        self._next = time.monotonic() + check_s
+        #: The reason last given for each memory that cannot be watched (named once each).
+        self.named = dict(self.current.unwatchable)
+        self._failed: str | None = None
+
+    def poll(self) -> Reading | None:
+        """A new reading when one is due and the configuration changed, else None. A
+        configuration that cannot be read (a syntax error, half-saved) is logged once and
+        the memories are watched on as they were; it is read again at the next check."""
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self.check_s
+        if not self.current.changed():
+            return None
+        try:
+            reading = self._read()
+        except Exception as exc:  # keep watching what is watched; say so once
+            if str(exc) != self._failed:
+                log.warning("cannot read the configuration again, watching on as before: %s",
+                            exc)
+                self._failed = str(exc)
+            return None
+        self._failed = None
+        self.current = reading
+        return reading
+
+    def check_now(self) -> None:
+        """Make the next :meth:`poll` look at the configuration whatever the time."""
+        self._next = 0.0
+
+    def newly_unwatchable(self) -> dict[str, str]:
+        """The memories of the current reading that cannot be watched and were not named yet
+        for that reason (each such reason is remembered: the next call leaves it out)."""
+        fresh = {n: why for n, why in self.current.unwatchable.items()
+                 if self.named.get(n) != why}
+        self.named = dict(self.current.unwatchable)
+        return fresh
+
+
 class WatchGroup:
     """The watch services of many memories, driven by one loop in one thread.
 
@@ -179,38 +256,111 @@ class WatchGroup:
     cannot set up native file events (inotify's instance or watch limit, a network file
     system) polls its folders instead, and a failing pass of one memory is logged without
     stopping the others. ``heartbeat`` is touched by the loop itself.
+
+    With a ``roster`` (and ``build``, which makes the service of a memory), the group follows
+    the configuration: a memory that appears in it is watched (``build`` is called for it), one
+    that leaves it (or can no longer be watched) is stopped and dropped; the others run on
+    untouched.
     """
 
     def __init__(self, services: list[WatchService], *, heartbeat: Path | None = None,
-                 tick_s: float = 0.1) -> None:
+                 tick_s: float = 0.1, roster: LiveRoster | None = None,
+                 build: Callable[[Settings], WatchService] | None = None) -> None:
         self.services, self.heartbeat, self.tick_s = services, heartbeat, tick_s
+        self.roster, self.build = roster, build
         self._stop = threading.Event()
         self._next_beat = 0.0
+        self._started: list[WatchService] = []
 
     def run(self) -> None:
         """Start every watcher, then step them all until :meth:`stop`."""
-        started: list[WatchService] = []
         try:
             for service in self.services:
-                service.watcher.start()
-                service.record_mode()
-                started.append(service)
+                self._start(service)
             while not self._stop.wait(self.tick_s):
                 self._beat()
+                self._follow()
                 for service in self.services:
                     try:
                         service.watcher.step()
                     except FleetError:
                         raise
                     except Exception:  # one memory's failure must not stop the others
-                        log.exception("watching %s failed this turn", service.settings.agent_id)
+                        self._failed(service)
         finally:
-            for service in started:
+            for service in self._started:
                 service.watcher.observer.stop()
-            for service in started:
+            for service in self._started:
                 service.watcher.observer.join(timeout=5)
             for service in self.services:
                 service.close()
+
+    def _failed(self, service: WatchService) -> None:
+        """Log a failed turn of ``service``: briefly when its workspace is gone (removed with
+        its memory, most likely: the roster is then looked at right away)."""
+        workspace = service.settings.workspace
+        if workspace.is_dir():
+            log.exception("watching %s failed this turn", service.settings.agent_id)
+            return
+        log.warning("watching %s failed this turn: its workspace %s is gone",
+                    service.settings.agent_id, workspace)
+        if self.roster is not None:
+            self.roster.check_now()
+
+    def _start(self, service: WatchService) -> None:
+        service.watcher.start()
+        self._started.append(service)
+        service.record_mode()
+
+    def _follow(self) -> None:
+        """Start and stop services as the configuration's memories changed (when it did)."""
+        if self.roster is None or self.build is None or self.roster.poll() is None:
+            return
+        reading = self.roster.current
+        wanted = dict(reading.memories)
+        dropped = set()
+        for service in list(self.services):
+            name = service.settings.agent_id
+            if name not in wanted or isinstance(wanted[name], str):
+                self._drop(service, str(wanted.get(name, "no longer in the configuration")))
+                dropped.add(name)
+        for name, why in self.roster.newly_unwatchable().items():
+            if name not in dropped:
+                log.warning("not watching %s: %s", name, why)
+        running = {s.settings.agent_id for s in self.services}
+        for settings in reading.watchable:
+            if settings.agent_id not in running:
+                self._add(settings)
+
+    def _add(self, settings: Settings) -> None:
+        assert self.build is not None
+        service: WatchService | None = None
+        try:
+            service = self.build(settings)
+            self.services.append(service)
+            self._start(service)
+        except FleetError:
+            raise
+        except Exception as exc:  # one memory that cannot be watched must not stop the rest
+            if service is not None:
+                self._drop(service, None)
+            log.warning("not watching %s: %s", settings.agent_id, exc)
+            return
+        log.warning("now watching %s (%s)", settings.agent_id, settings.workspace)
+
+    def _drop(self, service: WatchService, why: str | None) -> None:
+        """Stop watching ``service``'s memory and forget it (``why`` is logged)."""
+        self.services.remove(service)
+        if service in self._started:
+            self._started.remove(service)
+            with contextlib.suppress(Exception):
+                service.watcher.observer.stop()
+                service.watcher.observer.join(timeout=5)
+        try:
+            service.close()
+        finally:
+            if why is not None:
+                log.warning("stopped watching %s: %s", service.settings.agent_id, why)
 
     def _beat(self) -> None:
         now = time.monotonic()
@@ -230,21 +380,23 @@ class WatchGroup:
 def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
               debounce_s: float | None = None, reconcile_minutes: float | None = None,
               heartbeat: Path | None = None,
-              on_start: Callable[[WatchGroup], None] | None = None) -> dict[str, WatchStats]:
+              on_start: Callable[[WatchGroup], None] | None = None,
+              roster: LiveRoster | None = None) -> dict[str, WatchStats]:
     """Watch the workspaces of ``memories`` until interrupted, with the fleet's broker (one
     connection shared by all) or embedded fleets (one per provider and shard).
 
     ``polling`` None follows each memory's ``watch.polling``; ``heartbeat`` is a file touched
     every few seconds by the loop, for a container health check. A memory turned off
-    (``enabled = false``) is not watched.
+    (``enabled = false``) is not watched. With a ``roster`` (``memq watch --all``), memories
+    added to the configuration later are watched too and removed ones are stopped.
     """
     for off in (m for m in memories if not m.enabled):
         log.warning("not watching %s: memory is disabled (enabled = false)", off.agent_id)
     memories = [m for m in memories if m.enabled]
     with ExitStack() as stack:
         dispatchers: dict[tuple[str, ...], FleetDispatcher] = {}
-        services = []
-        for settings in memories:
+
+        def build(settings: Settings) -> WatchService:
             choice = choose_provider(settings)
             minutes = (reconcile_minutes or settings.sync.interval_minutes
                        or DEFAULT_RECONCILE_MINUTES)
@@ -260,9 +412,11 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
                 dispatcher = dispatchers[key]
                 if not dispatcher.durable:  # its jobs die with it: let the next run queue them
                     stack.callback(_forget_queued, settings)
-            services.append(WatchService(settings, choice, dispatcher, reconcile_s=minutes * 60,
-                                         polling=polling, debounce_s=debounce_s))
-        group = WatchGroup(services, heartbeat=heartbeat)
+            return WatchService(settings, choice, dispatcher, reconcile_s=minutes * 60,
+                                polling=polling, debounce_s=debounce_s)
+
+        group = WatchGroup([build(settings) for settings in memories], heartbeat=heartbeat,
+                           roster=roster, build=build)
         if on_start is not None:
             on_start(group)
         group.run()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from pipeline.config.roster import (
     memq_roster,
     openclaw_roster,
     openclaw_workspace,
+    stamp_of,
 )
 
 
@@ -258,15 +260,17 @@ def listed_agents(path: Path | None, env: Mapping[str, str] | None = None) -> li
     that config. Empty when the file names none (any name is then its own memory)."""
     if path is None:
         return []
-    roster = read_roster(path, os.environ if env is None else env)
-    if not roster.closed:
-        return []
-    return list(dict.fromkeys([roster.default, *roster.names]))
+    return read_roster(path, os.environ if env is None else env).served
 
 
 def read_roster(path: Path, env: Mapping[str, str]) -> Roster:
-    """The :class:`~pipeline.config.roster.Roster` of the config file at ``path``."""
+    """The :class:`~pipeline.config.roster.Roster` of the config file at ``path``, stamped
+    (the file, and its ``memoriesDir`` folder) so :meth:`Roster.changed` can tell when to
+    read it again."""
+    before = stamp_of(path)
     data = read_file(path)
     if _is_openclaw(path, data):
-        return openclaw_roster(data, str(path))
-    return memq_roster(data, path, env)
+        roster = openclaw_roster(data, str(path))
+    else:
+        roster = memq_roster(data, path, env)
+    return replace(roster, stamps=(before, *roster.stamps))

@@ -12,6 +12,11 @@ memq's own file keeps its top-level settings as its own memory (``agentId``, ``m
 default) and may name more: ``memories`` (a list of tables with ``name``, ``workspace`` and any
 memorySearch keys as overrides) and ``memoriesDir`` (a folder whose sub-folders are workspaces,
 each a memory named after its folder, canonicalised like an agent id).
+
+A roster records what it was read from (:attr:`Roster.stamps`: the file, and the
+``memoriesDir`` folder, whose mtime changes when a sub-folder is added or removed), so a
+long-running process can tell with a ``stat`` or two whether to read it again
+(:meth:`Roster.changed`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,24 @@ ENTRY_KEYS = ("name", "workspace")
 #: Settings of the whole fleet: a memory of memq's file cannot override them.
 FLEET_WIDE = ("agentId", "brokerUrl", "memories", "memoriesDir", "fleet.shards")
 
+#: One version of a file or folder: its path, then its mtime (ns), size and inode (the path
+#: alone when it cannot be read).
+Stamp = tuple[object, ...]
+
+
+def stamp_of(path: str | os.PathLike[str]) -> Stamp:
+    """The version of the file or folder at ``path`` (one ``stat``)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (str(path),)
+    return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def stamps_changed(stamps: Sequence[Stamp]) -> bool:
+    """Whether any file or folder ``stamps`` were taken of is another version now."""
+    return any(stamp_of(str(stamp[0])) != stamp for stamp in stamps)
+
 
 @dataclass(frozen=True)
 class Listed:
@@ -61,11 +84,25 @@ class Roster:
     default: str
     closed: bool
     source: str
+    #: What it was read from, each stamped before it was read (see :meth:`changed`).
+    stamps: tuple[Stamp, ...] = ()
 
     @property
     def names(self) -> list[str]:
         """Every memory's name, the default first when it is listed."""
         return [m.name for m in self.listed]
+
+    @property
+    def served(self) -> list[str]:
+        """The memories a fleet serves under this file: the default, then every listed one;
+        empty when the file names none (any name is then its own memory)."""
+        return list(dict.fromkeys([self.default, *self.names])) if self.closed else []
+
+    def changed(self) -> bool:
+        """Whether the file or ``memoriesDir`` folder it was read from changed since (a
+        ``stat`` each; a sub-folder added to or removed from ``memoriesDir`` changes the
+        folder's mtime)."""
+        return stamps_changed(self.stamps)
 
     def find(self, name: str) -> Listed | None:
         """The memory ``name`` (any spelling of its id) names, or None."""
@@ -220,6 +257,7 @@ def memq_roster(data: Mapping[str, Any], path: Path, env: Mapping[str, str]) -> 
     else:
         default = DEFAULT_AGENT_ID
     listed: dict[str, Listed] = {}
+    stamps: tuple[Stamp, ...] = ()
 
     def add(memory: Listed) -> None:
         if memory.name == default:
@@ -250,12 +288,13 @@ def memq_roster(data: Mapping[str, Any], path: Path, env: Mapping[str, str]) -> 
         if not root.is_dir():
             raise ConfigError(f"memoriesDir: {root} is not a folder (in {source})",
                               key="memoriesDir", source=source)
+        stamps = (stamp_of(root),)  # before listing it: a sub-folder added meanwhile shows
         for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             name = normalize_agent_id_strict(sub.name)
             if name is not None:
                 add(Listed(name, f"memoriesDir/{sub.name}", {}, str(sub)))
     return Roster(tuple(listed.values()), default, bool(listed) or memories is not None
-                  or folder is not None, source)
+                  or folder is not None, source, stamps)
 
 
 def _memq_entry(entry: Any, display: str, source: str) -> Listed:
