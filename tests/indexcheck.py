@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from pipeline.config import Settings
+from pipeline.config import Settings, load_settings
 from pipeline.ingest.sources import memory_files
 from pipeline.store import schema
 from pipeline.store.engine import connect
@@ -54,3 +56,21 @@ def wait_until(check: Callable[[], list[str]], timeout: float, what: str = "") -
         time.sleep(0.3)
         problems = check()
     assert not problems, f"{what}: {problems}"
+
+
+def chunks(config: Path, memory: str, env: dict[str, str]) -> int:
+    """How many chunks memory ``memory``'s store holds (0 without a store)."""
+    return store_chunks(load_settings(config_file=config, agent=memory, env=env).store.path)
+
+
+def store_chunks(path: Path) -> int:
+    """How many chunks the store at ``path`` holds (0 without a store, or one being made)."""
+    if not path.exists():
+        return 0
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    except sqlite3.OperationalError:  # its schema is not written yet
+        return 0
+    finally:
+        conn.close()

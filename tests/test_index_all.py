@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from pipeline.config import load_settings
 from tests.conftest import REPO, Fleet
+from tests.indexcheck import chunks
 from tests.test_fleet import memq_argv, nodes_on, wait_for
 
 AGENTS = ("alpha", "beta", "gamma")
@@ -37,17 +37,6 @@ def roster(tmp_path: Path, missing: str | None = None) -> Path:
             "path": str(tmp_path / "stores" / "{agentId}.sqlite")}}},
         "list": listed}}))
     return config
-
-
-def chunks(config: Path, agent: str, env: dict[str, str]) -> int:
-    path = load_settings(config_file=config, agent=agent, env=env).store.path
-    if not path.exists():
-        return 0
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    finally:
-        conn.close()
 
 
 def memq(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

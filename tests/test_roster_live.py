@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 
 from pipeline.config import load_settings, read_roster
 from tests.conftest import REPO, Fleet
+from tests.indexcheck import chunks, store_chunks
 from tests.test_fleet import memq_argv, nodes_on, wait_for
 
 
@@ -38,24 +38,6 @@ def memories_dir_config(tmp_path: Path, *names: str) -> Path:
     config = tmp_path / "memq.toml"
     config.write_text('workspace = "own"\nprovider = "none"\nmemoriesDir = "team"\n')
     return config
-
-
-def chunks(config: Path, memory: str, env: dict[str, str]) -> int:
-    """How many chunks memory ``memory``'s store holds (0 without a store)."""
-    return store_chunks(load_settings(config_file=config, agent=memory, env=env).store.path)
-
-
-def store_chunks(path: Path) -> int:
-    """How many chunks the store at ``path`` holds (0 without a store, or one being made)."""
-    if not path.exists():
-        return 0
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    except sqlite3.OperationalError:  # its schema is not written yet
-        return 0
-    finally:
-        conn.close()
 
 
 def memq(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
