@@ -166,6 +166,37 @@ def test_memory_folder_deleted_and_recreated_is_watched_again(tmp_path: Path,
         thread.join(10)
 
 
+def test_workspace_deleted_and_recreated_keeps_native_events(tmp_path: Path,
+                                                             make_settings) -> None:
+    """A workspace that vanishes is not an inotify limit: the watcher keeps native events (no
+    fall-back to polling) and watches the workspace again once it is back."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    _tree(ws)
+    settings = make_settings(ws, provider="none")
+    batches: list[set[Path]] = []
+    watcher = Watcher(settings, batches.append, debounce_s=0.3)
+    thread = threading.Thread(target=watcher.run)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        shutil.rmtree(ws)
+        time.sleep(0.5)  # a few loop turns without the workspace
+        assert not watcher.polling, watcher.polling_reason
+        ws.mkdir()
+        time.sleep(0.5)  # the loop schedules the workspace again
+        (ws / "MEMORY.md").write_text("back\n")
+        deadline = time.monotonic() + 10
+        while not any(ws / "MEMORY.md" in b for b in batches) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(ws / "MEMORY.md" in b for b in batches), batches
+        assert not watcher.polling, watcher.polling_reason
+    finally:
+        watcher.stop()
+        thread.join(10)
+
+
 def test_sync_watch_false_watches_nothing(tmp_path: Path, make_settings) -> None:
     ws = tmp_path / "ws"
     _tree(ws)

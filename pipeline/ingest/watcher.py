@@ -111,9 +111,10 @@ class _Handler(FileSystemEventHandler):
 
 
 def watch_targets(settings: Settings) -> list[tuple[Path, bool]]:
-    """(folder, recursive) pairs to watch; folders that do not exist yet are skipped."""
+    """(folder, recursive) pairs to watch; folders that do not exist (yet, or any more: a
+    deleted workspace) are skipped."""
     workspace = settings.workspace
-    targets: list[tuple[Path, bool]] = [(workspace, False)]
+    targets: list[tuple[Path, bool]] = [(workspace, False)] if workspace.is_dir() else []
     memory = workspace / "memory"
     if memory.is_dir() and not memory.is_symlink():
         targets.append((memory, True))
@@ -211,8 +212,11 @@ class Watcher:
         for folder, recursive in watch_targets(self.settings):
             if folder in self._watched:
                 continue
-            self._watched[folder] = self.observer.schedule(self._handler, str(folder),
-                                                           recursive=recursive)
+            try:
+                self._watched[folder] = self.observer.schedule(self._handler, str(folder),
+                                                               recursive=recursive)
+            except FileNotFoundError:  # deleted since it was listed: the next turn sees
+                continue
             added.append(folder)
         return added
 
