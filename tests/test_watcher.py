@@ -4,8 +4,11 @@ real watchdog observers (inotify and polling) turning file changes into batches.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -133,68 +136,59 @@ def test_observer_turns_changes_into_one_settled_batch(tmp_path: Path, make_sett
     assert not any("node_modules" in p.parts for p in batch)
 
 
-def test_memory_folder_deleted_and_recreated_is_watched_again(tmp_path: Path,
-                                                              make_settings) -> None:
-    import shutil
-
-    ws = tmp_path / "ws"
+@contextmanager
+def running_watcher(ws: Path, make_settings) -> Iterator[tuple[Watcher, list[set[Path]]]]:
+    """A native watcher of the tree ``_tree`` makes at ``ws``, running in a thread; its
+    batches, appended as they come."""
     _tree(ws)
-    settings = make_settings(ws, provider="none")
     batches: list[set[Path]] = []
-    watcher = Watcher(settings, batches.append, debounce_s=0.3)
+    watcher = Watcher(make_settings(ws, provider="none"), batches.append, debounce_s=0.3)
     thread = threading.Thread(target=watcher.run)
     thread.start()
-
-    def wait_for(path: Path) -> bool:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if any(path in b for b in batches):
-                return True
-            time.sleep(0.05)
-        return False
-
     try:
         time.sleep(0.3)
-        shutil.rmtree(ws / "memory")
-        assert wait_for(ws / "memory")
-        (ws / "memory").mkdir()
-        time.sleep(0.5)  # the new folder is picked up by the loop
-        (ws / "memory" / "again.md").write_text("back\n")
-        assert wait_for(ws / "memory" / "again.md"), batches
+        yield watcher, batches
     finally:
         watcher.stop()
         thread.join(10)
+
+
+def in_a_batch(path: Path, batches: list[set[Path]], timeout: float = 10) -> bool:
+    """Whether ``path`` is in one of ``batches`` within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(path in b for b in batches):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_memory_folder_deleted_and_recreated_is_watched_again(tmp_path: Path,
+                                                              make_settings) -> None:
+    ws = tmp_path / "ws"
+    with running_watcher(ws, make_settings) as (_, batches):
+        shutil.rmtree(ws / "memory")
+        assert in_a_batch(ws / "memory", batches)
+        (ws / "memory").mkdir()
+        time.sleep(0.5)  # the new folder is picked up by the loop
+        (ws / "memory" / "again.md").write_text("back\n")
+        assert in_a_batch(ws / "memory" / "again.md", batches), batches
 
 
 def test_workspace_deleted_and_recreated_keeps_native_events(tmp_path: Path,
                                                              make_settings) -> None:
     """A workspace that vanishes is not an inotify limit: the watcher keeps native events (no
     fall-back to polling) and watches the workspace again once it is back."""
-    import shutil
-
     ws = tmp_path / "ws"
-    _tree(ws)
-    settings = make_settings(ws, provider="none")
-    batches: list[set[Path]] = []
-    watcher = Watcher(settings, batches.append, debounce_s=0.3)
-    thread = threading.Thread(target=watcher.run)
-    thread.start()
-    try:
-        time.sleep(0.3)
+    with running_watcher(ws, make_settings) as (watcher, batches):
         shutil.rmtree(ws)
         time.sleep(0.5)  # a few loop turns without the workspace
         assert not watcher.polling, watcher.polling_reason
         ws.mkdir()
         time.sleep(0.5)  # the loop schedules the workspace again
         (ws / "MEMORY.md").write_text("back\n")
-        deadline = time.monotonic() + 10
-        while not any(ws / "MEMORY.md" in b for b in batches) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert any(ws / "MEMORY.md" in b for b in batches), batches
+        assert in_a_batch(ws / "MEMORY.md", batches), batches
         assert not watcher.polling, watcher.polling_reason
-    finally:
-        watcher.stop()
-        thread.join(10)
 
 
 def test_sync_watch_false_watches_nothing(tmp_path: Path, make_settings) -> None:
