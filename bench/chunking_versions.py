@@ -96,14 +96,15 @@ def sub_collection(source: Path, target: Path, queries: int, docs: int) -> tuple
     return len(kept_queries), len(chosen)
 
 
-def measure(collection: Path, work: Path, threads: int) -> dict[str, Any]:
+def measure(collection: Path, work: Path, threads: int, modes: list[str]) -> dict[str, Any]:
     """Index ``collection`` into ``work`` with the chunker in effect; chunk figures, index
-    time and nDCG@10 per mode."""
+    time and nDCG@10 per mode (keyword alone: no embeddings, ``provider: none``)."""
     from memq.evaluation import beir
     from memq.evaluation.workspace import EvalWorkspace
 
     data = beir.load_collection(collection, "test")
-    space = EvalWorkspace(work, {"provider": "local", "local": {"threads": threads}})
+    space = EvalWorkspace(work, {"provider": "none"} if modes == ["keyword"] else
+                          {"provider": "local", "local": {"threads": threads}})
     files, ids = beir.memory_files(data.corpus)
     space.sync_files(files)
     started = time.monotonic()
@@ -112,11 +113,11 @@ def measure(collection: Path, work: Path, threads: int) -> dict[str, Any]:
     try:
         chunks, chars, longest = indexed.db.conn.execute(
             "SELECT count(*), sum(length(text)), max(length(text)) FROM chunks").fetchone()
-        scores = beir.score_modes(space, indexed, data, ids, MODES)
+        scores = beir.score_modes(space, indexed, data, ids, modes)
     finally:
         indexed.close()
     return {"chunks": chunks, "chars": chars, "longest": longest, "index_s": index_s,
-            "ndcg": {m: scores[m]["nDCG@10"] for m in MODES}}
+            "ndcg": {m: scores[m]["nDCG@10"] for m in modes}}
 
 
 def main() -> None:
@@ -126,10 +127,15 @@ def main() -> None:
     ap.add_argument("--collections", default="scifact:0:1000,nfcorpus:30:1500",
                     help="name:queries:docs,... under ../shared/eval (queries 0 = all)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="search modes to score (keyword alone indexes without embeddings)")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    if unknown := set(modes) - set(MODES):
+        raise SystemExit(f"unknown mode(s): {', '.join(sorted(unknown))} (known: {MODES})")
     old = old_chunker(args.before)
     print(header("chunking versions", before=args.before,
-                 collections=args.collections, threads=args.threads))
+                 collections=args.collections, threads=args.threads, modes=args.modes))
     with scratch("memq-chunking-", args.keep) as root:
         for spec in args.collections.split(","):
             name, queries, docs = spec.split(":")
@@ -137,13 +143,14 @@ def main() -> None:
             n_queries, n_docs = sub_collection(EVAL / name, folder, int(queries), int(docs))
             print(f"\n{name} test: {n_queries} queries, {n_docs} documents")
             print(f"{'chunker':<12}{'chunks':>8}{'chars':>11}{'longest':>9}{'index s':>9}"
-                  + "".join(f"{'nDCG ' + m:>15}" for m in MODES))
+                  + "".join(f"{'nDCG ' + m:>15}" for m in modes))
             rows = {}
             for label, module in (("before", old), ("version 2", None)):
                 with chunker(module):
-                    r = rows[label] = measure(folder, root / f"{name}-{label}", args.threads)
+                    r = rows[label] = measure(folder, root / f"{name}-{label}", args.threads,
+                                              modes)
                 print(f"{label:<12}{r['chunks']:>8,}{r['chars']:>11,}{r['longest']:>9,}"
-                      f"{r['index_s']:>9.1f}" + "".join(f"{r['ndcg'][m]:>15.4f}" for m in MODES),
+                      f"{r['index_s']:>9.1f}" + "".join(f"{r['ndcg'][m]:>15.4f}" for m in modes),
                       flush=True)
             b, a = rows["before"], rows["version 2"]
             print(f"after/before: chunks {a['chunks'] / b['chunks']:.3f}, chars "
