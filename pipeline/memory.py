@@ -380,7 +380,7 @@ class Memory:
         try:
             schema.ensure_schema(db)
             check_owner(db, self.owner, claim=True)
-            with joblog.opened(self.settings.store.path) as log_db, \
+            with joblog.opened(self.settings.store.path, store=db) as log_db, \
                     joblog.logged(log_db, run.job_id, origin,
                                   host or socket.gethostname()) as counts:
                 self._produce(run, db, choice, wait=wait, retry_failed=retry_failed,

@@ -31,6 +31,29 @@ def test_the_probe_reports_fts5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     db.close()
 
 
+def test_fts5_is_probed_once_per_process(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """FTS5 is a property of the SQLite library, not of a file: a process opening many stores
+    probes it once (per driver and ``MEMQ_SQLITE_WITHOUT_FTS5`` setting)."""
+    from pipeline.store import engine
+
+    probes: list[object] = []
+    real = engine._probe_fts5
+    monkeypatch.setattr(engine, "_probe_fts5", lambda conn: (probes.append(conn), real(conn))[1])
+    monkeypatch.setattr(engine, "_fts_probes", {})  # as in a process that probed nothing yet
+    for name in "abc":
+        db = connect(tmp_path / f"{name}.sqlite")
+        assert db.fts_ok is True
+        db.close()
+    assert len(probes) == 1
+    monkeypatch.setenv(OFF, "1")
+    for name in "de":
+        db = connect(tmp_path / f"{name}.sqlite")
+        assert db.fts_ok is False and "FTS5" in db.fts_error
+        db.close()
+    assert len(probes) == 2
+
+
 def test_index_and_search_are_vector_only(tmp_path: Path, workspace: Path, make_settings,
                                           tiny_model: Path, monkeypatch) -> None:
     monkeypatch.setenv(OFF, "1")

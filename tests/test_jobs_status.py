@@ -88,6 +88,34 @@ def test_job_rows_kept_in_an_older_store_are_carried_over(tmp_path: Path) -> Non
     assert joblog.log_path(store).exists()
 
 
+def test_an_index_pass_prepares_the_job_log_once(workspace: Path, make_settings,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pass creates the job log's table once, not again for its start and its finish
+    (schema work a process indexing many memories would pay for each)."""
+    settings = make_settings(workspace, provider="none")
+    prepared: list[Path] = []
+    real = joblog.ensure_table
+    monkeypatch.setattr(joblog, "ensure_table", lambda db: (prepared.append(db.path), real(db)))
+    run = run_index(settings)
+    assert prepared == [joblog.log_path(settings.store.path)]
+    with joblog.opened(settings.store.path) as log:
+        assert joblog.get_job(log, run.job_id)["state"] == "done"
+
+
+def test_an_older_store_indexed_again_keeps_its_job_rows(workspace: Path,
+                                                         make_settings) -> None:
+    """A store an older memq logged its jobs in, indexed by this one: the old rows are carried
+    over into the job log, beside the new run."""
+    settings = make_settings(workspace, provider="none")
+    old = connect(settings.store.path)
+    joblog.record_start(old, "before-upgrade", "local", None)
+    joblog.record_finish(old, "before-upgrade", {"files": 4})
+    old.close()
+    run = run_index(settings)
+    with joblog.opened(settings.store.path) as log:
+        assert [j["id"] for j in joblog.recent_jobs(log)] == [run.job_id, "before-upgrade"]
+
+
 def test_writer_role_consumes_store_and_control() -> None:
     argv = worker_command("writer", None, None, "INFO")
     assert argv[argv.index("-Q") + 1] == "store.0,control.0" and argv[argv.index("-c") + 1] == "1"

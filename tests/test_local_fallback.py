@@ -136,3 +136,25 @@ def test_a_whole_model_passes_the_check(tiny_model: Path) -> None:
     from pipeline.embeddings.gguf_check import check_gguf
 
     check_gguf(tiny_model)  # raises if the check were wrong about a good file
+
+
+def test_an_unchanged_model_is_read_once_per_process(tiny_model: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process indexing many memories with one model reads its header once; a file
+    changed since is read again, and a broken one is refused every time (never remembered)."""
+    from pipeline.embeddings import gguf_check
+    from pipeline.embeddings.registry import check_local_model
+
+    model = tmp_path / "copy.gguf"
+    model.write_bytes(tiny_model.read_bytes())
+    reads: list[Path] = []
+    real = gguf_check.check_gguf
+    monkeypatch.setattr(gguf_check, "check_gguf", lambda p: (reads.append(p), real(p))[1])
+    for _ in range(3):
+        check_local_model(model)
+    assert len(reads) == 1
+    model.write_bytes(model.read_bytes()[:-200])  # cut short in place: same path, new size
+    for _ in range(2):
+        with pytest.raises(ProviderUnavailable, match="not a loadable GGUF"):
+            check_local_model(model)
+    assert len(reads) == 3

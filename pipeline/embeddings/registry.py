@@ -83,20 +83,46 @@ def _local(settings: Settings, model_path: str | None) -> EmbeddingProvider:
     return provider
 
 
+#: Models found whole by :func:`check_local_model`, by path and stat (see ``_model_stamp``).
+_whole_models: set[tuple[object, ...]] = set()
+_WHOLE_MODELS_MAX = 64
+
+
+def _model_stamp(path: Path) -> tuple[object, ...] | None:
+    """What tells a model file apart from its replacement: path, device, inode, size, and
+    modification and change times (None when it cannot be read)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def check_local_model(path: Path) -> None:
     """Refuse a GGUF that llama.cpp would fail to load (truncated, not a GGUF, unknown tensor
     types) like a missing one, with :class:`ProviderUnavailable` naming the file: the caller
     goes to the ``fallback`` (or, for ``auto``, the remote providers) instead of sending every
-    chunk to workers that cannot load it."""
-    from pipeline.embeddings.gguf_check import check_gguf
+    chunk to workers that cannot load it.
+
+    A file found whole is remembered for this process by its path and stat, so indexing many
+    memories with one model reads its header once; a file changed since (another size, inode
+    or time) is read again, and a broken one is never remembered."""
+    from pipeline.embeddings import gguf_check
     from pipeline.embeddings.gguf_header import GGUFHeaderError
 
+    stamp = _model_stamp(path)
+    if stamp is not None and stamp in _whole_models:
+        return
     try:
-        check_gguf(path)
+        gguf_check.check_gguf(path)
     except (GGUFHeaderError, OSError) as exc:
         raise ProviderUnavailable(f"local model {path} is not a loadable GGUF file ({exc}); "
                                   "replace it (a downloaded hf:/URL model: delete it and "
                                   "`memq index` downloads it again)") from None
+    if stamp is not None and _model_stamp(path) == stamp:  # not replaced while it was read
+        if len(_whole_models) >= _WHOLE_MODELS_MAX:
+            _whole_models.clear()
+        _whole_models.add(stamp)
 
 
 def remote_class(name: str) -> type:

@@ -5,9 +5,10 @@ driver falls back from the stdlib to ``pysqlite3`` (pysqlite3-binary) to ``sqlea
 driver can load sqlite-vec, the store still works: vectors go to a plain table and are searched
 in-process, and :class:`Database` says why in ``vector_error``.
 
-FTS5 is probed on every connection (``CREATE VIRTUAL TABLE temp.… USING fts5``). A SQLite
-built without it still opens the store: it is created without the keyword index, search is
-vector-only (OpenClaw: "fall back to pure vector"), and ``fts_error`` says why. Setting
+FTS5 is probed on a process's first connection (``CREATE VIRTUAL TABLE temp.… USING fts5``;
+it is a property of the SQLite library). A SQLite built without it still opens the store: it
+is created without the keyword index, search is vector-only (OpenClaw: "fall back to pure
+vector"), and ``fts_error`` says why. Setting
 ``MEMQ_SQLITE_WITHOUT_FTS5=1`` makes every connection refuse FTS5 tables (an SQLite
 authorizer), as such a build would: an internal switch for tests of that path.
 """
@@ -101,6 +102,20 @@ def _refuse_fts5(action: int, arg1: Any, arg2: Any, *_: Any) -> int:
     return _SQLITE_OK
 
 
+#: What :func:`_probe_fts5` found, per (driver, ``MEMQ_SQLITE_WITHOUT_FTS5`` setting).
+_fts_probes: dict[tuple[str, str], str | None] = {}
+
+
+def _fts5_reason(conn: Any, driver: str) -> str | None:
+    """Whether this process's SQLite has FTS5 (None) or why not, probed on the first
+    connection only: it is a property of the library, and a process indexing many memories
+    would otherwise pay a probe for every store and job log it opens."""
+    key = (driver, os.environ.get(WITHOUT_FTS5_ENV, "").strip())
+    if key not in _fts_probes:
+        _fts_probes[key] = _probe_fts5(conn)
+    return _fts_probes[key]
+
+
 def _probe_fts5(conn: Any) -> str | None:
     """None when FTS5 tables can be created on ``conn``, else why not."""
     try:
@@ -185,7 +200,7 @@ def connect(path: Path | str, *, want_vectors: bool | str = True) -> Database:
     conn.create_function("memq_fts_text", 1, _fts_text, deterministic=True)
     if os.environ.get(WITHOUT_FTS5_ENV, "").strip() not in ("", "0"):
         conn.set_authorizer(_refuse_fts5)
-    fts_reason = _probe_fts5(conn)
+    fts_reason = _fts5_reason(conn, name)
     vector_ok = False
     if not want_vectors:
         vec_reason = "vector search disabled by store.vector.enabled=false"
@@ -195,8 +210,9 @@ def connect(path: Path | str, *, want_vectors: bool | str = True) -> Database:
     elif vec_reason is None:
         _load_vec(conn)
         vector_ok = True
-    _enable_wal(conn, module)
+    # NORMAL before the switch: a new file's switch to WAL then skips a sync it does not need.
     conn.execute("PRAGMA synchronous=NORMAL")
+    _enable_wal(conn, module)
     conn.execute("PRAGMA foreign_keys=ON")
     return Database(conn, path, name, vector_ok, vec_reason, module,
                     want_vectors if vector_ok else False, fts_reason is None, fts_reason)

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
 
 KEEP_JOBS = 200
+T = TypeVar("T")
 
 DDL = """
 CREATE TABLE IF NOT EXISTS index_jobs (
@@ -59,18 +60,28 @@ def log_path(store_path: Path) -> Path:
 
 
 @contextmanager
-def opened(store_path: Path) -> Iterator[Database]:
-    """The job log of the store at ``store_path``, created (and seeded) on first use."""
+def opened(store_path: Path, store: Database | None = None) -> Iterator[Database]:
+    """The job log of the store at ``store_path``, created (and seeded) on first use.
+
+    ``store``: the store's connection when the caller holds one open (an index pass), so a
+    new log learns whether the store has older rows to carry over without opening it again.
+    """
     path = log_path(store_path)
     fresh = not path.exists()
     db = connect(path, want_vectors=False)
     try:
         ensure_table(db)
-        if fresh and store_path.exists():
+        if fresh and store_path.exists() and (store is None or _has_old_rows(store)):
             _import_from_store(db, store_path)
         yield db
     finally:
         db.close()
+
+
+def _has_old_rows(store: Database) -> bool:
+    """Whether the store kept an ``index_jobs`` table itself (an older memq did)."""
+    return store.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                              "name = 'index_jobs'").fetchone() is not None
 
 
 def _import_from_store(db: Database, store_path: Path) -> None:
@@ -87,9 +98,25 @@ def _import_from_store(db: Database, store_path: Path) -> None:
         db.conn.execute("DETACH DATABASE store")
 
 
+def _with_table(db: Database, work: Callable[[], T]) -> T:
+    """Run ``work``; on a log without its table yet (a connection that did not come from
+    :func:`opened`), create the table and run it again. A log from :func:`opened` has it, so
+    a pass does its schema work once, not for every record."""
+    try:
+        return work()
+    except db.operational_error as exc:
+        if "no such table" not in str(exc):
+            raise
+    ensure_table(db)
+    return work()
+
+
 def record_start(db: Database, job_id: str, kind: str, host: str | None) -> None:
     """Mark ``job_id`` running (again, if a redelivery runs it a second time)."""
-    ensure_table(db)
+    _with_table(db, lambda: _start(db, job_id, kind, host))
+
+
+def _start(db: Database, job_id: str, kind: str, host: str | None) -> None:
     with schema.transaction(db) as conn:
         conn.execute(
             "INSERT INTO index_jobs(id, kind, state, host, started_at) VALUES (?, ?, 'running', "
@@ -104,8 +131,11 @@ def record_start(db: Database, job_id: str, kind: str, host: str | None) -> None
 def record_finish(db: Database, job_id: str, counts: dict[str, int] | None = None,
                   error: str | None = None) -> None:
     """Mark ``job_id`` done with its counts, or failed with ``error``."""
-    ensure_table(db)
     counts = counts or {}
+    _with_table(db, lambda: _finish(db, job_id, counts, error))
+
+
+def _finish(db: Database, job_id: str, counts: dict[str, int], error: str | None) -> None:
     with schema.transaction(db) as conn:
         conn.execute(
             f"UPDATE index_jobs SET state = ?, finished_at = ?, error = ?, "
@@ -132,8 +162,7 @@ def logged(db: Database, job_id: str, kind: str, host: str | None) -> Iterator[d
 
 
 def _dicts(db: Database, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
-    ensure_table(db)
-    cursor = db.conn.execute(sql, params)
+    cursor = _with_table(db, lambda: db.conn.execute(sql, params))
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
