@@ -314,9 +314,11 @@ class WatchGroup:
 
     def _follow(self) -> None:
         """Start and stop services as the configuration's memories changed (when it did)."""
-        if self.roster is None or self.build is None or self.roster.poll() is None:
+        if self.roster is None or self.build is None:
             return
-        reading = self.roster.current
+        reading = self.roster.poll()
+        if reading is None:
+            return
         wanted = dict(reading.memories)
         dropped = set()
         for service in list(self.services):
