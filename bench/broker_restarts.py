@@ -13,6 +13,10 @@ new line and the memory is asked to index (what the broker lost before is queued
 and started again after a random pause of 0-1 s. A worker that died is counted and started
 again, so every round sees a full fleet. At the end: reconcile until nothing is pending.
 Printed per fleet: worker deaths, log lines naming AttributeError, chunks pending at the end.
+
+``--broker rabbitmq`` runs the same rounds against a private RabbitMQ node (SIGKILLed and
+started again; it keeps what it had written to disk), with memq's workers only: the repairs
+are to kombu's Redis transport, which a RabbitMQ fleet does not use.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def run_fleet(tmp: Path, args: argparse.Namespace, repaired: bool) -> dict:
     from pipeline.memory import Memory
     from pipeline.status import index_status
     from tests.fakes.provider_doubles import ProviderDouble
-    from tests.faultkit import PrivateRedis
+    from tests.faultkit import PrivateRabbit, PrivateRedis
     from workers.watching import WatchService
 
     rng = random.Random(args.seed)
@@ -86,7 +90,7 @@ def run_fleet(tmp: Path, args: argparse.Namespace, repaired: bool) -> dict:
         "chunking": {"tokens": 32, "overlap": 0},
         "store": {"path": str(tmp / "store.sqlite")}}},
         "list": [{"id": "main", "default": True, "workspace": str(tmp / "ws")}]}}))
-    broker = PrivateRedis(tmp)
+    broker = PrivateRedis(tmp) if args.broker == "redis" else PrivateRabbit(tmp)
     broker.start()
     env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"), "MEMQ_FLEET_SHARDS": "1",
            "MEMQ_BROKER_URL": broker.url, "OPENAI_API_KEY": API_KEY,
@@ -144,16 +148,22 @@ def main() -> None:
     ap.add_argument("--notes", type=int, default=200, help="notes in the memory (200)")
     ap.add_argument("--latency", type=float, default=0.3,
                     help="seconds the provider double takes per request (0.3)")
+    ap.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis",
+                    help="the broker that is killed: redis (default) or rabbitmq")
     add_fleet_args(ap)
     add_common_args(ap)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
 
-    print(header("broker-restarts", restarts=args.restarts, notes=args.notes,
-                 embed_workers=f"{args.embed} x concurrency 2", latency_s=args.latency))
+    print(header("broker-restarts", broker=args.broker, restarts=args.restarts,
+                 notes=args.notes, embed_workers=f"{args.embed} x concurrency 2",
+                 latency_s=args.latency))
+    fleets = [("memq (kombu repaired)", True), ("kombu as shipped", False)]
+    if args.broker == "rabbitmq":
+        fleets = [("memq", True)]
     rows = []
     with scratch("memq-restarts-", args.keep) as tmp:
-        for name, repaired in (("memq (kombu repaired)", True), ("kombu as shipped", False)):
+        for name, repaired in fleets:
             rows.append((name, run_fleet(tmp / name.split()[0], args, repaired)))
     print(f"{'workers':<24}{'restarts':>9}{'deaths':>8}{'AttributeError lines':>22}"
           f"{'pending at end':>16}")

@@ -631,10 +631,20 @@ def worker_command(role: str, provider: str | None, concurrency: int | None,
             raise SystemExit(f"memq: {provider} has no batch API (only "
                              f"{', '.join(BATCH_PROVIDERS)})")
         # Batch tasks are short HTTP calls (a poll never sleeps): a few at once is plenty.
-        return worker_argv([batch_queue(provider)], name or f"batch-{provider}@%h",
+        return worker_argv([batch_queue(provider)], name or own_node_name(f"batch-{provider}"),
                            concurrency=concurrency or 2, loglevel=loglevel)
-    return worker_argv([embed_queue(provider)], name or f"embed-{provider}@%h",
+    return worker_argv([embed_queue(provider)], name or own_node_name(f"embed-{provider}"),
                        concurrency=concurrency or 1, loglevel=loglevel)
+
+
+def own_node_name(prefix: str) -> str:
+    """A node name no other process on this host has: ``<prefix>-<pid>@<host>``.
+
+    Embed and batch workers scale by starting more of them; on RabbitMQ two nodes of one name
+    cannot both hold the node's control queue (the second dies with RESOURCE_LOCKED), and on
+    Redis Flower and ``memq status`` would count them as one.
+    """
+    return f"{prefix}-{os.getpid()}@%h"
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -810,8 +820,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "gemini, voyage, mistral, ollama) or a batch worker (openai, gemini, voyage)")
     p.add_argument("--concurrency", type=int)
     p.add_argument("--loglevel", default="INFO")
-    p.add_argument("--name", help="Celery node name (default writer@%%h / embed-PROVIDER@%%h / "
-                                  "batch-PROVIDER@%%h); give each worker on one host its own")
+    p.add_argument("--name", help="Celery node name (default writer@%%h, embed-PROVIDER-PID@%%h, "
+                                  "batch-PROVIDER-PID@%%h)")
     p.add_argument("--shard", type=int, action="append", metavar="N",
                    help="a writer shard this writer owns (repeat for several; default: all "
                         "fleet.shards)")

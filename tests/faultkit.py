@@ -15,6 +15,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -181,6 +182,77 @@ class PrivateRedis:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
+
+
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+
+
+class PrivateRabbit:
+    """A RabbitMQ node of this test's own (its own node name, ports and data folder beside the
+    machine's RabbitMQ), so it can be SIGKILLed and started again; what it keeps on disk
+    (durable queues, persistent messages it had written) it keeps over a restart."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder / "rabbitmq"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.port, dist_port = _free_port(), _free_port()
+        (self.folder / "rabbit.conf").write_text(f"listeners.tcp.default = {self.port}\n")
+        (self.folder / "plugins").write_text("[].\n")
+        (self.folder / "advanced.config").write_text("[].\n")
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}//"
+        self.env = {**os.environ, "HOME": str(self.folder),
+                    "RABBITMQ_NODENAME": f"memq-test-{self.port}@localhost",
+                    "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_DIST_PORT": str(dist_port),
+                    "RABBITMQ_MNESIA_BASE": str(self.folder / "mnesia"),
+                    "RABBITMQ_LOG_BASE": str(self.folder / "log"),
+                    "RABBITMQ_CONFIG_FILE": str(self.folder / "rabbit"),
+                    "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.folder / "advanced.config"),
+                    "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.folder / "plugins"),
+                    "RABBITMQ_PID_FILE": str(self.folder / "pid")}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        (self.folder / "pid").unlink(missing_ok=True)
+        with open(self.folder / "server.out", "ab") as out:
+            self.proc = subprocess.Popen([str(RABBITMQ_SERVER)], env=self.env, stdout=out,
+                                         stderr=out, start_new_session=True)
+        wait_until(lambda: [] if _amqp_answers(self.url) else ["not up"], 60,
+                   f"RabbitMQ start (log: {self.folder / 'server.out'})")
+
+    def kill(self) -> None:
+        """SIGKILL the node (the Erlang VM and the script that started it)."""
+        assert self.proc is not None
+        kill_tree(self.proc.pid)
+        self.proc.wait()
+        wait_until(lambda: [] if not _amqp_answers(self.url) else ["still up"], 10,
+                   "RabbitMQ gone")
+
+    def restart(self) -> None:
+        self.kill()
+        time.sleep(1.0)
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _amqp_answers(url: str) -> bool:
+    """The node completes an AMQP handshake (its port opens a moment before it can)."""
+    from kombu import Connection
+
+    try:
+        with Connection(url, connect_timeout=1) as conn:
+            conn.connect()
+            return True
+    except Exception:  # not accepting connections yet
+        return False
 
 
 def _pings(client) -> bool:

@@ -24,6 +24,8 @@ from pipeline.store.engine import connect
 from tests.conftest import REPO, Fleet, write_config
 from tests.fakes.provider_doubles import ProviderDouble
 from tests.faultkit import (
+    RABBITMQ_SERVER,
+    PrivateRabbit,
     PrivateRedis,
     damage,
     kill_tree,
@@ -237,10 +239,11 @@ def _count(settings, what: str) -> int:
 
 
 @contextmanager
-def fleet_on_private_redis(tmp_path: Path) -> Iterator[tuple[PrivateRedis, Fleet]]:
-    """A private broker and a :class:`Fleet` on it (workers' logs in ``worker-logs``), both
-    stopped at the end."""
-    broker = PrivateRedis(tmp_path)
+def fleet_on_private_broker(tmp_path: Path, kind: str = "redis"
+                            ) -> Iterator[tuple[PrivateRedis | PrivateRabbit, Fleet]]:
+    """A private broker (``redis`` or ``rabbitmq``) and a :class:`Fleet` on it (workers' logs
+    in ``worker-logs``), both stopped at the end."""
+    broker = PrivateRedis(tmp_path) if kind == "redis" else PrivateRabbit(tmp_path)
     broker.start()
     logs = tmp_path / "worker-logs"
     logs.mkdir()
@@ -275,7 +278,7 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
 
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     write_corpus(workspace, files=100, lines=20)
-    with fleet_on_private_redis(tmp_path) as (broker, fleet), \
+    with fleet_on_private_broker(tmp_path) as (broker, fleet), \
             ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
         settings = double_settings(make_settings, workspace, double, broker.url)
         fleet.start(["store.0"], "writer")
@@ -304,17 +307,19 @@ def test_broker_flushed_or_restarted_mid_index_is_healed_by_reconcile(
     assert cost.clean, cost
 
 
-def test_production_workers_survive_broker_restarts(workspace: Path, make_settings,
+@pytest.mark.parametrize("kind", ["redis", pytest.param("rabbitmq", marks=pytest.mark.skipif(
+    not RABBITMQ_SERVER.exists(), reason="no rabbitmq-server on this machine"))])
+def test_production_workers_survive_broker_restarts(kind: str, workspace: Path, make_settings,
                                                     tmp_path: Path, monkeypatch) -> None:
     """The workers ``memq worker`` starts (not the tests' quiet ones: heartbeats on) ride
-    through three restarts of their broker while embedding: each reconnects and restarts its
-    consumer without an error in its log, none dies, and after a reconcile the index equals
-    the disk."""
+    through three restarts of their broker (a Redis that keeps nothing, or a RabbitMQ node
+    SIGKILLed) while embedding: each reconnects and restarts its consumer without an error in
+    its log, none dies, and after a reconcile the index equals the disk."""
     from memq.cli import worker_command
 
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     write_corpus(workspace, files=60, lines=20)
-    with fleet_on_private_redis(tmp_path) as (broker, fleet):
+    with fleet_on_private_broker(tmp_path, kind) as (broker, fleet):
         with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
             settings = double_settings(make_settings, workspace, double, broker.url)
             workers = [fleet.spawn(worker_command("writer", None, None, "INFO"), "writer"),

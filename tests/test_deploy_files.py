@@ -155,9 +155,15 @@ def role_of(ns: argparse.Namespace) -> tuple[str, ...]:
 
 
 def node_prefix(ns: argparse.Namespace) -> str:
-    """Celery node-name prefix a worker role uses (`-n writer@%h`, `-n embed-local@%h`)."""
+    """The part before the host of the Celery node name ``memq worker`` gives this worker
+    (`writer@`, `embed-local@` when named so, `embed-local-<pid>@` by default)."""
+    from memq.cli import worker_command
+
     assert ns.command == "worker"
-    return "writer@" if ns.role == "writer" else f"{ns.role}-{ns.provider}@"
+    argv = worker_command(ns.role, ns.provider, ns.concurrency, "INFO", ns.name)
+    node = argv[argv.index("-n") + 1]
+    assert node.endswith("@%h"), node
+    return node.removesuffix("%h")
 
 
 def test_contract_parser_accepts_and_rejects() -> None:

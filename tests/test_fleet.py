@@ -148,7 +148,9 @@ def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny
     expected = {"writer-0": ["control.0", "store.0"], "writer-1": ["control.1", "store.1"],
                 "embed-local": ["embed.local"],
                 "batch-openai": ["batch.openai"]}
-    wait_for(lambda: {n.split("@")[0]: q for n, q in queue_consumers(broker_url).items()}
+    # Embed and batch nodes are named with their pid (embed-local-4242@host): strip it.
+    wait_for(lambda: {re.sub(r"^((?:embed|batch)-\w+)-\d+$", r"\1", n.split("@")[0]): q
+                      for n, q in queue_consumers(broker_url).items()}
              == expected, "the Procfile's workers", fleet)
 
     def flower_up() -> bool:
