@@ -12,7 +12,8 @@ new line and the memory is asked to index (what the broker lost before is queued
 ``memq watch``'s reconcile does), the fleet embeds for a random 0.3-2 s, the broker is killed
 and started again after a random pause of 0-1 s. A worker that died is counted and started
 again, so every round sees a full fleet. At the end: reconcile until nothing is pending.
-Printed per fleet: worker deaths, log lines naming AttributeError, chunks pending at the end.
+Printed per fleet: worker deaths, log lines naming AttributeError, jobs split as crash suspects
+(redelivered), chunks pending and failed at the end, seconds from the first round to the end.
 
 ``--broker rabbitmq`` runs the same rounds against a private RabbitMQ node (SIGKILLed and
 started again; it keeps what it had written to disk), with memq's workers only: the repairs
@@ -135,7 +136,8 @@ def run_fleet(tmp: Path, args: argparse.Namespace, repaired: bool) -> dict:
             requeue()
         text = "".join(p.read_text(errors="replace") for p in logs.glob("*.log"))
         return {"deaths": deaths, "attribute_errors": text.count("AttributeError"),
-                "pending": pending, "seconds": time.perf_counter() - t0}
+                "split": text.count("split into"), "pending": pending,
+                "failed": index_status(settings)["failed"], "seconds": time.perf_counter() - t0}
     finally:
         stop_fleet(procs)
         broker.stop()
@@ -166,10 +168,10 @@ def main() -> None:
         for name, repaired in fleets:
             rows.append((name, run_fleet(tmp / name.split()[0], args, repaired)))
     print(f"{'workers':<24}{'restarts':>9}{'deaths':>8}{'AttributeError lines':>22}"
-          f"{'pending at end':>16}")
+          f"{'jobs split':>12}{'pending at end':>16}{'failed at end':>15}{'seconds':>9}")
     for name, r in rows:
         print(f"{name:<24}{args.restarts:>9}{r['deaths']:>8}{r['attribute_errors']:>22}"
-              f"{r['pending']:>16}")
+              f"{r['split']:>12}{r['pending']:>16}{r['failed']:>15}{r['seconds']:>9.0f}")
 
 
 if __name__ == "__main__":

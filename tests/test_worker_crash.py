@@ -82,4 +82,4 @@ def test_sigkill_mid_task_loses_nothing(workspace: Path, make_settings, broker_u
     status = index_status(settings)
     assert status["pending"] == 0 and status["failed"] == 0, fleet.logs()
     assert status["vectors"] == status["chunks"] == run.report.chunks_queued
-    assert "redelivered after a crash" in fleet.logs(tail=None)
+    assert "crashed its worker process: split into" in fleet.logs(tail=None)

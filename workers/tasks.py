@@ -9,7 +9,9 @@ from typing import Any
 
 import redis
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import SoftTimeLimitExceeded, WorkerLostError
+from celery.worker.request import Request
+from celery.worker.state import task_ready
 
 from pipeline.embeddings.registry import choose_provider
 from pipeline.embeddings.runner import MAX_RETRIES, after_crash, embed_yielding, retry_delay
@@ -48,23 +50,62 @@ def refused(message: Any, exc: MessageRefused) -> dict[str, str]:
     return {"refused": str(exc)}
 
 
-@app.task(name=EMBED_TASK, bind=True, max_retries=MAX_RETRIES)
+class EmbedRequest(Request):
+    """An embedding job as the worker's main process sees it.
+
+    When the pool process running the job dies (``WorkerLostError``: a native abort in
+    llama.cpp, the OOM killer, SIGKILL), the job may be what killed it: it is split here
+    (:func:`after_crash`: single chunks, a chunk that crashes :data:`MAX_DELIVERIES` times is
+    given up as failed), the parts are queued, and only then is the message acknowledged.
+    This is the only sign of a crash memq trusts: a broker's ``redelivered`` flag is not one
+    (RabbitMQ sets it on every message it recovers after a restart, and on what a lost
+    connection held), and splitting on it made every broker restart cost one request per
+    chunk and give up healthy chunks as "crashed". Anything else goes to Celery's handling.
+    """
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True,
+                   return_ok: bool = False) -> Any:
+        exc = exc_info.exception
+        exc = getattr(exc, "exc", exc)  # ExceptionWithTraceback
+        if isinstance(exc, WorkerLostError) and self._split_after_crash():
+            task_ready(self)
+            self.acknowledge()
+            self.send_event("task-retried", exception=repr(exc), traceback="")
+            return None
+        return super().on_failure(exc_info, send_failed_event, return_ok)
+
+    def _split_after_crash(self) -> bool:
+        """Queue the crashed job's parts (or its chunk's failure); False when that could not
+        be done (Celery then requeues the message whole)."""
+        try:
+            job = EmbedJob.from_json(self.args[0])
+        except (MessageRefused, IndexError, TypeError):
+            return False
+        retries, failure = after_crash(job)
+        try:
+            fleet = runtime.fleet()
+            for again in retries:
+                fleet.embed(again)
+            if failure is not None:
+                fleet.write(failure)
+        except Exception as exc:  # the broker is gone too: the message comes back whole
+            log.warning("could not split a job that crashed its worker process (%s); it is "
+                        "requeued whole", exc)
+            return False
+        log.warning("embedding job crashed its worker process: split into %d job(s)%s",
+                    len(retries), ", gave up on its chunk" if failure else "")
+        return True
+
+
+@app.task(name=EMBED_TASK, bind=True, max_retries=MAX_RETRIES, Request=EmbedRequest)
 def embed_chunks(self: Task, message: dict[str, Any]) -> dict[str, Any]:
-    """Embed a group of chunks and send the vectors to the memory's writer."""
+    """Embed a group of chunks and send the vectors to the memory's writer (a job that
+    crashes its worker process is split by :class:`EmbedRequest`)."""
     try:
         job = EmbedJob.from_json(message)
     except MessageRefused as exc:
         return refused(message, exc)
     fleet = runtime.fleet()
-    if self.request.delivery_info.get("redelivered"):
-        retries, failure = after_crash(job)
-        for again in retries:
-            fleet.embed(again)
-        if failure is not None:
-            fleet.write(failure)
-        log.warning("embedding job was redelivered after a crash: split into %d job(s)%s",
-                    len(retries), ", gave up on its chunk" if failure else "")
-        return {"embedded": 0, "resubmitted": len(retries)}
     rest = None
     try:
         settings = runtime.settings_for(job.memory)
