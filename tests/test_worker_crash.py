@@ -11,6 +11,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from billiard.common import human_status
+from celery.exceptions import WorkerLostError
 
 from pipeline.embeddings.default_model import default_model_path
 from pipeline.embeddings.runner import MAX_DELIVERIES, after_crash
@@ -18,6 +20,7 @@ from pipeline.errors import ProviderUnavailable
 from pipeline.messages import ChunkText, EmbedJob, ProviderSpec
 from pipeline.status import index_status
 from workers.indexing import run_index
+from workers.tasks import crashed
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +38,25 @@ def test_after_crash_splits_then_gives_up() -> None:
     assert again == []
     assert failure is not None
     assert failure.failed == (("a", "worker crashed 3 times embedding this chunk"),)
+
+
+def _lost(status: int) -> WorkerLostError:
+    """The error billiard raises when a pool process ends with ``status`` under a job."""
+    return WorkerLostError(f"Worker exited prematurely: {human_status(status)} Job: 7.")
+
+
+def test_only_a_pool_process_that_died_under_its_job_counts_as_a_crash(monkeypatch) -> None:
+    """Killed or aborted is a crash the job may have caused; stopped with the worker (honcho
+    and systemd send SIGTERM to the whole process group) is not, nor is any other error."""
+    from celery.worker import state
+
+    for status in (-signal.SIGKILL, -signal.SIGSEGV, -signal.SIGABRT, 1, 139):
+        assert crashed(_lost(status)), status
+    for status in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP, -signal.SIGQUIT, 0):
+        assert not crashed(_lost(status)), status
+    assert not crashed(RuntimeError("signal 9 (SIGKILL)"))
+    monkeypatch.setattr(state, "should_stop", 0)  # a warm shutdown is under way
+    assert not crashed(_lost(-signal.SIGKILL))
 
 
 def _kill_pool_child_when_busy(main_pid: int, stop: threading.Event) -> list[int]:

@@ -4,12 +4,15 @@ functions of :mod:`pipeline`, and pass the outcome on through the fleet."""
 from __future__ import annotations
 
 import logging
+import re
+import signal
 from collections.abc import Callable
 from typing import Any
 
 import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded, WorkerLostError
+from celery.worker import state as worker_state
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
@@ -50,13 +53,34 @@ def refused(message: Any, exc: MessageRefused) -> dict[str, str]:
     return {"refused": str(exc)}
 
 
+#: How a pool process ends when it is asked to stop (honcho and systemd signal the whole
+#: process group on a restart): not a crash the job could have caused.
+ORDERLY_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                             signal.SIGUSR1})
+
+
+def crashed(exc: BaseException) -> bool:
+    """Whether ``exc`` says a pool process died under a job (killed, aborted, a non-zero
+    exit), rather than being stopped with the worker."""
+    stopping = worker_state.should_stop is not None or worker_state.should_terminate is not None
+    if not isinstance(exc, WorkerLostError) or stopping:  # (a clean exit sets them to 0)
+        return False
+    # billiard says only in words how the process ended: "signal 9 (SIGKILL)", "exitcode 1".
+    if match := re.search(r"signal (\d+)", str(exc)):
+        return int(match.group(1)) not in ORDERLY_SIGNALS
+    match = re.search(r"exitcode (-?\d+)", str(exc))
+    return match is None or int(match.group(1)) != 0
+
+
 class EmbedRequest(Request):
     """An embedding job as the worker's main process sees it.
 
     When the pool process running the job dies (``WorkerLostError``: a native abort in
     llama.cpp, the OOM killer, SIGKILL), the job may be what killed it: it is split here
     (:func:`after_crash`: single chunks, a chunk that crashes :data:`MAX_DELIVERIES` times is
-    given up as failed), the parts are queued, and only then is the message acknowledged.
+    given up as failed), the parts are queued, and only then is the message acknowledged. A
+    pool process stopped with the worker (:func:`crashed`) is no crash: Celery requeues the
+    job whole.
     This is the only sign of a crash memq trusts: a broker's ``redelivered`` flag is not one
     (RabbitMQ sets it on every message it recovers after a restart, and on what a lost
     connection held), and splitting on it made every broker restart cost one request per
@@ -67,7 +91,7 @@ class EmbedRequest(Request):
                    return_ok: bool = False) -> Any:
         exc = exc_info.exception
         exc = getattr(exc, "exc", exc)  # ExceptionWithTraceback
-        if isinstance(exc, WorkerLostError) and self._split_after_crash():
+        if crashed(exc) and self._split_after_crash():
             task_ready(self)
             self.acknowledge()
             self.send_event("task-retried", exception=repr(exc), traceback="")
@@ -79,7 +103,7 @@ class EmbedRequest(Request):
         be done (Celery then requeues the message whole)."""
         try:
             job = EmbedJob.from_json(self.args[0])
-        except (MessageRefused, IndexError, TypeError):
+        except (MessageRefused, IndexError, KeyError, TypeError, ValueError):
             return False
         retries, failure = after_crash(job)
         try:
