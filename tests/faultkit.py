@@ -148,7 +148,29 @@ def pool_children(pid: int) -> list[psutil.Process]:
         return []
 
 
-class PrivateRedis:
+class PrivateBroker:
+    """A broker process of one test's own, which the test can kill and start again."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def restart(self) -> None:
+        """Killed and started again (what it kept on disk, if anything, it still has)."""
+        self.kill()
+        time.sleep(1.0)
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+
+
+class PrivateRedis(PrivateBroker):
     """A redis-server of this test's own on a unix socket, keeping nothing on disk (as the
     fleet's broker is configured), so it can be flushed or killed and started again."""
 
@@ -173,21 +195,11 @@ class PrivateRedis:
         self.proc.wait()
         self.socket.unlink(missing_ok=True)
 
-    def restart(self) -> None:
-        """Killed and started again: a Redis that keeps nothing comes back empty."""
-        self.kill()
-        time.sleep(1.0)
-        self.start()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
-
 
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 
 
-class PrivateRabbit:
+class PrivateRabbit(PrivateBroker):
     """A RabbitMQ node of this test's own (its own node name, ports and data folder beside the
     machine's RabbitMQ), so it can be SIGKILLed and started again; what it keeps on disk
     (durable queues, persistent messages it had written) it keeps over a restart."""
@@ -226,15 +238,6 @@ class PrivateRabbit:
         self.proc.wait()
         wait_until(lambda: [] if not _amqp_answers(self.url) else ["still up"], 10,
                    "RabbitMQ gone")
-
-    def restart(self) -> None:
-        self.kill()
-        time.sleep(1.0)
-        self.start()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
 
 
 def _free_port() -> int:

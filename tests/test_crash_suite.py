@@ -25,6 +25,7 @@ from tests.conftest import REPO, Fleet, write_config
 from tests.fakes.provider_doubles import ProviderDouble
 from tests.faultkit import (
     RABBITMQ_SERVER,
+    PrivateBroker,
     PrivateRabbit,
     PrivateRedis,
     damage,
@@ -240,7 +241,7 @@ def _count(settings, what: str) -> int:
 
 @contextmanager
 def fleet_on_private_broker(tmp_path: Path, kind: str = "redis"
-                            ) -> Iterator[tuple[PrivateRedis | PrivateRabbit, Fleet]]:
+                            ) -> Iterator[tuple[PrivateBroker, Fleet]]:
     """A private broker (``redis`` or ``rabbitmq``) and a :class:`Fleet` on it (workers' logs
     in ``worker-logs``), both stopped at the end."""
     broker = PrivateRedis(tmp_path) if kind == "redis" else PrivateRabbit(tmp_path)
