@@ -331,7 +331,7 @@ def test_production_workers_survive_broker_restarts(kind: str, workspace: Path, 
                 assert wait_for_request(double, seen), f"no embedding in flight\n{fleet.logs()}"
                 broker.restart()
                 wait_until(lambda: [] if _all_reconnected(fleet.log_dir)
-                           else ["not reconnected"], 30, f"reconnect\n{fleet.logs()}")
+                           else ["not reconnected"], 60, f"reconnect\n{fleet.logs()}")
                 time.sleep(0.5)  # the in-flight jobs' results land (or are lost) first
                 reconcile_lost(settings, broker.url)  # the restarted broker kept nothing
             assert [w.poll() for w in workers] == [None, None], fleet.logs()
