@@ -13,7 +13,8 @@ new line and the memory is asked to index (what the broker lost before is queued
 and started again after a random pause of 0-1 s. A worker that died is counted and started
 again, so every round sees a full fleet. At the end: reconcile until nothing is pending.
 Printed per fleet: worker deaths, log lines naming AttributeError, jobs split as crash suspects
-(redelivered), chunks pending and failed at the end, seconds from the first round to the end.
+("split into" in the logs: only a dead pool process should cause one), chunks pending and
+failed at the end, seconds from the first round to the end.
 
 ``--broker rabbitmq`` runs the same rounds against a private RabbitMQ node (SIGKILLed and
 started again; it keeps what it had written to disk), with memq's workers only: the repairs
