@@ -32,6 +32,7 @@ from pipeline.search.retrievers import (
     cosine_for,
     keyword_hits,
     matrix_hits,
+    rescored,
     source_filter,
     vector_hits,
 )
@@ -41,6 +42,7 @@ from pipeline.store.matrix import MatrixCache, VectorMatrix
 from pipeline.store.postings import TextStats, TextStatsCache
 
 SNIPPET_CHARS = 700
+SCORE_DECIMALS = 6
 MAX_CANDIDATES = 200
 
 
@@ -81,13 +83,15 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     matrix = held.matrices.current(db) if held is not None else None
     if matrix is None or held is None:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
-        return vector_hits(db, query_vector, candidates, sources), text, None
+        vector = vector_hits(db, query_vector, candidates, sources)
+        return rescored(db, vector, query_vector), text, None
     among = None if sources is None else reads.allowed_rowids(db, sources)
     if not use_text:  # nothing to overlap with: a thread hop would only add a wake-up
-        return matrix_hits(matrix, query_vector, candidates, among), {}, matrix
+        vector = matrix_hits(matrix, query_vector, candidates, among)
+        return rescored(db, vector, query_vector, matrix), {}, matrix
     scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources, stats, among)
-    return scan.result(), text, matrix
+    return rescored(db, scan.result(), query_vector, matrix), text, matrix
 
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
@@ -136,7 +140,11 @@ def search_store(db: Database, settings: Settings, query: str, *,
                                     else now, hybrid.temporal_decay.half_life_days)
         for c in ranked:
             c.score *= factors.get(c.rowid, 1.0)
-        ranked.sort(key=lambda c: (-c.score, c.rowid))
+    # Scores are what a hit shows (6 decimals) before they are compared: a hit shown as 0.35
+    # is kept at minScore 0.35, and equal shown scores go by rowid on every path.
+    for c in ranked:
+        c.score = round(c.score, SCORE_DECIMALS)
+    ranked.sort(key=lambda c: (-c.score, c.rowid))
     picked = [c for c in ranked if c.score >= min_score]
     if not picked and text:
         # OpenClaw's relaxed fallback: when no fused score clears minScore, keyword hits whose
@@ -153,4 +161,4 @@ def search_store(db: Database, settings: Settings, query: str, *,
 
 def _hit(c: Candidate, row: tuple[Any, ...]) -> SearchHit:
     path, start, end, text, source = row
-    return SearchHit(path, start, end, round(c.score, 6), text[:SNIPPET_CHARS], source)
+    return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source)

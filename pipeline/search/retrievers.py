@@ -24,7 +24,7 @@ from pipeline.store import reads
 from pipeline.store.engine import Database
 from pipeline.store.matrix import VectorMatrix
 from pipeline.store.postings import TextStats
-from pipeline.store.vectors import cosines, get_vectors, knn, knn_among, unit_rows
+from pipeline.store.vectors import exact_cosines, get_vectors, knn, knn_among, unit_rows
 
 log = logging.getLogger(__name__)
 EXACT_SCAN_MAX = 20_000  # wanted chunks scanned exactly; above this, vec0 over-fetches first
@@ -97,11 +97,23 @@ def vector_hits(db: Database, query_vector: np.ndarray, limit: int,
 
 def cosine_for(db: Database, rowids: Sequence[int], query_vector: np.ndarray,
                matrix: VectorMatrix | None = None) -> dict[int, float]:
-    """Cosine similarity of stored vectors to the query; chunks without one are absent."""
+    """Cosine similarity of stored vectors to the query (:func:`exact_cosines`, from the
+    matrix held in memory or from the store: the same numbers); chunks without one are
+    absent."""
     if matrix is not None:
         return matrix.cosines(rowids, query_vector)
     found = get_vectors(db, rowids)
     if not found:
         return {}
-    sims = cosines(unit_rows(np.stack(list(found.values()))), query_vector)
+    sims = exact_cosines(unit_rows(np.stack(list(found.values()))), query_vector)
     return {r: float(s) for r, s in zip(found, sims, strict=True)}
+
+
+def rescored(db: Database, hits: dict[int, float], query_vector: np.ndarray,
+             matrix: VectorMatrix | None = None) -> dict[int, float]:
+    """The vector side's hits with their exact scores (:func:`cosine_for`), best first, ties
+    by rowid. vec0 and the in-memory scan pick the same nearest chunks but compute their
+    distances in float32 each their own way: the last digits, and so the order of near ties,
+    would otherwise depend on which one answered."""
+    exact = cosine_for(db, list(hits), query_vector, matrix)
+    return dict(sorted(exact.items(), key=lambda item: (-item[1], item[0])))

@@ -27,7 +27,7 @@ from pipeline.store.snapshots import MAX_STORES, SnapshotCache
 from pipeline.store.vectors import (
     MAX_KNN_K,
     DimensionMismatch,
-    cosines,
+    exact_cosines,
     nearest_unit,
     table_name,
     unit_rows,
@@ -79,7 +79,7 @@ class VectorMatrix:
         wanted = np.fromiter(dict.fromkeys(int(r) for r in rowids), dtype=np.int64)
         at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
         found = self.ids[at] == wanted
-        sims = cosines(self.unit[at[found]], query)
+        sims = exact_cosines(self.unit[at[found]], query)
         return {int(r): float(s) for r, s in zip(wanted[found], sims, strict=True)}
 
 

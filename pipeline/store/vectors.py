@@ -171,6 +171,16 @@ def cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
     return unit @ (query / (float(np.linalg.norm(query)) or 1.0))
 
 
+def exact_cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of ``unit`` (unit-length rows) to ``query``, the one
+    way memq reports it: in float64, each row summed on its own. A row's score never depends
+    on which other rows were scored with it, nor on who found it (vec0, or the matrix held in
+    memory), so a query gives the same scores on every path and every host."""
+    q = np.asarray(query, dtype=np.float64)
+    q = q / (float(np.linalg.norm(q)) or 1.0)
+    return (np.asarray(unit, dtype=np.float64) * q).sum(axis=1)
+
+
 def nearest_unit(ids: np.ndarray, unit: np.ndarray, query: np.ndarray, k: int
                  ) -> list[tuple[int, float]]:
     """The ``k`` rows of ``unit`` (unit-length rows, ``ids`` parallel) nearest ``query`` by
