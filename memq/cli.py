@@ -17,6 +17,7 @@ from pipeline.errors import (
     EmbeddingError,
     MemoryDisabled,
     MemqError,
+    ShardUnreachable,
     StoreError,
     UnknownMemory,
     WorkspaceMissing,
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
     from pipeline.catalog import MemoryCatalog
     from workers.watching import Reading
 
-ROLES = ("writer", "embed", "batch")
+ROLES = ("writer", "reader", "embed", "batch")
+#: Exit status when the memory's shard did not answer (its reader or the broker is down).
+EXIT_UNREACHABLE = 3
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -44,8 +47,11 @@ def _existing(settings: Settings) -> Settings:
 
 
 def _with_workspace(settings: Settings) -> Settings:
-    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist."""
-    if not settings.workspace.is_dir():
+    """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist
+    (on the host that holds the memory's store: elsewhere its shard's host reads the files)."""
+    from pipeline.placement import store_is_here
+
+    if not settings.workspace.is_dir() and store_is_here(settings):
         raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
                                "--workspace, the config's workspace or the agent's; create the "
                                "folder first to start a new memory)")
@@ -113,7 +119,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     lines = [f"indexed {r.files} files ({r.changed} changed, {r.deleted} deleted) in "
              f"{run.seconds:.1f}s",
              f"mode: {run.mode}" + (f" ({run.provider}/{run.model})" if run.provider else "")
-             + (f": {run.reason}" if run.mode == "keyword-only" else ""),
+             + (f": {run.reason}" if run.mode in ("keyword-only", "remote") else ""),
              f"chunks: {r.chunks_queued} embedded through the queue, {r.chunks_cached} from cache"]
     if r.batch_jobs:
         lines.append(f"batch: {r.batch_jobs} provider batch job(s) submitted "
@@ -267,6 +273,12 @@ def cmd_search(args: argparse.Namespace) -> int:
             f" (qmd {qmd_down['kind']}: {qmd_down['reason']})" if qmd_down else "")
     if fallback and fallback.get("from") != "qmd":
         footer += f" fallback from {fallback['from']}: {fallback['reason']}"
+    if out["mode"] == "unavailable":
+        _warn(f"search unavailable: {out['error']}" + (f" ({out['action']})"
+                                                        if out.get("action") else ""))
+        if args.json:
+            _emit(args, out, "")
+        return EXIT_UNREACHABLE
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0
@@ -301,12 +313,14 @@ def _fleet_lines(fleet: dict[str, Any]) -> list[str]:
 
 
 def _job_line(job: dict[str, Any]) -> str:
-    when = datetime.fromtimestamp(job["started_at"]).isoformat(timespec="seconds")
-    took = (f" in {job['finished_at'] - job['started_at']:.1f}s" if job["finished_at"] else "")
+    began = job["started_at"] or job["finished_at"]
+    when = datetime.fromtimestamp(began).isoformat(timespec="seconds") if began else "?"
+    took = (f" in {job['finished_at'] - job['started_at']:.1f}s"
+            if job["finished_at"] and job["started_at"] else "")
     what = (f": {job['changed']} files changed, {job['chunks_queued']} chunks queued, "
             f"{job['chunks_cached']} from cache" if job["state"] == "done" else "")
     error = f": {job['error']}" if job["error"] else ""
-    return f"{job['id']}  {job['kind']:<6} {job['state']:<7} {when}{took}{what}{error}"
+    return f"{job['id']}  {job['kind'] or '-':<6} {job['state']:<7} {when}{took}{what}{error}"
 
 
 def _batch_job_line(job: dict[str, Any]) -> str:
@@ -433,6 +447,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if s["jobs"]:
         lines.append("recent jobs:")
         lines += [f"  {_job_line(job)}" for job in s["jobs"]]
+    if s.get("jobs_error"):
+        lines.append(f"recent jobs: unknown ({s['jobs_error']})")
+    if s.get("servedBy"):
+        lines.append(f"served by: {s['servedBy']} (shard {s['shard']}; the store is on that "
+                     "host)")
     _emit(args, s, "\n".join(lines))
     return 0
 
@@ -567,13 +586,20 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-def _follow_job(args: argparse.Namespace, settings: Settings) -> int:
-    from workers.jobs_api import JobError, follow_job
+def _follow_job(args: argparse.Namespace) -> int:
+    """``memq jobs --follow ID``: the job's memory is named by its id (``<memory>:<hex>``)."""
+    from pipeline.errors import UnknownJob
+    from pipeline.memory import Memory
+    from pipeline.routing import memory_of_job
 
+    named = memory_of_job(args.follow)
+    settings = load_settings(config_file=args.config, workspace=args.workspace,
+                             agent=args.agent or named)
     progress = ProgressBar(args)
     try:
-        job = follow_job(settings, args.follow, on_progress=progress, warn=_warn)
-    except JobError as exc:
+        with Memory(settings=settings, in_memory=False) as memory:
+            job = memory.follow_job(args.follow, on_progress=progress, warn=_warn).to_dict()
+    except UnknownJob as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
     finally:
@@ -583,16 +609,14 @@ def _follow_job(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from pipeline.routing import control_queue
-    from pipeline.store import joblog
+    from pipeline.memory import Memory
+    from pipeline.routing import control_queue, memory_of_job
 
-    settings = _settings(args)
     if args.follow:
-        return _follow_job(args, settings)
-    jobs: list[dict[str, object]] = []
-    if settings.store.path.exists():
-        with joblog.opened(settings.store.path) as log:
-            jobs = joblog.recent_jobs(log, args.limit)
+        return _follow_job(args)
+    settings = _settings(args)
+    with Memory(settings=settings, in_memory=False) as memory:
+        jobs = [job.to_dict() for job in memory.recent_jobs(args.limit)]
     queued = waiting = None
     queue = control_queue(settings.fleet.shard_of(settings.agent_id))
     if settings.broker_url:
@@ -601,9 +625,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         fleet = broker_status(settings.broker_url, timeout=args.timeout,
                               shards=settings.fleet.shards)
         if fleet["reachable"]:
-            queued, waiting = fleet["queues"][queue], fleet["waiting_jobs"]
+            queued = fleet["queues"][queue]
+            if fleet["waiting_jobs"] is not None:  # Redis only: AMQP cannot peek
+                # only this memory's: another memory's jobs are not this memory's business
+                waiting = [w for w in fleet["waiting_jobs"]
+                           if memory_of_job(w["id"]) == settings.agent_id]
     data = {"jobs": jobs, "queue": queue, "queued": queued, "waiting": waiting}
-    lines = [_job_line(job) for job in jobs] or ["no index jobs recorded in this store yet"]
+    lines = [_job_line(job) for job in jobs] or [
+        f"no jobs of memory {settings.agent_id} in the job log yet"]
     lines.append(f"waiting on '{queue}': {'unknown' if queued is None else queued}")
     lines += [f"  {w['id']}  {w['task']}" for w in waiting or []]
     _emit(args, data, "\n".join(lines))
@@ -615,13 +644,19 @@ def worker_command(role: str, provider: str | None, concurrency: int | None,
                    ) -> list[str]:
     """The plain ``celery worker`` command a role stands for (what ``memq worker`` runs); a
     writer consumes the queues of ``shards``."""
-    from pipeline.routing import batch_queue, control_queue, embed_queue, store_queue
+    from pipeline.routing import batch_queue, control_queue, embed_queue, query_queue, store_queue
     from workers.embedded import worker_argv
 
     if role == "writer":
         # A shard's owner also runs its index jobs (they write chunk rows to the same files).
         queues = [q for shard in shards for q in (store_queue(shard), control_queue(shard))]
         return worker_argv(queues, name or "writer@%h", concurrency=1, loglevel=loglevel)
+    if role == "reader":
+        # Threads: reads wait on SQLite, NumPy and the model (the GIL is released) and share
+        # the warm memories; any number of readers may serve a shard.
+        return worker_argv([query_queue(shard) for shard in shards],
+                           name or own_node_name("reader"), concurrency=concurrency or 8,
+                           loglevel=loglevel, pool="threads")
     if not provider:
         raise SystemExit(f"memq worker --role {role} needs --provider NAME (e.g. local)")
     if role == "batch":
@@ -650,9 +685,9 @@ def own_node_name(prefix: str) -> str:
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = _settings(args)
     shards = args.shard or list(range(settings.fleet.shards))
-    if args.shard and args.role != "writer":
-        print("memq: --shard is for writers (embed and batch workers serve every shard)",
-              file=sys.stderr)
+    if args.shard and args.role not in ("writer", "reader"):
+        print("memq: --shard is for writers and readers (embed and batch workers serve every "
+              "shard)", file=sys.stderr)
         return 2
     if bad := [s for s in shards if not 0 <= s < settings.fleet.shards]:
         print(f"memq: shard {bad[0]} does not exist: fleet.shards is {settings.fleet.shards} "
@@ -666,6 +701,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if getattr(args, flag, None):
             os.environ[variable] = str(Path(getattr(args, flag)).resolve())
     os.environ["MEMQ_FLEET_SHARDS"] = str(settings.fleet.shards)
+    os.environ["MEMQ_RESULT_BACKEND"] = settings.result_backend
     if settings.broker_url:
         os.environ["MEMQ_BROKER_URL"] = settings.broker_url
     elif "MEMQ_BROKER_URL" not in os.environ and "REDIS_URL" not in os.environ:
@@ -683,6 +719,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings.broker_url:
         os.environ["MEMQ_BROKER_URL"] = settings.broker_url
+    os.environ["MEMQ_RESULT_BACKEND"] = settings.result_backend  # each job's outcome
     # Flower reads FLOWER_BASIC_AUTH from the environment itself: the password never appears
     # on a command line (where ps and /proc would show it).
     argv = [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={args.port}",
@@ -820,11 +857,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "gemini, voyage, mistral, ollama) or a batch worker (openai, gemini, voyage)")
     p.add_argument("--concurrency", type=int)
     p.add_argument("--loglevel", default="INFO")
-    p.add_argument("--name", help="Celery node name (default writer@%%h, embed-PROVIDER-PID@%%h, "
-                                  "batch-PROVIDER-PID@%%h)")
+    p.add_argument("--name", help="Celery node name (default writer@%%h, reader-PID@%%h, "
+                                  "embed-PROVIDER-PID@%%h, batch-PROVIDER-PID@%%h)")
     p.add_argument("--shard", type=int, action="append", metavar="N",
-                   help="a writer shard this writer owns (repeat for several; default: all "
-                        "fleet.shards)")
+                   help="a shard this writer owns, or whose reads this reader answers (repeat "
+                        "for several; default: all fleet.shards)")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("flower", parents=[common], help="Flower monitoring for the fleet")
@@ -877,6 +914,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WorkspaceMissing, MemoryDisabled) as exc:
         print(f"memq: {exc}", file=sys.stderr)
         return 2
+    except ShardUnreachable as exc:
+        print(f"memq: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except MemqError as exc:
         print(f"memq: {exc}", file=sys.stderr)
     except BrokenPipeError:  # `memq search … | head`: the reader left, nothing is wrong

@@ -12,6 +12,9 @@ With ``backend: "qmd"`` the ``Memory`` asks the ``qmd`` CLI first and falls back
 index (the answer's ``backend`` and ``fallback`` say so); ``memory_get`` reads ``qmd://`` paths.
 Searches never wait for indexing: a search whose index is behind the disk is answered from the
 index as it is, says so (``dirty``: how many files differ), and starts a background sync.
+A memory whose store is on another host is served through its shard's reader: its syncs are
+jobs for the shard, and a shard that does not answer gives ``mode: "unavailable"`` with the
+reason, as an answer the model reads, not a failed call.
 Served over stdio, or over streamable HTTP bound to loopback unless a bearer token protects it.
 """
 
@@ -33,6 +36,7 @@ from pipeline.config import ConfigError, Settings
 from pipeline.errors import (
     AppendError,
     EmbeddingError,
+    FleetError,
     MemoryDisabled,
     MemoryPathError,
     RequestRefused,
@@ -147,7 +151,10 @@ class MemoryTools:
         self.settings = memory.settings
 
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
-        stale = self.memory.stale_files()
+        try:
+            stale = self.memory.stale_files()
+        except FleetError:  # the shard does not answer: the search says so, below
+            stale = []
         # Never sync in the request path: the answer comes from the index as it is (and says
         # so), the background sync catches up.
         results = self.memory.search(
@@ -197,7 +204,7 @@ def build_server(memory: Memory) -> Server[Any]:
             out = await anyio.to_thread.run_sync(calls[name], args)
         except (ToolRefused, MemoryDisabled) as exc:
             return _error(str(exc))
-        except (ConfigError, EmbeddingError) as exc:
+        except (ConfigError, EmbeddingError, FleetError) as exc:
             return _error(f"{name} failed: {exc}")
         except Exception:
             log.exception("%s crashed", name)

@@ -24,7 +24,8 @@
   rebuild (it is derived from the Markdown files); :class:`StoreBusy`: locked or disk full,
   try again later, nothing is lost.
 - :class:`FleetError`: the worker fleet or its broker cannot do what was asked (no broker,
-  a job not taken, a worker that keeps dying).
+  a job not taken, a worker that keeps dying); :class:`ShardUnreachable`: no reader of the
+  memory's shard answered in time (the memory's store is on another host).
 
 Messages never hold a secret (API keys, bearer tokens, URL passwords).
 """
@@ -161,3 +162,14 @@ class FleetError(MemqError, RuntimeError):
 class MessageRefused(FleetError):
     """A message this memq cannot read (another version, a malformed body): dropped with a
     warning, never applied."""
+
+
+class ShardUnreachable(FleetError):
+    """No reader of a memory's shard answered within ``fleet.queryTimeoutMs`` (the memory's
+    store is on another host, and its ``memq worker --role reader`` is down, or the broker is):
+    nothing was read; searches answer ``mode: "unavailable"`` with this reason."""
+
+
+class UnknownJob(FleetError):
+    """A job id that no job log holds and no queue holds a message of (a typo, or a job that
+    expired from the log)."""

@@ -9,6 +9,7 @@ memq Celery app shares (the workers' app and the throwaway client apps made here
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any
@@ -46,6 +47,7 @@ from pipeline.routing import (
     batch_queue,
     control_queue,
     embed_queue,
+    new_job_id,
     store_queue,
 )
 from pipeline.store import batches
@@ -74,6 +76,9 @@ SUBMIT_LEASE_S = VISIBILITY_TIMEOUT_S + 60.0
 #: worker was killed, Redis was flushed) is replaced by the next reconcile.
 POLL_GRACE_S = float(os.environ.get("MEMQ_BATCH_POLL_GRACE", "60"))
 LEASE_PREFIX = "memq:batch-lease:"
+# kombu's Redis transport keeps a queue's messages of priority p > 0 in "<queue>\x06\x16<p>".
+PRIORITY_SEP = "\x06\x16"
+PRIORITY_STEPS = (3, 6, 9)
 
 # Every memq process reaches the broker through this module (the workers' app, producers,
 # status): kombu's Redis transport is repaired before its first connection.
@@ -167,6 +172,31 @@ def queued_messages(connection: Connection, queue: str) -> int:
         return 0
 
 
+def priority_lists(queue: str) -> tuple[str, ...]:
+    """The Redis lists of ``queue``, in the order kombu pops them: priority 0 (the interactive
+    lane) under the queue's own name, each higher priority in ``<queue>\x06\x16<p>``."""
+    return (queue, *(f"{queue}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS))
+
+
+def waiting_tasks(client: redis.Redis, queue: str, limit: int = 50) -> list[dict[str, str]]:
+    """The next ``limit`` messages waiting in ``queue``, in the order they will be taken
+    (interactive lane first, each lane oldest first): task id and name.
+
+    Only the message headers are read (never the arguments). kombu pushes new messages on the
+    left and consumes from the right, so the oldest is last in each list.
+    """
+    out: list[dict[str, str]] = []
+    for key in priority_lists(queue):
+        for raw in reversed(client.lrange(key, -(limit - len(out)), -1) if len(out) < limit
+                            else []):
+            try:
+                headers = json.loads(raw)["headers"]
+                out.append({"id": str(headers["id"]), "task": str(headers["task"])})
+            except (ValueError, KeyError, TypeError):
+                out.append({"id": "?", "task": "(not a Celery message)"})
+    return out
+
+
 _HOLD = """
 local held = redis.call('GET', KEYS[1])
 if held == false or held == ARGV[1] then
@@ -215,14 +245,14 @@ class FleetDispatcher:
     # -- sending ----------------------------------------------------------------------------
 
     def _send(self, task: str, message: dict[str, Any], queue: str, countdown: float = 0.0,
-              route: Route | None = None) -> str:
+              route: Route | None = None, task_id: str | None = None) -> str:
         with self._lock:
             if self._own_app and self._connection is None:
                 self._connection = self.app.connection_for_write(self.broker_url)
             result = self.app.send_task(task, args=[message], queue=queue,
                                         countdown=countdown or None,
                                         priority=self._priority(route),
-                                        connection=self._connection)
+                                        connection=self._connection, task_id=task_id)
         return str(result.id)
 
     def _priority(self, route: Route | None) -> int | None:
@@ -242,9 +272,11 @@ class FleetDispatcher:
         self._send(WRITE_TASK, result.to_json(), store_queue(result.route.shard),
                    route=result.route)
 
-    def index(self, request: IndexRequest) -> str:
-        """Queue an index job for the writer host that owns the memory's store; its id."""
-        return self._send(INDEX_TASK, request.to_json(), control_queue(request.shard))
+    def index(self, request: IndexRequest, job_id: str | None = None) -> str:
+        """Queue an index job for the writer host that owns the memory's store, in its lane;
+        its job id (``job_id``, else a new one: :func:`pipeline.routing.new_job_id`)."""
+        return self._send(INDEX_TASK, request.to_json(), control_queue(request.shard),
+                          route=request.route, task_id=job_id or new_job_id(request.memory))
 
     def rebuild_later(self, memory: str, countdown: float = 0.0, *, shard: int = 0) -> bool:
         """Queue the next step of a rebuild on the writer's queue."""
@@ -319,6 +351,18 @@ class FleetDispatcher:
         """Messages waiting in ``queue``."""
         with self.app.connection_for_write(self.broker_url) as connection:
             return queued_messages(connection, queue)
+
+    def job_waiting(self, queue: str, job_id: str) -> bool:
+        """Whether job ``job_id`` may still be waiting in ``queue``: on Redis, whether its
+        message is there; on other brokers (which cannot be read without taking), whether
+        anything is."""
+        if self._lanes:
+            client = redis_client(self.broker_url)
+            try:
+                return any(task["id"] == job_id for task in waiting_tasks(client, queue, 1000))
+            finally:
+                client.close()
+        return self.queued(queue) > 0
 
     def check(self) -> None:
         return None

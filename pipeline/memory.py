@@ -21,21 +21,26 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings, load_settings
 from pipeline.dispatch import Dispatcher, InlineDispatcher
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.embeddings.registry import ProviderChoice, choose_provider, fallback_note
-from pipeline.errors import EmbeddingError, MemoryPathError, StoreError, memory_disabled
+from pipeline.errors import (
+    EmbeddingError,
+    FleetError,
+    MemoryPathError,
+    StoreError,
+    UnknownJob,
+    memory_disabled,
+)
 from pipeline.ingest.append import append_note
 from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale
@@ -49,10 +54,11 @@ from pipeline.ingest.reindex import (
 from pipeline.ingest.sessions import session_get
 from pipeline.ingest.sources import relative_path, resolve_memory_path
 from pipeline.messages import ProviderSpec
+from pipeline.placement import store_is_here
 from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
 from pipeline.qmd.jobs import QmdJobs, needs_boot
 from pipeline.results import Appended, MemoryText, SearchResults
-from pipeline.routing import embed_queue
+from pipeline.routing import embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.status import index_status
@@ -60,14 +66,23 @@ from pipeline.store import batches, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
 from pipeline.store.owner import check_owner, owner_of
 
+if TYPE_CHECKING:
+    from pipeline.jobs import JobLog, JobRecord
+    from pipeline.remote import RemoteMemory
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
+#: How long a job may be neither in the job log nor waiting in its queue before a follower
+#: calls it unknown.
+UNKNOWN_JOB_AFTER_S = 15.0
 STALL_HINT_S = 30.0
 #: What happens to a pass's new chunks' vectors (``IndexRun.vectors``).
 VECTORS_EMBEDDED = "embedded"
 VECTORS_QUEUED = "queued"
 VECTORS_NONE = "none (keyword-only index)"
+#: ``IndexRun.mode`` of a pass sent to the writer host of a memory whose store is elsewhere.
+MODE_REMOTE = "remote"
 #: ``SearchResults.mode`` of a QMD answer, by ``qmd.searchMode``.
 _QMD_MODES = {"search": "keyword-only", "vsearch": "hybrid", "query": "hybrid"}
 
@@ -136,12 +151,16 @@ class Memory:
     index passes send their embedding work (default: the fleet's broker when ``brokerUrl`` is
     set, else this process). ``in_memory`` (default) keeps the store's vectors and BM25
     statistics in memory for fast repeated searches; pass False for a single search.
+    ``local`` says whether this host holds the store (default: :mod:`pipeline.placement`
+    decides); ``jobs`` is the job log to record index passes in (default: the one of
+    ``resultBackend``, opened on first use).
     """
 
     def __init__(self, workspace: str | os.PathLike[str] | None = None, *,
                  config: str | os.PathLike[str] | None = None, agent: str | None = None,
                  settings: Settings | None = None, dispatcher: Dispatcher | None = None,
-                 in_memory: bool = True) -> None:
+                 in_memory: bool = True, local: bool | None = None,
+                 jobs: JobLog | None = None) -> None:
         if settings is None:
             settings = load_settings(config_file=config, workspace=workspace, agent=agent)
         self.settings = settings
@@ -149,6 +168,10 @@ class Memory:
         self._held = HeldCopies() if in_memory else None
         self._dispatcher = dispatcher
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
+        self._local = local
+        self._remote: RemoteMemory | None = None  # the shard's side, built on first use
+        self._jobs = jobs  # the job log: the one given, else built on first use
+        self._own_jobs = jobs is None
         self._lock = threading.Lock()
         self._refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
         self._qmd: QmdBackend | None = None  # backend "qmd": built on first use
@@ -168,6 +191,35 @@ class Memory:
     @property
     def workspace(self) -> Path:
         return self.settings.workspace
+
+    @property
+    def here(self) -> bool:
+        """Whether this host holds the memory's store (:mod:`pipeline.placement`): if not,
+        reads go to its shard's reader and writes become jobs for its shard, and no store is
+        created here. ``local=`` fixes it (a shard's own workers pass True)."""
+        return self._local if self._local is not None else store_is_here(self.settings)
+
+    @property
+    def remote(self) -> RemoteMemory:
+        """The memory as reached through its shard (used when :attr:`here` is False)."""
+        with self._lock:
+            if self._remote is None:
+                from pipeline.remote import RemoteMemory  # Celery loads only when used
+
+                self._remote = RemoteMemory(self.settings)
+            return self._remote
+
+    @property
+    def jobs(self) -> JobLog:
+        """This host's job log (``resultBackend``): the index passes run here are recorded
+        there, and with a shared database every host's."""
+        with self._lock:
+            if self._jobs is None:
+                from pipeline.jobs import JobLog  # SQLAlchemy loads only when used
+
+                self._jobs = JobLog(self.settings.result_backend,
+                                    keep_days=self.settings.fleet.jobs_keep_days)
+            return self._jobs
 
     def __repr__(self) -> str:
         return f"Memory({self.name!r}, workspace={str(self.workspace)!r})"
@@ -192,6 +244,9 @@ class Memory:
         """
         self._check_enabled()
         citations = check_mode(citations or self.settings.citations)
+        if not self.here:
+            return self.remote.search(str(query), max_results=max_results,
+                                      min_score=min_score, sync=sync, citations=citations)
         fallback = None
         backend = self.qmd
         if backend is not None:
@@ -293,6 +348,8 @@ class Memory:
         from the collection's folder, and workspace files a collection covers.
         """
         self._check_enabled()
+        if not self.here:
+            return self._get_elsewhere(str(path), from_line, lines)
         backend = self.qmd
         if backend is not None and _names_qmd_file(backend, str(path)):
             return backend.get(str(path), from_line, lines)
@@ -308,22 +365,46 @@ class Memory:
                 return backend.get(str(path), from_line, lines)
             except QmdPathError:
                 raise refused from None
+        return self._read_file(target, from_line, lines)
+
+    def _read_file(self, target: Path, from_line: int | None, lines: int | None) -> MemoryText:
         rel = relative_path(self.settings.workspace, target)
         if not target.exists():
             return MemoryText(rel, "")
         return MemoryText.window(rel, target.read_text(encoding="utf-8", errors="replace"),
                                  from_line, lines)
 
+    def _get_elsewhere(self, path: str, from_line: int | None, lines: int | None
+                       ) -> MemoryText:
+        """``get`` of a memory whose store is on another host: a memory file is read here
+        when the workspace is here (the files are the truth), anything else (no workspace
+        here, a session or QMD document) by the shard's reader."""
+        if self.workspace.is_dir():
+            try:
+                target = resolve_memory_path(self.settings, path)
+            except MemoryPathError:
+                pass
+            else:
+                return self._read_file(target, from_line, lines)
+        return self.remote.get(path, from_line, lines)
+
     def stale_files(self) -> list[str]:
         """Memory files the index does not reflect yet (all of them when nothing is indexed):
-        a stat-only check, cheap enough before every search."""
+        a stat-only check, cheap enough before every search (asked of the shard's reader when
+        the store is on another host)."""
+        if not self.here:
+            return self.remote.stale_files()
         return find_stale(self.settings)
 
     def status(self) -> dict[str, Any]:
         """What is indexed, pending and failed, with which provider and why, the rebuild under
         way, recent index jobs and provider batch jobs (``memq status --json``'s index part); with
-        ``backend: "qmd"``, ``backend`` says so and ``qmd`` holds the QMD backend's status."""
-        status = index_status(self.settings)
+        ``backend: "qmd"``, ``backend`` says so and ``qmd`` holds the QMD backend's status.
+        For a memory whose store is on another host, its shard's reader answers
+        (``servedBy`` names it)."""
+        if not self.here:
+            return self.remote.status()
+        status = index_status(self.settings, self.jobs)
         backend = self.qmd
         status["backend"] = "builtin" if backend is None else "qmd"
         if backend is not None:
@@ -342,6 +423,8 @@ class Memory:
         never raised: a caller that retried would write the note twice.
         """
         self._check_enabled()
+        if not self.here:
+            return self._append_elsewhere(text, target)
         note = append_note(text, target, settings=self.settings)
         try:
             run = self._refresher.refresh_now()
@@ -351,11 +434,30 @@ class Memory:
                                          f"{type(exc).__name__}: {exc}")
         return replace(note, indexed=True, vectors=run.vectors)
 
+    def _append_elsewhere(self, text: str, target: str) -> Appended:
+        """``append`` of a memory whose store is on another host: with the workspace here,
+        the note is written here and an index job goes to the shard (the answer waits, up to
+        ``fleet.queryTimeoutMs``, until the shard's index reflects it); without it, the
+        shard's host appends and indexes the note."""
+        if not self.workspace.is_dir():
+            return self.remote.append(text, target)
+        note = append_note(text, target, settings=self.settings)
+        try:
+            job = self.remote.queue_index(interactive=True)
+            indexed = self.remote.wait_indexed(note.path,
+                                               self.settings.fleet.query_timeout_ms / 1000)
+        except FleetError as exc:  # on disk already: report, never raise (see append)
+            return replace(note, warning=f"saved, but indexing it failed: {exc}")
+        return replace(note, indexed=indexed, vectors=VECTORS_QUEUED,
+                       warning=None if indexed else f"saved; shard {self.shard} indexes it "
+                                                    f"(job {job}), not yet searchable")
+
     def index(self, *, wait: bool = True, retry_failed: bool = False,
               rebuild: str | None = None, choice: ProviderChoice | None = None,
               on_progress: Callable[[int, int], None] | None = None,
               warn: Callable[[str], None] | None = None, job_id: str | None = None,
-              origin: str = "local", host: str | None = None) -> IndexRun:
+              origin: str = "local", host: str | None = None,
+              job_request: Any = None) -> IndexRun:
         """One index pass: bring the store in line with the files and embed what is new.
 
         ``wait`` returns only when every vector is written (else once the work is sent).
@@ -364,10 +466,19 @@ class Memory:
         configuration whose fingerprint no longer matches the store's does the same.
         ``choice`` is the provider to index with (default: chosen from the settings).
         ``on_progress(done, total)`` follows the vectors; ``warn`` gets hints for a person.
-        The pass is logged as a job (``job_id``, ``origin`` and ``host`` say what ran it).
+        The pass is recorded in the job log (``job_id``, ``origin`` and ``host`` say what
+        ran it; ``job_request`` is the Celery request of the task running it, whose worker and
+        queue go with the record).
+
+        For a memory whose store is on another host (:attr:`here`), the pass is a job for the
+        shard's writer host (``mode == "remote"``), followed to the end with ``wait``.
         """
         self._check_enabled()
         started = time.monotonic()
+        if not self.here:
+            return self._index_elsewhere(wait=wait, retry_failed=retry_failed,
+                                         rebuild=rebuild, on_progress=on_progress, warn=warn,
+                                         started=started)
         choice = choice or choose_provider(self.settings)
         if choice.fallback_from is not None:
             log.warning("%s", choice.reason)
@@ -375,17 +486,15 @@ class Memory:
                 warn(f"warning: {choice.reason}")
         run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
                        choice.spec.model if choice.spec else None, choice.reason,
-                       job_id=job_id or uuid.uuid4().hex)
+                       job_id=job_id or new_job_id(self.name))
         db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
             check_owner(db, self.owner, claim=True)
-            with joblog.opened(self.settings.store.path, store=db) as log_db, \
-                    joblog.logged(log_db, run.job_id, origin,
-                                  host or socket.gethostname()) as counts:
-                self._produce(run, db, choice, wait=wait, retry_failed=retry_failed,
-                              rebuild=rebuild, on_progress=on_progress, warn=warn)
-                counts.update(run.report.counts())
+            self._carry_old_job_log(db)
+            self._logged(run, origin, host, job_request, lambda progress: self._produce(
+                run, db, choice, wait=wait, retry_failed=retry_failed, rebuild=rebuild,
+                on_progress=progress, warn=warn), on_progress)
             self._qmd_after(run.report)
             return run
         except db.operational_error as exc:
@@ -393,6 +502,55 @@ class Memory:
         finally:
             run.seconds = time.monotonic() - started
             db.close()
+
+    def _logged(self, run: IndexRun, origin: str, host: str | None, request: Any,
+                work: Callable[[Callable[[int, int], None]], None],
+                on_progress: Callable[[int, int], None] | None) -> None:
+        """Run ``work`` recorded as job ``run.job_id`` in the job log: started, its vectors'
+        progress, done with the pass's counts, or failed with the error (then raised)."""
+        jobs = self.jobs
+        meta = jobs.started(run.job_id, memory=self.name, origin=origin, host=host,
+                            request=request)
+
+        def progress(done: int, total: int) -> None:
+            jobs.progress(run.job_id, {**meta, "vectors_done": done, "vectors_total": total},
+                          request)
+            if on_progress is not None:
+                on_progress(done, total)
+
+        try:
+            work(progress)
+        except BaseException as exc:
+            jobs.failed(run.job_id, f"{type(exc).__name__}: {exc}"[:1000], meta, request)
+            raise
+        jobs.finished(run.job_id, {**meta, **run.report.counts()}, request)
+
+    def _carry_old_job_log(self, db: Database) -> None:
+        """Hand the rows of memq's old job log (beside or inside the store) to the job log,
+        then remove the old one: once, the first pass after an upgrade."""
+        rows = joblog.old_rows(self.settings.store.path, db)
+        if rows or joblog.log_path(self.settings.store.path).exists():
+            self.jobs.import_rows(self.name, rows)
+            joblog.forget_old(self.settings.store.path, db)
+
+    def _index_elsewhere(self, *, wait: bool, retry_failed: bool, rebuild: str | None,
+                         on_progress: Callable[[int, int], None] | None,
+                         warn: Callable[[str], None] | None, started: float) -> IndexRun:
+        """An index pass of a memory whose store is on another host: a job for its shard's
+        writer host, followed to the end (its vectors written) with ``wait``."""
+        job_id = self.remote.queue_index(retry_failed=retry_failed, rebuild=rebuild)
+        run = IndexRun(IndexReport(), MODE_REMOTE, None, None,
+                       f"the store is on shard {self.shard}'s host: sent as job {job_id}",
+                       job_id=job_id, vectors=VECTORS_QUEUED)
+        if wait:
+            job = self.follow_job(job_id, on_progress=on_progress, warn=warn)
+            run.report = IndexReport.from_counts(job.result)
+            if job.state != "done":
+                raise FleetError(f"job {job_id} {job.state}: {job.error}")
+            run.waited = True
+            run.failed_chunks = int(self.remote.status().get("failed") or 0)
+        run.seconds = time.monotonic() - started
+        return run
 
     def reindex(self, *, wait: bool = True, on_progress: Callable[[int, int], None] | None = None,
                 warn: Callable[[str], None] | None = None) -> IndexRun:
@@ -403,8 +561,14 @@ class Memory:
     def sync(self) -> IndexRun:
         """Bring the index in line with the files under its own provider and model (never a
         switch, which would drop every vector): new text is keyword-searchable at once, its
-        vectors embedded here or queued to the fleet (``run.vectors`` says which)."""
+        vectors embedded here or queued to the fleet (``run.vectors`` says which). For a
+        memory whose store is on another host, an index job for its shard."""
         self._check_enabled()
+        if not self.here:  # a job for the shard: this host never creates the store
+            job_id = self.remote.queue_index(interactive=True)
+            return IndexRun(IndexReport(), MODE_REMOTE, None, None,
+                            f"the store is on shard {self.shard}'s host: sent as job {job_id}",
+                            job_id=job_id, vectors=VECTORS_QUEUED)
         db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
@@ -623,6 +787,65 @@ class Memory:
                 dispatcher.check()
             time.sleep(POLL_S)
 
+    # -- jobs --------------------------------------------------------------------------------
+
+    def recent_jobs(self, limit: int = 20) -> list[JobRecord]:
+        """The memory's recent jobs, newest first: from this host's job log when the store
+        is here, else from the job log of its shard's host (through its reader)."""
+        if self.here:
+            return self.jobs.recent(self.name, limit)
+        return self.remote.jobs(limit)
+
+    def job(self, job_id: str) -> JobRecord | None:
+        """One of the memory's jobs: from this host's job log, else its shard's."""
+        found = self.jobs.get(job_id)
+        if found is None and not self.here:
+            found = self.remote.job(job_id)
+        return found
+
+    def follow_job(self, job_id: str, *, on_progress: Callable[[int, int], None] | None = None,
+                   warn: Callable[[str], None] | None = None,
+                   unknown_after: float = UNKNOWN_JOB_AFTER_S) -> JobRecord:
+        """Wait until job ``job_id`` of this memory ended and, when it is done, until no
+        chunk of the memory waits for a vector. Returns the job (``state`` done or failed).
+
+        Raises :class:`~pipeline.errors.UnknownJob` for a job of another memory, or when it
+        is neither in a job log nor waiting on the shard's ``control`` queue after
+        ``unknown_after`` seconds.
+        """
+        if memory_of_job(job_id) not in (None, self.name):
+            raise UnknownJob(f"job {job_id} is not a job of memory {self.name!r}")
+        started = time.monotonic()
+        while True:
+            job = self.job(job_id)
+            if job is not None and not job.running:
+                break
+            if job is None and time.monotonic() - started > unknown_after \
+                    and not self._job_waiting(job_id):
+                raise UnknownJob(f"unknown job {job_id}: in no job log memory {self.name!r} "
+                                 f"can read, not waiting on 'control.{self.shard}'")
+            time.sleep(POLL_S)
+        if job.state == "done":
+            if self.here:
+                # Opened now, not before the job ran: a rebuild may have swapped another file in.
+                db = schema.open_store(self.settings.store.path, want_vectors=False)
+                if db is not None:
+                    try:
+                        wait_for_vectors(db, on_progress=on_progress, warn=warn)
+                    finally:
+                        db.close()
+            else:
+                self.remote.wait_for_vectors(on_progress=on_progress)
+        return job
+
+    def _job_waiting(self, job_id: str) -> bool:
+        if not self.settings.broker_url:
+            return False
+        try:
+            return self.remote.job_waiting(job_id)
+        except Exception:  # a hint only: the broker may be down
+            return False
+
     def forget_queued(self) -> None:
         """Jobs sent to a dispatcher that does not outlive this process died with it: let the
         next pass queue the pending chunks again (in the live store and a rebuild's target)."""
@@ -655,8 +878,12 @@ class Memory:
             jobs.close()
         with self._lock:
             owned, self._owned = self._owned, None
-        if owned is not None:
-            owned.close()
+            remote, self._remote = self._remote, None
+            jobs = self._jobs if self._own_jobs else None
+            self._jobs = None if self._own_jobs else self._jobs
+        for part in (owned, remote, jobs):
+            if part is not None:
+                part.close()
         self._providers.close()
         if self._held is not None:
             self._held.close()

@@ -14,6 +14,9 @@ On the wire a message is JSON (Celery's serializer): ``to_json()`` gives the dic
   the writer (provider batch-file APIs, :mod:`pipeline.batch.workflow`);
 - :class:`IndexRequest` → the writer's ``control`` queue (``memq index --remote``).
 - :class:`QmdJobRequest` → the same ``control`` queue (a QMD backend's update job).
+- :class:`QueryRequest` → the shard's ``query`` queue, where a reader on the host that holds
+  the memory's store answers with a :class:`QueryReply` (a search, a read, a status from any
+  host).
 
 Embedding jobs, their results and batch jobs also carry a :class:`Route`: the writer shard of
 their memory (``store.<shard>``) and whether they are interactive work, which goes ahead of
@@ -408,21 +411,35 @@ class BatchUpdate(BatchJobRef):
 @dataclass(frozen=True)
 class IndexRequest:
     """An index pass of one memory, run by the writer host that owns its store
-    (``memq index --remote``); the Celery task id is the job id."""
+    (``memq index --remote``, or a sync asked for by a host that does not hold the store:
+    ``interactive``); the Celery task id is the job id."""
 
     memory: str
     retry_failed: bool = False
     shard: int = 0
+    interactive: bool = False
+    rebuild: str | None = None  # why to build a new index beside the live one (reindex)
+
+    @property
+    def route(self) -> Route:
+        return Route(self.shard, self.interactive)
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "index", "memory": self.memory,
-                "retry_failed": self.retry_failed, "route": Route(self.shard).to_json()}
+        out = {"v": VERSION, "kind": "index", "memory": self.memory,
+               "retry_failed": self.retry_failed, "route": self.route.to_json()}
+        if self.rebuild is not None:
+            out["rebuild"] = self.rebuild
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IndexRequest:
         data = _checked(data, "index request")
-        return cls(str(data["memory"]), bool(data.get("retry_failed", False)),
-                   Route.from_json(data.get("route")).shard)
+        route = Route.from_json(data.get("route"))
+        rebuild = data.get("rebuild")
+        if rebuild is not None and not isinstance(rebuild, str):
+            raise MessageRefused("index request: rebuild must be a string")
+        return cls(str(data["memory"]), bool(data.get("retry_failed", False)), route.shard,
+                   route.interactive, rebuild)
 
 
 @dataclass(frozen=True)
@@ -445,3 +462,101 @@ class QmdJobRequest:
         if reason not in ("boot", "changed", "due"):
             raise MessageRefused(f"qmd job request: unknown reason {reason!r}")
         return cls(str(data["memory"]), str(reason), Route.from_json(data.get("route")).shard)
+
+
+# -- reads from any host ----------------------------------------------------------------------
+
+_OPTIONAL_INT = (int, type(None))
+_OPTIONAL_NUMBER = (int, float, type(None))
+_OPTIONAL_STR = (str, type(None))
+#: What each read takes: argument name -> (allowed types, required).
+QUERY_ARGS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "search": {"query": ((str,), True), "maxResults": (_OPTIONAL_INT, False),
+               "minScore": (_OPTIONAL_NUMBER, False), "citations": (_OPTIONAL_STR, False),
+               "stale": ((bool,), False)},
+    "get": {"path": ((str,), True), "from": (_OPTIONAL_INT, False),
+            "lines": (_OPTIONAL_INT, False)},
+    "status": {},
+    "stale": {},
+    "append": {"text": ((str,), True), "target": ((str,), False)},
+    "jobs": {"limit": (_OPTIONAL_INT, False), "id": (_OPTIONAL_STR, False)},
+}
+
+
+def _query_args(op: Any, args: Any) -> dict[str, Any]:
+    """``args`` checked against :data:`QUERY_ARGS` for ``op`` (MessageRefused otherwise)."""
+    if op not in QUERY_ARGS:
+        raise MessageRefused(f"query: unknown operation {op!r} (known: {', '.join(QUERY_ARGS)})")
+    if not isinstance(args, Mapping):
+        raise MessageRefused(f"query {op}: arguments must be an object")
+    allowed = QUERY_ARGS[op]
+    for name, value in args.items():
+        if name not in allowed:
+            raise MessageRefused(f"query {op}: unknown argument {name!r}")
+        types, _ = allowed[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise MessageRefused(f"query {op}: {name} must be "
+                                 f"{' or '.join(t.__name__ for t in types)}")
+    missing = [name for name, (_, required) in allowed.items() if required and name not in args]
+    if missing:
+        raise MessageRefused(f"query {op}: missing {', '.join(missing)}")
+    return dict(args)
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """A read of one memory (:data:`QUERY_ARGS`: ``search``, ``get``, ``status``, ``stale``,
+    ``jobs``, or the ``append`` of a note to its files), sent to its shard's ``query`` queue and
+    answered by a reader on the host that holds the memory's store."""
+
+    memory: str
+    op: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    shard: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", _query_args(self.op, self.args))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "kind": "query", "memory": self.memory, "op": self.op,
+                "args": dict(self.args), "route": Route(self.shard, True).to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueryRequest:
+        data = _checked(data, "query")
+        memory = data.get("memory")
+        if not isinstance(memory, str) or not memory:
+            raise MessageRefused("query: memory must be a non-empty string")
+        return cls(memory, data.get("op"), data.get("args", {}),
+                   Route.from_json(data.get("route")).shard)
+
+
+#: Why a reader did not answer: the message was refused (another memory, another shard), the
+#: path or note was refused, the memory is turned off, or the reader failed.
+REPLY_ERRORS = ("refused", "path", "append", "disabled", "workspace", "failed")
+
+
+@dataclass(frozen=True)
+class QueryReply:
+    """A reader's answer: ``answer`` (the operation's JSON shape), or ``error`` with its
+    ``kind`` (:data:`REPLY_ERRORS`); ``node`` names the reader."""
+
+    answer: Any = None
+    error: str | None = None
+    kind: str | None = None
+    node: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "kind": "query-reply", "answer": self.answer, "error": self.error,
+                "error_kind": self.kind, "node": self.node}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueryReply:
+        data = _checked(data, "query reply")
+        kind = data.get("error_kind")
+        if kind is not None and kind not in REPLY_ERRORS:
+            raise MessageRefused(f"query reply: unknown error kind {kind!r}")
+        error, node = data.get("error"), data.get("node")
+        if not isinstance(error, _OPTIONAL_STR) or not isinstance(node, _OPTIONAL_STR):
+            raise MessageRefused("query reply: error and node must be strings")
+        return cls(data.get("answer"), error, kind, node)

@@ -31,6 +31,12 @@ class SearchHit:
             out["citation"] = self.citation
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchHit:
+        """The inverse of :meth:`to_dict` (a hit that came from another host)."""
+        return cls(data["path"], int(data["startLine"]), int(data["endLine"]),
+                   float(data["score"]), data["snippet"], data["source"], data.get("citation"))
+
 
 #: The optional facts of a search, in the order ``to_dict`` lists them (attribute, JSON key).
 _NOTES = (("reason", "reason"), ("pending", "pending"), ("warning", "warning"),
@@ -94,6 +100,18 @@ class SearchResults:
                 out[key] = value
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchResults:
+        """The inverse of :meth:`to_dict`: the answer of a search run on another host."""
+        results = cls(hits=[SearchHit.from_dict(h) for h in data.get("results", [])],
+                      provider=data.get("provider"), model=data.get("model"),
+                      mode=data.get("mode", "keyword-only"), citations=data.get("citations"),
+                      error=data.get("error"), action=data.get("action"))
+        for attr, key in _NOTES:
+            if key in data:
+                setattr(results, attr, data[key])
+        return results
+
 
 @dataclass(frozen=True)
 class MemoryText:
@@ -121,6 +139,11 @@ class MemoryText:
             out.update({"from": self.from_line, "lines": self.lines})
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryText:
+        """The inverse of :meth:`to_dict` (lines read on another host)."""
+        return cls(data["path"], data["text"], data.get("from"), data.get("lines"))
+
 
 @dataclass(frozen=True)
 class Appended:
@@ -145,3 +168,10 @@ class Appended:
         if self.warning is not None:
             out["warning"] = self.warning
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Appended:
+        """The inverse of :meth:`to_dict` (a note appended on another host)."""
+        return cls(data["path"], data["target"], int(data["startLine"]), int(data["endLine"]),
+                   int(data["bytes"]), bool(data.get("indexed", False)), data.get("vectors"),
+                   data.get("warning"))

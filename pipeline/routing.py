@@ -4,7 +4,8 @@ Queues: ``embed.<provider>`` (sync embedding, any host, shared by every memory),
 ``batch.<provider>`` (provider batch jobs: upload, poll, download; any host), and per writer
 shard ``store.<shard>`` (the shard's single writer: results into SQLite) and
 ``control.<shard>`` (index jobs and QMD update jobs, run by the host that owns the shard's
-stores). A memory maps
+stores), and ``query.<shard>`` (searches, reads and status of the shard's memories, answered by
+its readers on the host that holds the stores, for any host that asks). A memory maps
 to one shard (:func:`shard_of`). Producers send by task name (:mod:`pipeline.fleet`);
 ``workers`` registers the tasks under the same names.
 
@@ -16,10 +17,13 @@ message priorities (kombu keeps one list per priority and always pops the most u
 from __future__ import annotations
 
 import hashlib
+import uuid
 from enum import IntEnum
 
 STORE_PREFIX = "store"
 CONTROL_PREFIX = "control"
+QUERY_PREFIX = "query"
+SHARD_PREFIXES = (STORE_PREFIX, CONTROL_PREFIX, QUERY_PREFIX)
 
 EMBED_TASK = "memq.embed_chunks"
 WRITE_TASK = "memq.write_vectors"
@@ -29,6 +33,7 @@ BATCH_SUBMIT_TASK = "memq.batch_submit"
 BATCH_POLL_TASK = "memq.batch_poll"
 BATCH_UPDATE_TASK = "memq.batch_update"
 QMD_JOB_TASK = "memq.qmd_update"
+QUERY_TASK = "memq.query"
 
 
 def embed_queue(provider: str) -> str:
@@ -51,10 +56,16 @@ def control_queue(shard: int) -> str:
     return f"{CONTROL_PREFIX}.{shard}"
 
 
+def query_queue(shard: int) -> str:
+    """The queue of shard ``shard``'s readers (searches, reads, status from any host)."""
+    return f"{QUERY_PREFIX}.{shard}"
+
+
 def shard_of_queue(queue: str) -> int | None:
-    """The shard a ``store.<n>``/``control.<n>`` queue belongs to (None for other queues)."""
+    """The shard a ``store.<n>``/``control.<n>``/``query.<n>`` queue belongs to (None for
+    other queues)."""
     prefix, _, number = queue.partition(".")
-    if prefix in (STORE_PREFIX, CONTROL_PREFIX) and number.isdigit():
+    if prefix in SHARD_PREFIXES and number.isdigit():
         return int(number)
     return None
 
@@ -80,3 +91,15 @@ class Lane(IntEnum):
 
     INTERACTIVE = 0
     BULK = 9
+
+
+def new_job_id(memory: str) -> str:
+    """A fresh job id of ``memory``: ``<memory>:<32 hex digits>``. The memory is part of the
+    id, so any host knows whose job it is, and one memory's jobs are one range of ids."""
+    return f"{memory}:{uuid.uuid4().hex}"
+
+
+def memory_of_job(job_id: str) -> str | None:
+    """The memory a job id of :func:`new_job_id` names (None for another kind of id)."""
+    memory, sep, rest = job_id.rpartition(":")
+    return memory if sep and memory and len(rest) == 32 else None

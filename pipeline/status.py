@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.policy import all_policies
 from pipeline.config import Settings
 from pipeline.ingest.reindex import progress_of, rebuild_info
-from pipeline.store import batches, joblog, reads, schema
+from pipeline.store import batches, reads, schema
 from pipeline.store.vectors import count_vectors, vector_dims
+
+if TYPE_CHECKING:
+    from pipeline.jobs import JobLog
 
 MAX_LISTED_ERRORS = 20
 RECENT_JOBS = 5
@@ -29,8 +32,27 @@ def batch_status(db: Any) -> dict[str, Any]:
 DISABLED = "memory is disabled (enabled = false): nothing is indexed or searched"
 
 
-def index_status(settings: Settings) -> dict[str, Any]:
-    """A JSON-able summary of the workspace's index (empty counts when never indexed)."""
+def _recent_jobs(settings: Settings, jobs: JobLog | None) -> dict[str, Any]:
+    """The memory's recent jobs and last failed one; a job log that cannot be read leaves
+    them empty and says why (``jobs_error``), the rest of the status stands."""
+    from pipeline.jobs import JobLog, JobLogError  # SQLAlchemy loads only when used
+
+    log = jobs or JobLog(settings.result_backend, keep_days=settings.fleet.jobs_keep_days)
+    try:
+        failed = log.last_error(settings.agent_id)
+        recent = log.recent(settings.agent_id, RECENT_JOBS)
+    except JobLogError as exc:
+        return {"jobs": [], "last_job_error": None, "jobs_error": str(exc)}
+    finally:
+        if jobs is None:
+            log.close()
+    return {"jobs": [job.to_dict() for job in recent],
+            "last_job_error": failed.to_dict() if failed is not None else None}
+
+
+def index_status(settings: Settings, jobs: JobLog | None = None) -> dict[str, Any]:
+    """A JSON-able summary of the workspace's index (empty counts when never indexed), with
+    the memory's recent jobs from ``jobs`` (default: the job log of ``settings``)."""
     status: dict[str, Any] = {
         "memory": settings.agent_id,
         "workspace": str(settings.workspace),
@@ -73,9 +95,7 @@ def index_status(settings: Settings) -> dict[str, Any]:
             last_index_at=schema.get_meta(db, "last_index_at"),
             watch=schema.get_meta(db, "watch"),
         )
-        with joblog.opened(settings.store.path) as log:
-            status.update(jobs=joblog.recent_jobs(log, RECENT_JOBS),
-                          last_job_error=joblog.last_error(log))
+        status.update(_recent_jobs(settings, jobs))
         status["batch"] = batch_status(db)
         info = rebuild_info(db)
         status["reindex"] = progress_of(info, settings).as_dict() if info else None

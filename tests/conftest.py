@@ -28,6 +28,17 @@ from tests.secrets_scan import (  # the whole-suite secrets check: hooks for eve
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
 
+# Every memory of the suite is one this host holds (a one-host fleet), unless a test says
+# otherwise: the tests of hosts that hold no store set fleet.localShards per host.
+os.environ.setdefault("MEMQ_LOCAL_SHARDS", "all")
+
+
+@pytest.fixture(autouse=True)
+def _private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's data dir (default stores, the job log, shard claims) is its own, never the
+    machine's ~/.local/share/memq, which other test sessions share."""
+    monkeypatch.setenv("MEMQ_HOME", str(tmp_path / "memq-data"))
+
 
 def write_config(path: Path, **keys: object) -> Path:
     """Write a memq.json with OpenClaw-style keys (nested dicts allowed)."""
@@ -51,6 +62,10 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
 
     def make(ws: Path, **keys: object) -> Settings:
         keys.setdefault("store", {"path": str(tmp_path / "store" / "memq.sqlite")})
+        keys.setdefault("resultBackend", f"db+sqlite:///{tmp_path / 'store' / 'jobs.sqlite'}")
+        fleet = keys.setdefault("fleet", {})
+        if isinstance(fleet, dict):
+            fleet.setdefault("localShards", "all")
         cfg = write_config(tmp_path / f"memq-{uuid.uuid4().hex[:6]}.json", **keys)
         return load_settings(config_file=cfg, workspace=ws, env={})
 

@@ -60,8 +60,8 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "extraPathPatterns", "rememberAcrossConversations", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
         "watch", "fleet", "chunking", "query", "cache", "store", "sync", "remote", "local",
-        "models", "brokerUrl", "agentId", "sessionsDir", "citations", "backend", "qmd",
-        "configFile", "warnings",
+        "models", "brokerUrl", "resultBackend", "agentId", "sessionsDir", "citations", "backend",
+        "qmd", "configFile", "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["sync"]) == [
@@ -92,6 +92,10 @@ def test_env_vars() -> None:
         "MEMQ_WATCH_POLLING": "watch.polling",
         "MEMQ_WATCH_POLL_INTERVAL_MS": "watch.pollIntervalMs",
         "MEMQ_FLEET_SHARDS": "fleet.shards",
+        "MEMQ_LOCAL_SHARDS": "fleet.localShards",
+        "MEMQ_QUERY_TIMEOUT_MS": "fleet.queryTimeoutMs",
+        "MEMQ_JOBS_KEEP_DAYS": "fleet.jobsKeepDays",
+        "MEMQ_RESULT_BACKEND": "resultBackend",
     }
     assert set(ENV_VARS.values()) <= set(READ)
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from memq.cli import worker_command
+from pipeline.errors import UnknownJob
+from pipeline.jobs import JobLog
+from pipeline.memory import Memory
+from pipeline.routing import new_job_id
 from pipeline.store import joblog
-from pipeline.store.engine import connect
 from tests.conftest import run_memq
 from workers.indexing import run_index
-from workers.jobs_api import EnqueueFailed, JobError, enqueue_index, follow_job
+from workers.jobs_api import EnqueueFailed, enqueue_index
 from workers.monitor import broker_status, fleet_status, redis_client
 
 
@@ -24,27 +28,50 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # nothing listens once the socket is closed
 
 
-def test_job_log_records_done_and_failed(tmp_path: Path) -> None:
-    db = connect(tmp_path / "s.sqlite")
-    with joblog.logged(db, "a", "remote", "writer@h") as counts:
-        assert joblog.get_job(db, "a")["state"] == "running"
-        counts.update(files=3, chunks_queued=7)
-    with pytest.raises(ValueError), joblog.logged(db, "b", "local", None):
-        raise ValueError("model file is missing")
-    a, b = joblog.get_job(db, "a"), joblog.get_job(db, "b")
-    assert (a["state"], a["files"], a["chunks_queued"], a["error"]) == ("done", 3, 7, None)
-    assert a["finished_at"] >= a["started_at"]
-    assert (b["state"], b["error"]) == ("failed", "ValueError: model file is missing")
-    assert joblog.last_error(db)["id"] == "b"
-    assert [j["id"] for j in joblog.recent_jobs(db)] == ["b", "a"]
+def test_job_log_records_done_and_failed_per_memory(tmp_path: Path) -> None:
+    """Celery's database result backend as memq's job log: states, counts and errors, the
+    newest first, and one memory's jobs only (a name with LIKE's wildcards included)."""
+    log = JobLog(f"db+sqlite:///{tmp_path / 'jobs.sqlite'}")
+    a, b, other = new_job_id("ma_n"), new_job_id("ma_n"), new_job_id("main")
+    meta = log.started(a, memory="ma_n", origin="remote", host="writer@h")
+    assert log.get(a).state == "running" and log.get(a).celery_state == "STARTED"
+    log.finished(a, {**meta, "files": 3, "chunks_queued": 7})
+    meta_b = log.started(b, memory="ma_n", origin="local")
+    log.failed(b, "ValueError: model file is missing", meta_b)
+    log.finished(other, {**log.started(other, memory="main", origin="local")})
+    done, failed = log.get(a), log.get(b)
+    assert (done.state, done.result["files"], done.result["chunks_queued"], done.error) == (
+        "done", 3, 7, None)
+    assert done.finished_at >= done.started_at and done.origin == "remote"
+    assert done.host == "writer@h"
+    assert (failed.state, failed.error, failed.origin) == (
+        "failed", "ValueError: model file is missing", "local")
+    assert log.last_error("ma_n").id == b and log.last_error("main") is None
+    assert [j.id for j in log.recent("ma_n")] == [b, a]
+    assert [j.id for j in log.recent("main")] == [other]  # "ma_n" is not a pattern for "main"
+    assert [j.id for j in log.recent()] == [other, b, a]
+    log.close()
 
 
-def test_job_log_keeps_the_newest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(joblog, "KEEP_JOBS", 3)
-    db = connect(tmp_path / "s.sqlite")
-    for i in range(5):
-        joblog.record_start(db, f"j{i}", "local", None)
-    assert {j["id"] for j in joblog.recent_jobs(db, 10)} == {"j2", "j3", "j4"}
+def test_finished_jobs_expire_and_running_ones_stay(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite"
+    log = JobLog(f"db+sqlite:///{path}", keep_days=2)
+    old, young, running = (new_job_id("main") for _ in range(3))
+    for job in (old, young):
+        log.finished(job, log.started(job, memory="main", origin="local"))
+    log.started(running, memory="main", origin="local")
+    with sqlite3.connect(path) as db:  # as if `old` had ended three days ago
+        db.execute("UPDATE memq_jobs SET date_done = datetime('now', '-3 days') "
+                   "WHERE task_id = ?", (old,))
+    log.expire()
+    assert {j.id for j in log.recent("main")} == {young, running}
+    log.close()
+
+
+def test_reading_a_job_log_never_creates_it(tmp_path: Path) -> None:
+    log = JobLog(f"db+sqlite:///{tmp_path / 'nowhere' / 'jobs.sqlite'}")
+    assert log.recent("main") == [] and log.get(new_job_id("main")) is None
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_local_runs_are_logged_and_listed(workspace: Path, make_settings) -> None:
@@ -77,43 +104,49 @@ def test_a_run_that_swaps_the_store_is_listed_afterwards(workspace: Path,
     assert len(listed) == 3  # the first run and both rebuilding runs
 
 
-def test_job_rows_kept_in_an_older_store_are_carried_over(tmp_path: Path) -> None:
-    store = tmp_path / "memq.sqlite"
-    old = connect(store)
-    joblog.record_start(old, "before-upgrade", "remote", "writer@h")
-    joblog.record_finish(old, "before-upgrade", {"files": 4})
-    old.close()
-    with joblog.opened(store) as log:
-        assert joblog.get_job(log, "before-upgrade")["files"] == 4
-    assert joblog.log_path(store).exists()
+#: The job log of memq up to this version: a table in the store, later in a file beside it.
+OLD_JOB_LOG = """
+CREATE TABLE index_jobs (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, state TEXT NOT NULL, host TEXT,
+    started_at REAL NOT NULL, finished_at REAL, files INTEGER, changed INTEGER,
+    deleted INTEGER, chunks_queued INTEGER, chunks_cached INTEGER, embed_jobs INTEGER,
+    error TEXT)
+"""
 
 
-def test_an_index_pass_prepares_the_job_log_once(workspace: Path, make_settings,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """One pass creates the job log's table once, not again for its start and its finish
-    (schema work a process indexing many memories would pay for each)."""
+def _old_job_rows(path: Path, *rows: tuple[str, str, str | None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as db:
+        db.execute(OLD_JOB_LOG)
+        for job_id, state, error in rows:
+            db.execute("INSERT INTO index_jobs(id, kind, state, host, started_at, finished_at, "
+                       "files, error) VALUES (?, 'remote', ?, 'writer@h', 1000.0, 1010.0, 4, ?)",
+                       (job_id, state, error))
+
+
+def test_old_job_logs_are_carried_over_once(workspace: Path, make_settings) -> None:
+    """The rows an older memq kept inside the store and in the file beside it are recorded in
+    the job log by the next index pass, with their own times, then the old logs are gone."""
     settings = make_settings(workspace, provider="none")
-    prepared: list[Path] = []
-    real = joblog.ensure_table
-    monkeypatch.setattr(joblog, "ensure_table", lambda db: (prepared.append(db.path), real(db)))
+    _old_job_rows(settings.store.path, ("in-store", "done", None))
+    _old_job_rows(joblog.log_path(settings.store.path), ("beside", "failed", "ConfigError: x"),
+                  ("cut", "running", None))
     run = run_index(settings)
-    assert prepared == [joblog.log_path(settings.store.path)]
-    with joblog.opened(settings.store.path) as log:
-        assert joblog.get_job(log, run.job_id)["state"] == "done"
-
-
-def test_an_older_store_indexed_again_keeps_its_job_rows(workspace: Path,
-                                                         make_settings) -> None:
-    """A store an older memq logged its jobs in, indexed by this one: the old rows are carried
-    over into the job log, beside the new run."""
-    settings = make_settings(workspace, provider="none")
-    old = connect(settings.store.path)
-    joblog.record_start(old, "before-upgrade", "local", None)
-    joblog.record_finish(old, "before-upgrade", {"files": 4})
-    old.close()
-    run = run_index(settings)
-    with joblog.opened(settings.store.path) as log:
-        assert [j["id"] for j in joblog.recent_jobs(log)] == [run.job_id, "before-upgrade"]
+    s = fleet_status(settings)
+    jobs = {j["id"]: j for j in s["jobs"]}
+    assert next(iter(jobs)) == run.job_id
+    assert jobs["main:in-store"]["state"] == "done" and jobs["main:in-store"]["files"] == 4
+    assert jobs["main:in-store"]["started_at"] == 1000.0
+    assert jobs["main:in-store"]["finished_at"] == 1010.0
+    assert (jobs["main:beside"]["state"], jobs["main:beside"]["error"]) == (
+        "failed", "ConfigError: x")
+    assert jobs["main:cut"]["state"] == "failed" and "interrupted" in jobs["main:cut"]["error"]
+    assert not joblog.log_path(settings.store.path).exists()
+    with sqlite3.connect(settings.store.path) as db:
+        assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'index_jobs'"
+                          ).fetchone()[0] == 0
+    run_index(settings)  # read once: nothing is carried over twice
+    assert len(fleet_status(settings)["jobs"]) == 5
 
 
 def test_writer_role_consumes_store_and_control() -> None:
@@ -180,7 +213,8 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
                                                   "queued_jobs": run.report.jobs}}
     assert fleet["waiting_jobs"] == [{"id": job_id, "task": "memq.index_memory"}]
     env = {"MEMQ_BROKER_URL": broker_url, "MEMQ_STORE_PATH": str(settings.store.path),
-           "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none"}
+           "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none",
+           "MEMQ_RESULT_BACKEND": settings.result_backend}
     cli = run_memq("index", "--remote", "--json", env=env, timeout=60)
     assert cli.returncode == 0 and "no worker consumes 'control.0' yet" in cli.stderr
     second = json.loads(cli.stdout)["job"]
@@ -194,14 +228,13 @@ def test_following_an_unknown_job_fails_clearly(workspace: Path, make_settings,
                                                 broker_url: str) -> None:
     settings = make_settings(workspace, provider="none", brokerUrl=broker_url)
     run_index(settings)
-    with pytest.raises(JobError, match="unknown job nope"):
-        follow_job(settings, "nope", unknown_after=0.5)
-    failed = "f" * 32
-    with joblog.opened(settings.store.path) as log:
-        joblog.record_start(log, failed, "remote", "writer@h")
-        joblog.record_finish(log, failed, error="ConfigError: bad provider")
-    job = follow_job(settings, failed)
-    assert (job["state"], job["error"]) == ("failed", "ConfigError: bad provider")
-    with pytest.raises(JobError, match="no store at"):
-        follow_job(make_settings(workspace, provider="none",
-                                 store={"path": str(workspace.parent / "none.sqlite")}), failed)
+    with Memory(settings=settings, in_memory=False) as memory:
+        with pytest.raises(UnknownJob, match="unknown job main:nope"):
+            memory.follow_job("main:nope", unknown_after=0.5)
+        with pytest.raises(UnknownJob, match="not a job of memory 'main'"):
+            memory.follow_job(new_job_id("other"), unknown_after=0.5)
+        failed = new_job_id("main")
+        memory.jobs.failed(failed, "ConfigError: bad provider",
+                           memory.jobs.started(failed, memory="main", origin="remote"))
+        job = memory.follow_job(failed)
+    assert (job.state, job.error) == ("failed", "ConfigError: bad provider")

@@ -132,8 +132,10 @@ def two_agents(tmp_path: Path, tiny_model: Path, **beta_overrides: Any) -> Path:
 
 
 def fleet_env(config: Path, tmp_path: Path, shards: int = 2) -> dict[str, str]:
+    """One host that holds every shard's stores (its writers, producers and searches)."""
     return {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp_path / "home"),
-            "MEMQ_FLEET_SHARDS": str(shards), "MEMQ_LOCAL_THREADS": "1"}
+            "MEMQ_FLEET_SHARDS": str(shards), "MEMQ_LOCAL_THREADS": "1",
+            "MEMQ_LOCAL_SHARDS": "all"}
 
 
 def store_counts(path: Path) -> dict[str, int]:

@@ -70,7 +70,7 @@ def memq_as_nobody(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     argv = as_nobody([sys.executable, "-m", "memq.cli", *args], home.parent / "mnt")
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HOME": str(home), "MEMQ_BROKER_URL": "",
-                               "REDIS_URL": ""})
+                               "REDIS_URL": "", "MEMQ_HOME": ""})  # the data dir in HOME
 
 
 def give_to_nobody(path: Path) -> None:

@@ -3,29 +3,52 @@
 
 Queues: ``embed.<provider>`` (one per provider, any host), ``batch.<provider>`` (provider batch
 jobs: upload, poll, download; any host), and per writer shard ``store.<shard>`` (exactly one
-consumer, on the host that owns the shard's SQLite files) and ``control.<shard>`` (index jobs,
-QMD update jobs).
+consumer, on the host that owns the shard's SQLite files), ``control.<shard>`` (index jobs,
+QMD update jobs) and ``query.<shard>`` (reads from any host, answered by the shard's readers).
+Jobs are recorded in the job log (:mod:`pipeline.jobs`), which is also the app's result
+backend, so Flower shows each job's outcome.
 Every sender names the queue (:class:`pipeline.fleet.FleetDispatcher`). Tasks are acknowledged
 after they run and handed back when their worker dies, so every task is idempotent.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from celery import Celery
 from celery.signals import worker_init
 
+from pipeline.config import ConfigError, load_settings
+from pipeline.config.paths import default_result_backend
 from pipeline.fleet import broker_url_from_env, celery_settings
+from pipeline.jobs import celery_backend_settings
 from workers.orphans import guard_embedded_worker
+
+log = logging.getLogger(__name__)
 
 # A pool process whose resident memory grew past this (MiB, after a task) is replaced: a cap
 # for local-model workers whose native library leaks or fragments. Unset: no cap.
 MAX_MEMORY_PER_CHILD_MB = int(os.environ.get("MEMQ_WORKER_MAX_MEMORY_MB") or 0) or None
 
-app = Celery("memq", include=["workers.tasks", "workers.batch_tasks", "workers.single_writer"])
+
+def job_log_settings() -> dict[str, object]:
+    """The result backend of this host's workers and Flower: the job log of this host's
+    settings (``resultBackend``, ``fleet.jobsKeepDays``), the default one when they cannot be
+    read (the worker then reports the configuration error on its first message)."""
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        log.warning("configuration error, the job log is the default one: %s", exc)
+        return celery_backend_settings(default_result_backend(), 7)
+    return celery_backend_settings(settings.result_backend, settings.fleet.jobs_keep_days)
+
+
+app = Celery("memq", include=["workers.tasks", "workers.batch_tasks", "workers.single_writer",
+                              "workers.reading"])
 app.conf.update(
-    celery_settings(broker_url_from_env()),
+    **celery_settings(broker_url_from_env()),
+    **job_log_settings(),
     worker_max_memory_per_child=(MAX_MEMORY_PER_CHILD_MB * 1024
                                  if MAX_MEMORY_PER_CHILD_MB else None),
 )

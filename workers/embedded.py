@@ -69,20 +69,24 @@ class EmbeddedBroker:
 
 
 def worker_argv(queues: list[str], name: str, *, concurrency: int = 1,
-                loglevel: str = "WARNING", quiet_cluster: bool = False) -> list[str]:
+                loglevel: str = "WARNING", quiet_cluster: bool = False,
+                pool: str | None = None) -> list[str]:
     """The ``celery worker`` command line for memq's app on the given queues.
 
     Gossip and mingle are off: memq's workers never ask each other anything (every decision
     lives in the broker or the store), gossip's fanout consumers raced the connection teardown
     when the broker restarted ("Error on restarting Gossip: AttributeError"), and mingle adds
     a second to every start. Heartbeats stay on (Flower and ``memq status`` show liveness from
-    them) unless ``quiet_cluster``.
+    them) unless ``quiet_cluster``. ``pool`` is Celery's pool (prefork by default; a reader
+    runs ``threads``).
     """
     argv = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", ",".join(queues),
             "-n", name, "-c", str(concurrency), "-l", loglevel, "-E",
             "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle"]
     if quiet_cluster:
         argv += ["--without-heartbeat"]
+    if pool is not None:
+        argv += ["-P", pool]
     return argv
 
 

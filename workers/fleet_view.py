@@ -3,7 +3,8 @@ broker.
 
 - **memories**: every memory of the config (an openclaw.json's ``agents.list``, else the one
   memory of the settings), with its shard, store, and chunk counts read from the store (nothing
-  is created for a memory never indexed) and its last index job from the job log;
+  is created for a memory never indexed) and its last index job from the job log; a memory
+  whose store is on another host is described by its shard's reader;
 - **shards**: for each writer shard, the holder of its writer lease in Redis
   (``memq.writer-lease.<n>``), the live workers consuming ``store.<n>`` (Celery's remote
   control), whether the lease holder is one of them, and its memories;
@@ -17,18 +18,20 @@ False and the broker parts None, while the memories (from the stores) are still 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import redis
 from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, listed_agents, load_settings, redact_url
-from pipeline.fleet import DEFAULT_TIMEOUT_S, queue_consumers, redis_client
+from pipeline.errors import FleetError
+from pipeline.fleet import DEFAULT_TIMEOUT_S, priority_lists, queue_consumers, redis_client
+from pipeline.jobs import JobLog
+from pipeline.memory import Memory
+from pipeline.placement import store_is_here
 from pipeline.routing import Lane, store_queue
-from pipeline.store import joblog, reads, schema
-from pipeline.store.engine import connect
-from workers.monitor import BINDING_PREFIX, PRIORITY_SEP, PRIORITY_STEPS, REDIS_SCHEMES
+from pipeline.store import reads, schema
+from workers.monitor import BINDING_PREFIX, REDIS_SCHEMES
 from workers.single_writer import lease_key
 
 
@@ -37,12 +40,17 @@ def memory_names(settings: Settings) -> list[str]:
     return listed_agents(settings.config_file) or [settings.agent_id]
 
 
-def memory_row(settings: Settings) -> dict[str, Any]:
-    """One memory's line of the view: shard, store and counts (read only from what exists)."""
+def memory_row(settings: Settings, jobs: JobLog) -> dict[str, Any]:
+    """One memory's line of the view: shard, store and counts (read only from what exists:
+    this host's store and job log ``jobs``, or, for a memory whose store is on another host,
+    its shard's reader; ``error`` says why a row is unknown)."""
     name = settings.agent_id
     row: dict[str, Any] = {"memory": name, "shard": settings.fleet.shard_of(name),
                            "store": str(settings.store.path), "indexed": False, "chunks": 0,
-                           "ready": 0, "pending": 0, "failed": 0, "last_job": None}
+                           "ready": 0, "pending": 0, "failed": 0, "last_job": None,
+                           "served_by": None, "error": None}
+    if not store_is_here(settings):
+        return _row_from_shard(settings, row)
     db = schema.open_store(settings.store.path, want_vectors=False)
     if db is not None:
         try:
@@ -51,17 +59,31 @@ def memory_row(settings: Settings) -> dict[str, Any]:
             db.close()
         row.update(indexed=True, chunks=sum(states.values()), ready=states.get("ready", 0),
                    pending=states.get("pending", 0), failed=states.get("failed", 0))
-    log_file = joblog.log_path(Path(settings.store.path))
-    if log_file.exists():
-        log_db = connect(log_file, want_vectors=False)
-        try:
-            jobs = joblog.recent_jobs(log_db, 1)
-        finally:
-            log_db.close()
-        if jobs:
-            row["last_job"] = {k: jobs[0][k] for k in ("id", "kind", "state", "started_at",
-                                                       "finished_at", "error")}
+    last = jobs.recent(name, 1)
+    if last:
+        row["last_job"] = _last_job(last[0].to_dict())
     return row
+
+
+def _row_from_shard(settings: Settings, row: dict[str, Any]) -> dict[str, Any]:
+    try:
+        with Memory(settings=settings, in_memory=False) as memory:
+            status = memory.status()
+    except FleetError as exc:
+        row["error"] = str(exc)
+        return row
+    row.update(indexed=bool(status.get("indexed")), store=status.get("store"),
+               chunks=status.get("chunks", 0), ready=status.get("vectors", 0),
+               pending=status.get("pending", 0), failed=status.get("failed", 0),
+               served_by=status.get("servedBy"))
+    if status.get("jobs"):
+        row["last_job"] = _last_job(status["jobs"][0])
+    return row
+
+
+def _last_job(job: dict[str, Any]) -> dict[str, Any]:
+    return {k: job.get(k) for k in ("id", "kind", "state", "started_at", "finished_at",
+                                    "error")}
 
 
 def lane_depths(client: redis.Redis) -> dict[str, dict[str, int]]:
@@ -74,7 +96,7 @@ def lane_depths(client: redis.Redis) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for name in sorted(names):
         pipe = client.pipeline(transaction=False)
-        for key in (name, *(f"{name}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)):
+        for key in priority_lists(name):
             pipe.llen(key)
         interactive, *rest = pipe.execute()
         out[name] = {Lane.INTERACTIVE.name.lower(): interactive,
@@ -85,10 +107,14 @@ def lane_depths(client: redis.Redis) -> dict[str, dict[str, int]]:
 def fleet_view(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
     """The fleet view of ``settings``' config and broker (``memq status --fleet --json``)."""
     rows = []
-    for name in memory_names(settings):
-        own = settings if name == settings.agent_id else load_settings(
-            config_file=settings.config_file, agent=name)
-        rows.append(memory_row(own))
+    jobs = JobLog(settings.result_backend, keep_days=settings.fleet.jobs_keep_days)
+    try:
+        for name in memory_names(settings):
+            own = settings if name == settings.agent_id else load_settings(
+                config_file=settings.config_file, agent=name)
+            rows.append(memory_row(own, jobs))
+    finally:
+        jobs.close()
     shards = settings.fleet.shards
     view: dict[str, Any] = {
         "broker": redact_url(settings.broker_url) if settings.broker_url else None,
@@ -158,6 +184,8 @@ def fleet_lines(view: dict[str, Any]) -> list[str]:
         job = r["last_job"]
         last = f"{job['kind']} {job['state']}" if job else ("-" if r["indexed"]
                                                             else "not indexed")
+        if r.get("error"):
+            last = f"unknown: {r['error']}"
         lines.append(f"  {r['memory']:<20} {r['shard']:>5} {r['chunks']:>8} {r['ready']:>8} "
                      f"{r['pending']:>8} {r['failed']:>7}  {last}")
     return lines

@@ -14,6 +14,7 @@ from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.fleet import FleetDispatcher
 from pipeline.memory import IndexRun, Memory
+from pipeline.placement import store_is_here
 from workers.embedded import EmbeddedFleet, IndexingFailed
 
 
@@ -34,7 +35,13 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
               choice: ProviderChoice | None = None, rebuild: str | None = None) -> IndexRun:
     """Index the memory once through the fleet (:meth:`pipeline.Memory.index`); with ``wait``,
     return only when every vector is written (or the rebuild ``rebuild`` names is swapped in).
+    A memory whose store is on another host is indexed there: a job for its shard, followed
+    to the end with ``wait``.
     """
+    if not store_is_here(settings):
+        with Memory(settings=settings, in_memory=False) as memory:
+            return memory.index(wait=wait, retry_failed=retry_failed, rebuild=rebuild,
+                                on_progress=on_progress, warn=warn)
     choice = choice or choose_provider(settings)
     with ExitStack() as stack:
         dispatcher = None

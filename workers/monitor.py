@@ -8,7 +8,6 @@ hash), so no result backend is needed; workers are counted with Celery's remote 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,18 +19,16 @@ from pipeline.config import Settings, redact_url
 from pipeline.fleet import (
     DEFAULT_TIMEOUT_S,
     FleetDispatcher,
+    priority_lists,
     queue_consumers,
     queued_messages,
     redis_client,
+    waiting_tasks,
 )
-from pipeline.qmd import backend_status
+from pipeline.memory import Memory
 from pipeline.routing import control_queue, embed_queue, store_queue
-from pipeline.status import index_status
 from pipeline.store import schema
 
-# kombu's Redis transport keeps a queue's messages of priority p > 0 in "<queue>\x06\x16<p>".
-PRIORITY_SEP = "\x06\x16"
-PRIORITY_STEPS = (3, 6, 9)
 BINDING_PREFIX = "_kombu.binding."
 UNACKED_KEY = "unacked"
 REDIS_SCHEMES = ("redis", "rediss", "redis+socket")
@@ -47,26 +44,10 @@ def queue_depths(client: redis.Redis, shards: int = 1) -> dict[str, int]:
     depths: dict[str, int] = {}
     for name in sorted(names):
         pipe = client.pipeline(transaction=False)
-        for key in (name, *(f"{name}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)):
+        for key in priority_lists(name):
             pipe.llen(key)
         depths[name] = sum(pipe.execute())
     return depths
-
-
-def waiting_tasks(client: redis.Redis, queue: str, limit: int = 50) -> list[dict[str, str]]:
-    """The next ``limit`` messages waiting in ``queue``, oldest first: task id and name.
-
-    Only the message headers are read (never the arguments). kombu pushes new messages on the
-    left and consumes from the right, so the oldest is last in the list.
-    """
-    out = []
-    for raw in reversed(client.lrange(queue, -limit, -1)):
-        try:
-            headers = json.loads(raw)["headers"]
-            out.append({"id": str(headers["id"]), "task": str(headers["task"])})
-        except (ValueError, KeyError, TypeError):
-            out.append({"id": "?", "task": "(not a Celery message)"})
-    return out
 
 
 def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S, shards: int = 1
@@ -142,10 +123,12 @@ def resume_batches(settings: Settings) -> int | None:
 def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
     """``memq status --json``: the index (from the store) plus the fleet (from the broker).
 
-    Without a configured broker (each ``memq index`` starts its own), ``fleet`` says so.
+    Without a configured broker (each ``memq index`` starts its own), ``fleet`` says so. A
+    memory whose store is on another host is described by its shard's reader
+    (:class:`~pipeline.errors.ShardUnreachable` when none answers).
     """
-    status = index_status(settings)
-    status.update(backend_status(settings))
+    with Memory(settings=settings, in_memory=False) as memory:
+        status = memory.status()  # this host's store, or the shard's reader
     if settings.broker_url:
         status["fleet"] = broker_status(settings.broker_url, timeout, settings.fleet.shards)
         status["fleet"]["shard"] = settings.fleet.shard_of(settings.agent_id)

@@ -13,6 +13,8 @@ import atexit
 import logging
 import os
 import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -26,11 +28,12 @@ from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
 from pipeline.fleet import FleetDispatcher, redis_client
 from pipeline.ingest.reindex import is_generation_of
+from pipeline.jobs import JobLog
 from pipeline.memory import Memory
 from pipeline.messages import ProviderSpec
 from pipeline.routing import shard_of_queue
 from pipeline.store.engine import Database
-from pipeline.store.results import StorePool
+from pipeline.store.results import MAX_OPEN_STORES, StorePool
 from workers.app import app
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,8 @@ class WorkerRuntime:
         self._fleet: FleetDispatcher | None = None
         self._redis: redis.Redis | None = None
         self._redis_known = False
+        self._warm: WarmMemories | None = None
+        self._jobs: dict[str, JobLog] = {}
 
     def settings_for(self, memory: str) -> Settings:
         """The settings of ``memory``, from this worker's own environment and config file.
@@ -119,6 +124,37 @@ class WorkerRuntime:
                 self._stores = StorePool(want_vectors=settings.store.want_vectors)
         return self._stores.get(path)
 
+    def readable(self, memory: str, shard: int | None) -> Settings:
+        """The settings of ``memory`` for a read that came in on ``shard``'s query queue:
+        :meth:`served`, and with a one-memory configuration only that memory (a reader never
+        makes up settings for a name its configuration does not give)."""
+        settings = self.served(memory, shard)
+        with self._lock:
+            own = self._own_settings()
+            listed = self._listed(own)
+        if not listed and memory != own.agent_id:
+            raise MessageRefused(f"memory {memory!r} is not this host's memory "
+                                 f"({own.agent_id!r})")
+        return settings
+
+    def warm(self, memory: str, settings: Settings) -> WarmMemory:
+        """A reader's warm :class:`~pipeline.Memory` of ``memory`` (``with`` it while using
+        it): kept open between reads, the least recently used closed first."""
+        with self._lock:
+            if self._warm is None:
+                self._warm = WarmMemories(lambda s: Memory(settings=s, dispatcher=self.fleet(),
+                                                           local=True, jobs=self.jobs(s)))
+        return self._warm.use(memory, settings)
+
+    def jobs(self, settings: Settings) -> JobLog:
+        """The job log of this host (``settings.result_backend``), kept open."""
+        with self._lock:
+            log = self._jobs.get(settings.result_backend)
+            if log is None:
+                log = self._jobs[settings.result_backend] = JobLog(
+                    settings.result_backend, keep_days=settings.fleet.jobs_keep_days)
+            return log
+
     def served(self, memory: str, shard: int | None) -> Settings:
         """The settings of ``memory`` for a writer task that came in on ``shard``'s queue;
         :class:`MessageRefused` when the memory belongs to another shard."""
@@ -164,9 +200,12 @@ class WorkerRuntime:
             return self._redis
 
     def memory(self, name: str) -> Memory:
-        """A :class:`~pipeline.Memory` for an index job of ``name``, sending its work to the
-        fleet (the caller closes it)."""
-        return Memory(settings=self.settings_for(name), dispatcher=self.fleet(), in_memory=False)
+        """A :class:`~pipeline.Memory` for an index job of ``name`` on this host (which holds
+        its store), sending its work to the fleet and recording it in this host's job log
+        (the caller closes it)."""
+        settings = self.settings_for(name)
+        return Memory(settings=settings, dispatcher=self.fleet(), in_memory=False, local=True,
+                      jobs=self.jobs(settings))
 
     def close(self) -> None:
         """Free native models and connections (at process exit; llama.cpp's finalizer fails
@@ -174,11 +213,86 @@ class WorkerRuntime:
         self._providers.close()
         if self._stores is not None:
             self._stores.close()
+        if self._warm is not None:
+            self._warm.close()
+        for log in self._jobs.values():
+            log.close()
 
     def after_fork(self) -> None:
         """Forget what the parent process built: a forked child builds its own."""
         with self._lock:
             self._reset()
+
+
+class WarmMemory:
+    """One use of a warm memory (:meth:`WarmMemories.use`): ``with`` gives the
+    :class:`~pipeline.Memory`; it is not closed while in use."""
+
+    def __init__(self, pool: WarmMemories, name: str, settings: Settings) -> None:
+        self.pool, self.name, self.settings = pool, name, settings
+        self._entry: list[Any] | None = None
+
+    def __enter__(self) -> Memory:
+        self._entry = self.pool._acquire(self.name, self.settings)
+        return self._entry[0]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._entry is not None:
+            self.pool._release(self._entry)
+
+
+class WarmMemories:
+    """A reader's open :class:`~pipeline.Memory` objects by name (their models, in-memory
+    copies and connections stay warm between reads), at most ``max_open``: the least recently
+    used idle one is closed first; one whose settings changed (the config was edited) is
+    replaced; one still in use by another thread is closed when its last user is done."""
+
+    def __init__(self, build: Callable[[Settings], Memory],
+                 max_open: int = MAX_OPEN_STORES) -> None:
+        self.build = build
+        self.max_open = max(1, max_open)
+        self._open: OrderedDict[str, list[Any]] = OrderedDict()  # name -> [memory, users, gone]
+        self._lock = threading.Lock()
+
+    def use(self, name: str, settings: Settings) -> WarmMemory:
+        return WarmMemory(self, name, settings)
+
+    def _acquire(self, name: str, settings: Settings) -> list[Any]:
+        with self._lock:
+            entry = self._open.get(name)
+            if entry is not None and entry[0].settings is not settings:
+                self._retire(self._open.pop(name))
+                entry = None
+            if entry is None:
+                entry = self._open[name] = [self.build(settings), 0, False]
+            entry[1] += 1
+            self._open.move_to_end(name)
+            idle = [n for n, e in self._open.items() if e[1] == 0]
+            while len(self._open) > self.max_open and idle:
+                self._retire(self._open.pop(idle.pop(0)))
+            return entry
+
+    def _release(self, entry: list[Any]) -> None:
+        with self._lock:
+            entry[1] -= 1
+            if entry[2] and entry[1] == 0:
+                entry[0].close()
+
+    @staticmethod
+    def _retire(entry: list[Any]) -> None:
+        """Close a memory now, or when its last user is done (the caller holds the lock)."""
+        entry[2] = True
+        if entry[1] == 0:
+            entry[0].close()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def close(self) -> None:
+        with self._lock:
+            entries, self._open = list(self._open.values()), OrderedDict()
+            for entry in entries:
+                self._retire(entry)
 
 
 runtime = WorkerRuntime()

@@ -237,9 +237,11 @@ def reindex_step(self: Task, message: dict[str, Any]) -> dict[str, object]:
 
 @app.task(name=INDEX_TASK, bind=True)
 def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
-    """An index job (``memq index --remote``), run by the writer host that owns the store.
+    """An index job (``memq index --remote``, or a pass or sync asked for by a host that does
+    not hold the store), run by the writer host that owns the store.
 
-    The task id is the job id; :mod:`pipeline.store.joblog` records its progress in the store.
+    The task id is the job id; the job log (:mod:`pipeline.jobs`) records its state, progress
+    and result, with this task's worker and queue.
     """
     try:
         request = IndexRequest.from_json(message)
@@ -248,7 +250,9 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         return refused(message, exc)
     with runtime.memory(request.memory) as memory:
         run = memory.index(wait=False, retry_failed=request.retry_failed,
-                           job_id=self.request.id, origin="remote", host=self.request.hostname)
+                           rebuild=request.rebuild, job_id=self.request.id,
+                           origin="sync" if request.interactive else "remote",
+                           host=self.request.hostname, job_request=self.request)
     return run.report.counts()
 
 

@@ -83,6 +83,7 @@ _TO_JSON = {
     "qmd_paths": lambda v: [p.to_json() for p in v],
     "qmd_scope": lambda v: v.to_json(),
     "model_providers": lambda v: {name: entry.to_json() for name, entry in v},
+    "shards": lambda v: list(v) if isinstance(v, tuple) else v,
 }
 
 
@@ -92,8 +93,8 @@ class Spec:
 
     ``kind`` is bool, auto_bool (true, false or "auto" = None), int, float, enum, str, url,
     secret, headers, file, dir, duration, qmd_paths or qmd_scope (checked here),
-    or list, paths, pairs, model_providers or any (normalised by the dataclass or a loader
-    resolver, which need other keys for it).
+    or list, paths, pairs, model_providers, shards or any (normalised by the dataclass or a
+    loader resolver, which need other keys for it).
     """
 
     kind: str
@@ -313,6 +314,9 @@ KEYS: tuple[Key, ...] = (
     Key("watch.pollIntervalMs", _int(10), env="MEMQ_WATCH_POLL_INTERVAL_MS", top_only=True),
     Key("fleet.shards", _int(1), env="MEMQ_FLEET_SHARDS", top_only=True),
     Key("fleet.shard", _int(0, nullable=True, null_hint="null to hash the memory's name")),
+    Key("fleet.localShards", Spec("shards"), env="MEMQ_LOCAL_SHARDS", top_only=True),
+    Key("fleet.queryTimeoutMs", _int(100), env="MEMQ_QUERY_TIMEOUT_MS", top_only=True),
+    Key("fleet.jobsKeepDays", _int(1), env="MEMQ_JOBS_KEEP_DAYS", top_only=True),
     Key("qmd.extraCollections", Spec("any"), attr=None, ignored=True),
     Key("chunking.tokens", _int(1)),
     Key("chunking.overlap", _int(0)),
@@ -360,6 +364,7 @@ KEYS: tuple[Key, ...] = (
     # An openclaw.json's models.providers.<id> (apiKey, baseUrl, headers, auth): see providers.py
     Key("models.providers", Spec("model_providers"), attr="model_providers", read=False),
     Key("brokerUrl", Spec("url", nullable=True), env="MEMQ_BROKER_URL", top_only=True),
+    Key("resultBackend", Spec("url", nullable=True), env="MEMQ_RESULT_BACKEND", top_only=True),
     Key("agentId", STR, env="MEMQ_AGENT_ID", top_only=True),
     Key("sessionsDir", Spec("dir", nullable=True), env="MEMQ_SESSIONS_DIR", top_only=True),
     # OpenClaw's memory.citations (top level in memq's file)

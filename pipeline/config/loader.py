@@ -33,7 +33,13 @@ from pipeline.config.keys import (
     check_url,
     keys_at,
 )
-from pipeline.config.paths import default_sessions_dir, default_store_path, expand, resolve
+from pipeline.config.paths import (
+    default_result_backend,
+    default_sessions_dir,
+    default_store_path,
+    expand,
+    resolve,
+)
 from pipeline.config.providers import parse_model_providers
 from pipeline.config.qmd_values import command_word
 from pipeline.config.settings import Settings, nested
@@ -339,6 +345,13 @@ def _qmd_paths(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
                            for p in ld.checked("qmd.paths"))}
 
 
+def _result_backend(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+    """``resultBackend``: the job log's database (default: a SQLite file in the data dir)."""
+    if entry is None or entry.value is None:
+        return {"result_backend": default_result_backend(ld.env)}
+    return {"result_backend": ld.checked("resultBackend")}
+
+
 def _qmd_export_dir(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     """``memory.qmd.sessions.exportDir`` is taken from the workspace (OpenClaw)."""
     if entry is None or entry.value is None:
@@ -363,5 +376,6 @@ _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "qmd.command": _qmd_command,
     "qmd.paths": _qmd_paths,
     "qmd.sessions.exportDir": _qmd_export_dir,
+    "resultBackend": _result_backend,
     "configFile": lambda ld, entry: {"config_file": ld.config_path},
 }

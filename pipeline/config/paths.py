@@ -74,6 +74,12 @@ def default_store_path(
     return _data_dir(env) / f"{name}-{digest}.sqlite"
 
 
+def default_result_backend(env: Mapping[str, str] | None = None) -> str:
+    """The job log every memq process of this host shares: Celery's database result backend
+    in a SQLite file of the data dir (``db+sqlite:///<data dir>/jobs.sqlite``)."""
+    return f"db+sqlite:///{_data_dir(os.environ if env is None else env) / 'jobs.sqlite'}"
+
+
 def openclaw_state_dir(env: Mapping[str, str]) -> Path:
     """``$OPENCLAW_STATE_DIR``, else ``~/.openclaw``."""
     state = env.get("OPENCLAW_STATE_DIR")

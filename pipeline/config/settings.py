@@ -32,7 +32,13 @@ from pipeline.config.keys import (
     Key,
     keys_at,
 )
-from pipeline.config.paths import absolute, default_sessions_dir, default_store_path, resolve
+from pipeline.config.paths import (
+    absolute,
+    default_result_backend,
+    default_sessions_dir,
+    default_store_path,
+    resolve,
+)
 from pipeline.config.providers import ProviderEntry
 from pipeline.config.qmd_values import (
     DEFAULT_SCOPE,
@@ -211,23 +217,60 @@ class WatchSettings(_Validated):
     poll_interval_ms: int = 1000
 
 
+#: ``fleet.localShards`` words: every shard's stores are here, none are, or tell by the claims.
+LOCAL_SHARD_WORDS = ("auto", "all", "none")
+
+
 @dataclass(frozen=True)
 class FleetSettings(_Validated):
     """``fleet.*`` (memq's own): how many writer shards the fleet has (``shards``), and this
-    memory's shard when it is pinned (``shard``) rather than hashed from its name."""
+    memory's shard when it is pinned (``shard``) rather than hashed from its name.
+
+    The host's part: which shards' stores this host holds (``local_shards``: ``"auto"``, the
+    shards a writer or reader of this data dir claimed; ``"all"``; ``"none"``; or shard
+    numbers), how long a caller waits for a shard's reader (``query_timeout_ms``), and how
+    many days finished jobs stay in the job log (``jobs_keep_days``).
+    """
 
     shards: int = 1
     shard: int | None = None
+    local_shards: str | tuple[int, ...] = "auto"
+    query_timeout_ms: int = 5000
+    jobs_keep_days: int = 7
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.shard is not None and self.shard >= self.shards:
             raise Invalid("fleet.shard", f"must be below fleet.shards ({self.shards})",
                           show(self.shard))
+        _set(self, "local_shards", _local_shards(self.local_shards, self.shards))
 
     def shard_of(self, memory: str) -> int:
         """The writer shard of ``memory``: the pinned one, else a stable hash of its name."""
         return self.shard if self.shard is not None else shard_of(memory, self.shards)
+
+
+def _local_shards(value: Any, shards: int) -> str | tuple[int, ...]:
+    """``fleet.localShards``: one of :data:`LOCAL_SHARD_WORDS`, or shard numbers (a list, or
+    text such as ``"0,2"`` from ``MEMQ_LOCAL_SHARDS``)."""
+    items = value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in LOCAL_SHARD_WORDS:
+            return word
+        items = [part for part in re.split(r"[\s,]+", word) if part]
+    wanted = 'must be "auto", "all", "none" or a list of shard numbers'
+    if not isinstance(items, list | tuple) or not items:
+        raise Invalid("fleet.localShards", wanted, show(value))
+    numbers = []
+    for item in items:
+        if isinstance(item, str) and item.strip().isdigit():
+            item = int(item)
+        if not isinstance(item, int) or isinstance(item, bool) or not 0 <= item < shards:
+            raise Invalid("fleet.localShards", f"{wanted} below fleet.shards ({shards})",
+                          show(value))
+        numbers.append(item)
+    return tuple(sorted(set(numbers)))
 
 
 @dataclass(frozen=True)
@@ -443,6 +486,7 @@ class Settings(_Validated):
     local: LocalSettings = field(default_factory=LocalSettings)
     session_memory: bool = False
     broker_url: str | None = None
+    result_backend: str = None  # type: ignore[assignment]  # filled by __post_init__
     agent_id: str = "main"
     config_file: Path | None = None
     # Additions beyond the first contract:
@@ -492,6 +536,8 @@ class Settings(_Validated):
             _set(self, "store", StoreSettings(path=default_store_path(workspace)))
         if self.sessions_dir is None:
             _set(self, "sessions_dir", default_sessions_dir(self.agent_id))
+        if self.result_backend is None:
+            _set(self, "result_backend", default_result_backend())
         if self.config_file is not None:
             _set(self, "config_file", absolute(self.config_file))
         _set(self, "warnings", tuple(self.warnings))

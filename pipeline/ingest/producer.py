@@ -71,10 +71,22 @@ class IndexReport:
     rebuild_needed: bool = False
 
     def counts(self) -> dict[str, int]:
-        """The numbers the job log keeps (see :mod:`pipeline.store.joblog`)."""
+        """The numbers the job log keeps (see :mod:`pipeline.jobs`)."""
         return {"files": self.files, "changed": self.changed, "deleted": self.deleted,
                 "chunks_queued": self.chunks_queued, "chunks_cached": self.chunks_cached,
                 "embed_jobs": self.jobs}
+
+    @classmethod
+    def from_counts(cls, counts: dict[str, Any]) -> IndexReport:
+        """The report of a pass known only by its :meth:`counts` (run on another host)."""
+        report = cls()
+        for name, attr in (("files", "files"), ("changed", "changed"), ("deleted", "deleted"),
+                           ("chunks_queued", "chunks_queued"),
+                           ("chunks_cached", "chunks_cached"), ("embed_jobs", "jobs")):
+            value = counts.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                setattr(report, attr, value)
+        return report
 
 
 def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, Any]:

@@ -244,6 +244,18 @@ def _enable_wal(conn: Any, module: ModuleType, attempts: int = 50) -> None:
     conn.execute("PRAGMA journal_mode=WAL")
 
 
+def tune_connection(conn: Any, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
+    """The settings every memq SQLite file gets, on a connection another library opened (the
+    job log's, through SQLAlchemy): WAL, a busy timeout, fsync at checkpoints only."""
+    cursor = conn.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        cursor.close()
+
+
 def is_busy(exc: BaseException) -> bool:
     """Is this SQLite error the lock being held by someone else (worth retrying)?"""
     text = str(exc).lower()

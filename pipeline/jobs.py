@@ -1,0 +1,391 @@
+"""The job log: every index pass, rebuild and QMD update job, in Celery's own result backend.
+
+A job is recorded in Celery's database result backend (SQLAlchemy): one row per job in table
+``memq_jobs`` (Celery's ``TaskExtended`` model under memq's name), written through Celery's
+``DatabaseBackend`` so that Flower and ``AsyncResult`` read it as any Celery result. The
+default database is a SQLite file in this host's data dir (``db+sqlite:///…/jobs.sqlite``);
+a fleet on many hosts points every host at one PostgreSQL database
+(``db+postgresql+psycopg://…``) and then any host lists and follows any job.
+
+A job's id is ``<memory>:<hex>``: the memory it belongs to is part of its name, so the jobs of
+one memory are one indexed range of ``task_id`` (a memory's listing never shows another
+memory's jobs). Its row moves through ``STARTED``, ``PROGRESS`` (counts so far) and ends in
+``SUCCESS`` (the pass's counts) or ``FAILURE`` (the error); each state's meta carries the
+memory, where the job came from (``origin``), the host that ran it and when it started.
+Finished rows older than ``fleet.jobsKeepDays`` are deleted by :meth:`JobLog.expire`, which
+the writers and index passes call at most once an hour.
+
+Reading is one SQLAlchemy Core query (:meth:`JobLog.recent`), the same on SQLite and
+PostgreSQL; the stored results are JSON (Celery's json result serializer), never pickles.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from pipeline.config import redact_url
+from pipeline.errors import MemqError
+from pipeline.routing import memory_of_job
+from pipeline.store.engine import tune_connection
+
+log = logging.getLogger(__name__)
+
+#: Celery's result tables, under memq's own names.
+TABLES = {"task": "memq_jobs", "group": "memq_job_groups"}
+INDEX_JOB = "memq.index_memory"
+#: Celery states of a job still under way, and what memq calls each state.
+RUNNING_STATES = ("PENDING", "RECEIVED", "STARTED", "PROGRESS", "RETRY")
+STATE_WORDS = {"PENDING": "queued", "RECEIVED": "queued", "STARTED": "running",
+               "PROGRESS": "running", "RETRY": "running", "SUCCESS": "done",
+               "FAILURE": "failed", "REVOKED": "revoked"}
+#: The counts of an index pass, kept at the top of a job's dict (``IndexReport.counts``).
+COUNTS = ("files", "changed", "deleted", "chunks_queued", "chunks_cached", "embed_jobs")
+EXPIRE_EVERY_S = 3600.0
+PROGRESS_EVERY_S = 1.0
+SQLITE_BUSY_MS = 30_000
+
+
+class JobLogError(MemqError):
+    """The job log's database could not be read or written."""
+
+
+class JobFailed(Exception):
+    """What a failed job's row holds: the error, and the job's meta (Celery stores it as
+    ``{exc_type: "JobFailed", exc_message: [error, meta], …}``)."""
+
+
+def tune_engine(engine: Engine) -> None:
+    """Celery's ``database_engine_callback``: on SQLite, WAL and a long busy timeout, so the
+    writers, index passes and readers of one host (or of several on one machine) take turns
+    instead of failing with "database is locked"."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @sa.event.listens_for(engine, "connect")
+    def _pragmas(connection: Any, _record: Any) -> None:
+        tune_connection(connection, SQLITE_BUSY_MS)
+
+
+def celery_backend_settings(url: str, keep_days: int) -> dict[str, Any]:
+    """The result-backend part of a memq Celery app's configuration: Celery's database
+    backend on ``url``, extended results (task name, arguments, worker, queue), memq's table
+    names, rows kept ``keep_days`` days."""
+    return {"result_backend": url, "result_extended": True,
+            "result_expires": timedelta(days=keep_days),
+            "database_table_names": dict(TABLES),
+            "database_engine_callback": "pipeline.jobs.tune_engine",
+            # made by the first job recorded, not at every worker's start (an embed worker
+            # never records one, and a database that is down must not stop it)
+            "database_create_tables_at_setup": False}
+
+
+def _table(metadata: sa.MetaData) -> sa.Table:
+    """The columns of Celery's ``TaskExtended`` table that memq reads."""
+    return sa.Table(TABLES["task"], metadata,
+                    sa.Column("id", sa.Integer, primary_key=True),
+                    sa.Column("task_id", sa.String(155)),
+                    sa.Column("status", sa.String(50)),
+                    sa.Column("result", sa.LargeBinary),
+                    sa.Column("date_done", sa.DateTime),
+                    sa.Column("traceback", sa.Text),
+                    sa.Column("name", sa.String(155)),
+                    sa.Column("worker", sa.String(155)),
+                    sa.Column("queue", sa.String(155)))
+
+
+@dataclass
+class JobRecord:
+    """One job as the log holds it: ``state`` in memq's words (queued, running, done, failed,
+    revoked) beside Celery's (``celery_state``), the counts and facts of its meta."""
+
+    id: str
+    memory: str | None
+    state: str
+    celery_state: str
+    origin: str | None = None
+    host: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.celery_state in RUNNING_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job as ``memq jobs --json`` shows it: its counts at the top level (``files``,
+        ``changed``, ``chunks_queued``…), what else its result holds under ``result``."""
+        counts = {name: self.result.get(name) for name in COUNTS}
+        rest = {k: v for k, v in self.result.items() if k not in COUNTS}
+        return {"id": self.id, "memory": self.memory, "kind": self.origin,
+                "state": self.state, "celery_state": self.celery_state, "host": self.host,
+                "started_at": self.started_at, "finished_at": self.finished_at,
+                "error": self.error, **counts, "result": rest}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobRecord:
+        """The inverse of :meth:`to_dict` (a job read on another host)."""
+        result = {**(data.get("result") or {}),
+                  **{k: data[k] for k in COUNTS if data.get(k) is not None}}
+        return cls(id=data["id"], memory=data.get("memory"), state=data["state"],
+                   celery_state=data.get("celery_state") or "PENDING", origin=data.get("kind"),
+                   host=data.get("host"), started_at=data.get("started_at"),
+                   finished_at=data.get("finished_at"), error=data.get("error"), result=result)
+
+
+def _record(row: Any) -> JobRecord:
+    meta: Any = None
+    if row.result:
+        try:
+            meta = json.loads(row.result)
+        except ValueError:
+            meta = None
+    meta = meta if isinstance(meta, dict) else {}
+    state = row.status or "PENDING"
+    error = None
+    if state == "FAILURE":
+        message = meta.get("exc_message")
+        args = list(message) if isinstance(message, list | tuple) else [message]
+        if meta.get("exc_type") == JobFailed.__name__ and args:
+            error, meta = str(args[0]), args[1] if len(args) > 1 and isinstance(args[1],
+                                                                                 dict) else {}
+        else:  # an exception Celery stored for a task memq did not record itself
+            error = f"{meta.get('exc_type', 'error')}: {' '.join(map(str, args))}"
+            meta = {}
+    finished = meta.get("finishedAt")
+    if finished is None and row.date_done is not None and state not in RUNNING_STATES:
+        done = row.date_done  # Celery writes UTC; SQLite gives it back without its zone
+        finished = (done if done.tzinfo else done.replace(tzinfo=UTC)).timestamp()
+    return JobRecord(id=row.task_id, memory=meta.get("memory") or memory_of_job(row.task_id),
+                     state=STATE_WORDS.get(state, state.lower()), celery_state=state,
+                     origin=meta.get("origin"), host=meta.get("host") or row.worker,
+                     started_at=meta.get("startedAt"), finished_at=finished, error=error,
+                     result={k: v for k, v in meta.items()
+                             if k not in ("memory", "origin", "host", "startedAt",
+                                          "finishedAt")})
+
+
+class JobLog:
+    """The job log at ``url`` (a Celery database result backend URL): writes through Celery's
+    own ``DatabaseBackend``, reads with one SQLAlchemy Core query. Thread-safe; ``close()``
+    releases its connections."""
+
+    def __init__(self, url: str, *, keep_days: int = 7) -> None:
+        self.url = url
+        self.keep_days = keep_days
+        self._lock = threading.Lock()
+        self._backend: Any = None
+        self._engine: Engine | None = None
+        self._table = _table(sa.MetaData())
+        self._last_expiry = 0.0
+        self._last_progress: dict[str, float] = {}
+
+    def __repr__(self) -> str:
+        return f"JobLog({redact_url(self.url)!r})"
+
+    # -- writing (Celery's backend) ----------------------------------------------------------
+
+    @property
+    def backend(self) -> Any:
+        """Celery's ``DatabaseBackend`` on this log (an app that never touches a broker)."""
+        with self._lock:
+            if self._backend is None:
+                from celery import Celery
+
+                path = self._sqlite_file()
+                if path is not None:  # SQLite makes the file, not its folder
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                app = Celery("memq-jobs", set_as_current=False)
+                app.conf.update(celery_backend_settings(self.url, self.keep_days),
+                                result_serializer="json", accept_content=["json"])
+                self._backend = app.backend
+            return self._backend
+
+    def _sqlalchemy_url(self) -> str:
+        return self.url.removeprefix("db+")
+
+    def _sqlite_file(self) -> Path | None:
+        """The database file of a SQLite job log (None for another database)."""
+        url = sa.engine.make_url(self._sqlalchemy_url())
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return None
+        return Path(url.database)
+
+    def _store(self, job_id: str, state: str, meta: Any, request: Any) -> None:
+        try:
+            self.backend.store_result(job_id, meta, state, request=request)
+        except Exception as exc:  # a job log that cannot be written must not fail the job
+            log.warning("job %s: could not record %s in the job log %s: %s", job_id, state,
+                        redact_url(self.url), _without_url(exc, self.url))
+
+    def started(self, job_id: str, *, memory: str, origin: str, host: str | None = None,
+                started_at: float | None = None, request: Any = None,
+                task: str = INDEX_JOB) -> dict[str, Any]:
+        """Record ``job_id`` as started; returns the meta its later states repeat.
+
+        ``request`` is the Celery task request when a worker runs the job (its extended
+        fields, worker and queue, go with the row); a job run in this process passes none.
+        """
+        meta = {"memory": memory, "origin": origin, "host": host or socket.gethostname(),
+                "startedAt": started_at or time.time()}
+        self._store(job_id, "STARTED", meta, request or _local_request(task, meta["host"]))
+        return meta
+
+    def progress(self, job_id: str, meta: dict[str, Any], request: Any = None, *,
+                 force: bool = False) -> None:
+        """Record the job's progress (at most once a second unless ``force``)."""
+        now = time.monotonic()
+        if not force and now - self._last_progress.get(job_id, 0.0) < PROGRESS_EVERY_S:
+            return
+        self._last_progress[job_id] = now
+        self._store(job_id, "PROGRESS", meta, request or _local_request(INDEX_JOB,
+                                                                          meta.get("host")))
+
+    def finished(self, job_id: str, meta: dict[str, Any], request: Any = None) -> None:
+        """Record the job done, with its result (``meta`` plus counts)."""
+        self._last_progress.pop(job_id, None)
+        self._store(job_id, "SUCCESS", {**meta, "finishedAt": time.time()},
+                    request or _local_request(INDEX_JOB, meta.get("host")))
+        self.expire_now_and_then()
+
+    def failed(self, job_id: str, error: str, meta: dict[str, Any] | None = None,
+               request: Any = None) -> None:
+        """Record the job failed with ``error`` (a message for a person); ``meta`` is what
+        :meth:`started` returned."""
+        self._last_progress.pop(job_id, None)
+        meta = {"finishedAt": time.time(), **(meta or {})}
+        try:
+            self.backend.mark_as_failure(job_id, JobFailed(error, meta), request=request or
+                                         _local_request(INDEX_JOB, meta.get("host")))
+        except Exception as exc:
+            log.warning("job %s: could not record its failure in the job log %s: %s", job_id,
+                        redact_url(self.url), _without_url(exc, self.url))
+
+    def import_rows(self, memory: str, rows: list[dict[str, Any]]) -> int:
+        """Record the rows of memq's old job log (:mod:`pipeline.store.joblog`) of
+        ``memory``, with their own times; how many."""
+        for row in rows:
+            job_id = f"{memory}:{row['id']}"
+            meta = {"memory": memory, "origin": row.get("kind"), "host": row.get("host"),
+                    "startedAt": row.get("started_at")}
+            if row.get("state") == "done":
+                counts = {name: row.get(name) for name in COUNTS if row.get(name) is not None}
+                self._store(job_id, "SUCCESS", {**meta, **counts,
+                                                "finishedAt": row.get("finished_at")},
+                            _local_request(INDEX_JOB, row.get("host")))
+            else:
+                ended = {"finishedAt": row["finished_at"]} if row.get("finished_at") else {}
+                self.failed(job_id, row.get("error") or "interrupted: still running when "
+                            "memq's job log moved to the result backend", {**meta, **ended})
+        return len(rows)
+
+    def expire_now_and_then(self) -> None:
+        """Delete finished jobs older than ``keep_days`` (Celery's backend cleanup), at most
+        once an hour per process."""
+        if time.monotonic() - self._last_expiry < EXPIRE_EVERY_S:
+            return
+        self._last_expiry = time.monotonic()
+        self.expire()
+
+    def expire(self) -> None:
+        """Delete finished jobs older than ``keep_days`` now."""
+        try:
+            self.backend.cleanup()
+        except Exception as exc:
+            log.warning("could not expire old jobs in %s: %s", redact_url(self.url),
+                        _without_url(exc, self.url))
+
+    # -- reading (SQLAlchemy Core) -----------------------------------------------------------
+
+    def _engine_for_reads(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                engine = sa.create_engine(self._sqlalchemy_url(), poolclass=sa.pool.NullPool)
+                tune_engine(engine)
+                self._engine = engine
+            return self._engine
+
+    def recent(self, memory: str | None = None, limit: int = 20) -> list[JobRecord]:
+        """The newest ``limit`` jobs (of ``memory``, else of every memory), newest first."""
+        table = self._table
+        query = sa.select(table).order_by(table.c.id.desc()).limit(limit)
+        if memory is not None:
+            query = query.where(table.c.task_id.startswith(f"{memory}:", autoescape=True))
+        return self._rows(query)
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """One job, or None when the log has no row of it."""
+        rows = self._rows(sa.select(self._table).where(self._table.c.task_id == job_id))
+        return rows[0] if rows else None
+
+    def running_on(self, queue: str) -> list[JobRecord]:
+        """The jobs a worker of ``queue`` started and never ended."""
+        table = self._table
+        return self._rows(sa.select(table).where(table.c.queue == queue,
+                                                 table.c.status.in_(RUNNING_STATES)))
+
+    def last_error(self, memory: str) -> JobRecord | None:
+        """The most recent failed job of ``memory``."""
+        table = self._table
+        rows = self._rows(sa.select(table).where(
+            table.c.task_id.startswith(f"{memory}:", autoescape=True),
+            table.c.status == "FAILURE").order_by(table.c.id.desc()).limit(1))
+        return rows[0] if rows else None
+
+    def _rows(self, query: sa.Select[Any]) -> list[JobRecord]:
+        path = self._sqlite_file()
+        try:
+            if path is not None and not path.exists():
+                return []  # nothing was ever recorded here (and reading must not create it)
+        except OSError as exc:  # a folder this user cannot enter
+            raise JobLogError(f"cannot read the job log {redact_url(self.url)}: {exc}"
+                              ) from None
+        try:
+            with self._engine_for_reads().connect() as connection:
+                return [_record(row) for row in connection.execute(query)]
+        except sa.exc.DBAPIError as exc:
+            if "no such table" in str(exc) or "does not exist" in str(exc):
+                return []  # nothing was ever recorded here
+            raise JobLogError(f"cannot read the job log {redact_url(self.url)}: "
+                              f"{_without_url(exc, self.url)}") from None
+        except sa.exc.SQLAlchemyError as exc:
+            raise JobLogError(f"cannot read the job log {redact_url(self.url)}: "
+                              f"{_without_url(exc, self.url)}") from None
+
+    def close(self) -> None:
+        """Release the connections (the log can still be used; they open again)."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+            backend, self._backend = self._backend, None
+        if engine is not None:
+            engine.dispose()
+        if backend is not None:
+            backend.session_manager.invalidate(self._sqlalchemy_url())
+
+
+def _local_request(task: str, host: str | None) -> SimpleNamespace:
+    """What Celery's extended result wants of a request, for a job run in this process."""
+    return SimpleNamespace(task=task, hostname=host or socket.gethostname(), args=None,
+                           kwargs=None, retries=0, delivery_info=None, chord=None,
+                           errbacks=None, chain=None, group=None, parent_id=None,
+                           children=[], stamps=None)
+
+
+def _without_url(exc: BaseException, url: str) -> str:
+    """An error's text with the database URL (and its password) taken out."""
+    text = str(exc).split("\n(Background on this error")[0]
+    return text.replace(url, redact_url(url)).replace(url.removeprefix("db+"),
+                                                       redact_url(url))

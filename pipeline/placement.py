@@ -1,0 +1,74 @@
+"""Which memories' stores this host holds.
+
+A memory's store lives on the host of its writer shard. On that host a memory is *local*: its
+store is opened directly (searches, reads, index passes). Everywhere else it is *remote*: its
+shard's reader answers over the broker, and this host never creates or claims a store for it.
+
+``fleet.localShards`` says which shards are local: ``"all"``, ``"none"``, shard numbers, or
+``"auto"`` (the default): the shards a writer or reader started from this host's data dir
+claimed (``<data dir>/shards/<n>.json``, written at their start by :func:`claim`), plus any
+memory whose store file is already here. Without a broker there is no fleet to ask: every
+memory is local.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pipeline.config import Settings
+from pipeline.config.paths import data_dir
+
+CLAIMS_FOLDER = "shards"
+
+
+def claims_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where this host's shard claims are kept: ``<data dir>/shards``."""
+    return data_dir(env) / CLAIMS_FOLDER
+
+
+def claim(shards: Iterable[int], node: str, role: str,
+          env: Mapping[str, str] | None = None) -> list[Path]:
+    """Record that this host's data dir holds the stores of ``shards`` (a writer or reader
+    ``node`` of ``role`` serves them from here); the files written."""
+    folder = claims_dir(env)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for shard in sorted(set(shards)):
+        target = folder / f"{shard}.json"
+        body = json.dumps({"shard": shard, "node": node, "role": role, "since": time.time()})
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{shard}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            out.write(body)
+        os.replace(tmp, target)  # atomic: a reader of the folder never sees half a claim
+        written.append(target)
+    return written
+
+
+def claimed(env: Mapping[str, str] | None = None) -> set[int]:
+    """The shards this host's data dir claims."""
+    try:
+        names = os.listdir(claims_dir(env))
+    except OSError:
+        return set()
+    return {int(stem) for name in names
+            if name.endswith(".json") and (stem := name[:-5]).isdigit()}
+
+
+def store_is_here(settings: Settings) -> bool:
+    """Whether this host holds the store of ``settings``' memory (see the module's doc)."""
+    if not settings.broker_url:
+        return True
+    local = settings.fleet.local_shards
+    if local == "all":
+        return True
+    shard = settings.fleet.shard_of(settings.agent_id)
+    if local == "none":
+        return False
+    if isinstance(local, tuple):
+        return shard in local
+    return shard in claimed() or settings.store.path.exists()

@@ -1,0 +1,276 @@
+"""Reaching a memory whose store is on another host: its shard's readers, over the broker.
+
+:class:`RemoteMemory` is what :class:`~pipeline.Memory` does with a memory whose store this
+host does not hold (:mod:`pipeline.placement`): every read goes to the shard's reader, every
+write (a sync, an index pass, a rebuild) becomes a job for the shard's writer host, and no
+store is ever created here.
+
+A :class:`ShardReader` sends a :class:`~pipeline.messages.QueryRequest` to the memory's
+``query.<shard>`` queue (the interactive lane, expiring with the wait) and waits for the
+:class:`~pipeline.messages.QueryReply` on Celery's ``rpc://`` result backend: one reply queue
+per client thread, the answer pushed to it the moment the reader has it (a database result
+backend would be polled; docs/deploy.md compares both). Past ``fleet.queryTimeoutMs`` the
+caller gets :class:`~pipeline.errors.ShardUnreachable`, never a hang.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from celery.exceptions import TimeoutError as CeleryTimeout
+from kombu.exceptions import OperationalError
+
+from pipeline.config import Settings, redact_url
+from pipeline.errors import (
+    AppendError,
+    FleetError,
+    MemoryDisabled,
+    MemoryPathError,
+    MessageRefused,
+    ShardUnreachable,
+    WorkspaceMissing,
+)
+from pipeline.fleet import FleetDispatcher, client_app
+from pipeline.jobs import JobRecord
+from pipeline.messages import IndexRequest, QueryReply, QueryRequest
+from pipeline.results import Appended, MemoryText, SearchResults
+from pipeline.routing import QUERY_TASK, Lane, control_queue, new_job_id, query_queue
+
+POLL_S = 0.2
+
+#: The error a reply's kind stands for, raised again on the asking side.
+_RAISED: dict[str, type[Exception]] = {
+    "path": MemoryPathError, "append": AppendError, "disabled": MemoryDisabled,
+    "workspace": WorkspaceMissing,
+}
+
+
+class ShardReader:
+    """Asks the readers of the fleet on ``broker_url``; waits ``timeout_s`` at most for each
+    answer. Thread-safe (Celery keeps one result consumer per thread); ``close()`` releases
+    the connections."""
+
+    def __init__(self, broker_url: str, timeout_s: float) -> None:
+        self.broker_url = broker_url
+        self.timeout_s = timeout_s
+        self.app = client_app(broker_url)
+        self.app.conf.update(result_backend="rpc://", result_persistent=False)
+        self._lanes = urlsplit(broker_url).scheme in ("redis", "rediss", "redis+socket")
+        self._lock = threading.Lock()
+
+    def ask(self, request: QueryRequest) -> QueryReply:
+        """Send ``request`` to its shard and wait for the reply."""
+        queue = query_queue(request.shard)
+        try:
+            result = self.app.send_task(
+                QUERY_TASK, args=[request.to_json()], queue=queue, expires=self.timeout_s,
+                priority=int(Lane.INTERACTIVE) if self._lanes else None)
+            raw = result.get(timeout=self.timeout_s, propagate=False, interval=0.05)
+        except CeleryTimeout:
+            raise ShardUnreachable(
+                f"no reader of shard {request.shard} answered within {self.timeout_s:g} s "
+                f"(queue '{queue}' on {redact_url(self.broker_url)}): start `memq worker "
+                f"--role reader --shard {request.shard}` on the host that holds the shard's "
+                "stores, or raise fleet.queryTimeoutMs") from None
+        except (OperationalError, OSError) as exc:
+            raise ShardUnreachable(f"the broker {redact_url(self.broker_url)} cannot be "
+                                   f"reached: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ShardUnreachable(f"the reader of shard {request.shard} failed: {raw!r}"[:500])
+        try:
+            return QueryReply.from_json(raw)
+        except MessageRefused as exc:
+            raise ShardUnreachable(f"the reader of shard {request.shard} answered in a form "
+                                   f"this memq cannot read: {exc}") from None
+
+    def answer(self, request: QueryRequest) -> Any:
+        """The answer to ``request`` (:func:`unwrap`)."""
+        return unwrap(self.ask(request), request)
+
+    def close(self) -> None:
+        """Close the connections of this reader (its app's pool and this thread's consumer)."""
+        with self._lock:
+            backend = self.app._backend
+            consumer = getattr(backend, "result_consumer", None)
+            if consumer is not None and getattr(consumer, "_connection", None) is not None:
+                try:
+                    consumer.stop()
+                    consumer._connection.close()
+                except Exception:  # closing is best effort: the process may be exiting
+                    pass
+            self.app.close()
+
+    def __enter__(self) -> ShardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def unwrap(reply: QueryReply, request: QueryRequest) -> Any:
+    """The answer a reply holds; a refusal raised as the same error a local call would raise
+    (a path outside the memory, a refused note, a memory turned off), anything else as a
+    :class:`~pipeline.errors.FleetError` naming the reader."""
+    if reply.error is None:
+        return reply.answer
+    raised = _RAISED.get(reply.kind or "")
+    if raised is not None:
+        raise raised(reply.error)
+    where = f" ({reply.node})" if reply.node else ""
+    if reply.kind == "refused":
+        raise FleetError(f"the reader of shard {request.shard}{where} refused to answer for "
+                         f"memory {request.memory!r}: {reply.error}")
+    raise FleetError(f"the reader of shard {request.shard}{where} failed: {reply.error}")
+
+
+class RemoteMemory:
+    """One memory as seen from a host that does not hold its store (``settings`` are this
+    host's view of it: the name, the shard, the broker, the timeouts)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.name = settings.agent_id
+        self.shard = settings.fleet.shard_of(self.name)
+        self._reader: ShardReader | None = None
+        self._fleet: FleetDispatcher | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RemoteMemory({self.name!r}, shard={self.shard})"
+
+    @property
+    def reader(self) -> ShardReader:
+        with self._lock:
+            if self._reader is None:
+                self._reader = ShardReader(str(self.settings.broker_url),
+                                           self.settings.fleet.query_timeout_ms / 1000)
+            return self._reader
+
+    @property
+    def fleet(self) -> FleetDispatcher:
+        with self._lock:
+            if self._fleet is None:
+                self._fleet = FleetDispatcher(str(self.settings.broker_url))
+            return self._fleet
+
+    def _request(self, op: str, args: dict[str, Any] | None = None) -> QueryRequest:
+        return QueryRequest(self.name, op, {k: v for k, v in (args or {}).items()
+                                            if v is not None}, self.shard)
+
+    def ask(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        """The answer of the shard's reader to ``op`` (see :data:`QUERY_ARGS`)."""
+        return self.reader.answer(self._request(op, args))
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def search(self, query: str, *, max_results: int | None, min_score: float | None,
+               sync: bool | None, citations: str) -> SearchResults:
+        """The reader's answer (the same hits, scores and notes the store host gives); a
+        shard that does not answer gives ``mode == "unavailable"`` and why. With ``sync``
+        (default ``sync.onSearch``), files the index does not reflect are counted
+        (``dirty``) and an index job for them is sent to the shard (``syncing``)."""
+        want_sync = self.settings.sync.on_search if sync is None else sync
+        try:
+            results = SearchResults.from_dict(self.ask("search", {
+                "query": query, "maxResults": max_results, "minScore": min_score,
+                "citations": citations, "stale": bool(want_sync)}))
+        except ShardUnreachable as exc:
+            return SearchResults(mode="unavailable", citations=citations, error=str(exc),
+                                 action=f"start `memq worker --role reader --shard "
+                                        f"{self.shard}` on the host that holds shard "
+                                        f"{self.shard}'s stores")
+        except FleetError as exc:
+            return SearchResults(mode="unavailable", citations=citations, error=str(exc),
+                                 action=f"list memory {self.name!r} in the configuration of "
+                                        f"shard {self.shard}'s host")
+        if want_sync and results.dirty:
+            try:
+                self.queue_index(interactive=True)
+                results.syncing = True
+            except FleetError as exc:
+                results.sync_error = str(exc)
+        return results
+
+    def get(self, path: str, from_line: int | None, lines: int | None) -> MemoryText:
+        """Lines of a memory file, read by the shard's reader."""
+        return MemoryText.from_dict(self.ask("get", {"path": path, "from": from_line,
+                                                     "lines": lines}))
+
+    def stale_files(self) -> list[str]:
+        """The files the shard's index does not reflect yet (as its host sees them)."""
+        return list(self.ask("stale"))
+
+    def status(self) -> dict[str, Any]:
+        """The status of the memory's index, from its shard (``servedBy``: the reader)."""
+        request = self._request("status")
+        reply = self.reader.ask(request)
+        status = dict(unwrap(reply, request))
+        status.update(servedBy=reply.node, shard=self.shard)
+        return status
+
+    def append(self, text: str, target: str) -> Appended:
+        """Append a note on the shard's host (the memory's files are there, not here)."""
+        return Appended.from_dict(self.ask("append", {"text": text, "target": target}))
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def queue_index(self, *, interactive: bool = False, retry_failed: bool = False,
+                    rebuild: str | None = None) -> str:
+        """Send an index pass of the memory to its shard's writer host; the job id."""
+        request = IndexRequest(self.name, retry_failed, self.shard, interactive, rebuild)
+        try:
+            return self.fleet.index(request, job_id=new_job_id(self.name))
+        except (OperationalError, OSError) as exc:
+            raise FleetError(f"the broker {redact_url(str(self.settings.broker_url))} did "
+                             f"not take the index job: {exc}") from None
+
+    def jobs(self, limit: int = 20) -> list[JobRecord]:
+        """The memory's recent jobs, from the job log of its shard's host."""
+        return [JobRecord.from_dict(d) for d in self.ask("jobs", {"limit": limit})]
+
+    def job(self, job_id: str) -> JobRecord | None:
+        """One job of the memory, from the job log of its shard's host."""
+        found = self.ask("jobs", {"id": job_id})
+        return JobRecord.from_dict(found[0]) if found else None
+
+    def job_waiting(self, job_id: str) -> bool:
+        """Whether the job's message may still wait on the shard's ``control`` queue."""
+        return self.fleet.job_waiting(control_queue(self.shard), job_id)
+
+    def wait_for_vectors(self, *, on_progress: Callable[[int, int], None] | None = None,
+                         check: Callable[[], None] | None = None) -> None:
+        """Block until the shard's store has no chunk waiting for a vector."""
+        total = None
+        while True:
+            status = self.status()
+            left = int(status.get("pending") or 0)
+            total = max(total or 0, left)
+            if on_progress:
+                on_progress(total - left, total)
+            if left == 0 and not (status.get("batch") or {}).get("live"):
+                return
+            if check:
+                check()
+            time.sleep(POLL_S)
+
+    def wait_indexed(self, path: str, timeout_s: float) -> bool:
+        """Wait until the shard's index reflects ``path`` (at most ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if path not in self.stale_files():
+                return True
+            time.sleep(POLL_S)
+        return False
+
+    def close(self) -> None:
+        with self._lock:
+            reader, self._reader = self._reader, None
+            fleet, self._fleet = self._fleet, None
+        if reader is not None:
+            reader.close()
+        if fleet is not None:
+            fleet.close()

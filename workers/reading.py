@@ -1,0 +1,165 @@
+"""The reader role, and what every shard host does when its workers start.
+
+``memq worker --role reader --shard N`` consumes ``query.<N>`` on the host that holds shard
+N's stores and answers any host's searches, reads, status and job questions about the
+shard's memories (:class:`~pipeline.messages.QueryRequest`), from warm
+:class:`~pipeline.Memory` objects (:class:`~workers.runtime.WarmMemories`). It runs Celery's
+thread pool: a read waits on SQLite, NumPy or the model, which release the GIL, and the warm
+memories are shared by the threads. Answers go back on Celery's ``rpc://`` result backend,
+straight to the asking client's reply queue; the app's own result backend (the job log) is
+for jobs.
+
+A reader answers only for memories its configuration lists and that belong to the shard the
+message came in on (:meth:`~workers.runtime.WorkerRuntime.readable`); paths are checked as
+for a local read. Nothing a message says can make it read another memory's store.
+
+At start, a worker that serves a shard's stores (a writer: ``store.<N>``, a reader:
+``query.<N>``) claims the shard in this host's data dir (:func:`pipeline.placement.claim`),
+and a writer ends the jobs its previous run left running on ``control.<N>``: they were cut
+off (a kill, a crash) and their rows would otherwise say "running" forever; a job whose
+message comes back runs again and ends in its own final state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery import Task
+from celery.backends.rpc import RPCBackend
+from celery.signals import worker_init
+
+from pipeline.errors import (
+    AppendError,
+    MemoryDisabled,
+    MemoryPathError,
+    MessageRefused,
+    WorkspaceMissing,
+)
+from pipeline.memory import Memory
+from pipeline.messages import QueryReply, QueryRequest
+from pipeline.placement import claim
+from pipeline.routing import QUERY_PREFIX, QUERY_TASK, STORE_PREFIX, control_queue, shard_of_queue
+from workers.app import app
+from workers.orphans import BROKER_DIR_ENV
+from workers.runtime import arrival_shard, runtime
+
+log = logging.getLogger(__name__)
+
+#: The errors a reply carries by kind (the asking side raises the same error again).
+_KINDS: tuple[tuple[type[Exception], str], ...] = (
+    (MemoryPathError, "path"), (AppendError, "append"), (MemoryDisabled, "disabled"),
+    (WorkspaceMissing, "workspace"))
+
+
+def answer(memory: Memory, request: QueryRequest) -> Any:
+    """What ``memory`` (local to this host) answers to ``request``, in the JSON shape the
+    asking host rebuilds its result from."""
+    args = request.args
+    if request.op == "search":
+        results = memory.search(args["query"], max_results=args.get("maxResults"),
+                                min_score=args.get("minScore"), citations=args.get("citations"),
+                                sync=False)  # never write in a read: a sync is a job
+        if args.get("stale"):
+            results.dirty = len(memory.stale_files())
+        return results.to_dict()
+    if request.op == "get":
+        return memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
+    if request.op == "status":
+        return memory.status()
+    if request.op == "stale":
+        return memory.stale_files()
+    if request.op == "append":
+        return memory.append(args["text"], args.get("target", "daily")).to_dict()
+    if request.op == "jobs":
+        if args.get("id"):
+            job = memory.jobs.get(args["id"])
+            return [job.to_dict()] if job is not None and job.memory == memory.name else []
+        return [job.to_dict() for job in memory.recent_jobs(args.get("limit") or 20)]
+    raise MessageRefused(f"query: unknown operation {request.op!r}")  # from_json checked it
+
+
+def reply_to(memory: Memory, request: QueryRequest, node: str | None) -> QueryReply:
+    """:func:`answer` as a reply: a refusal a local call would raise travels as its kind."""
+    try:
+        return QueryReply(answer=answer(memory, request), node=node)
+    except MessageRefused as exc:
+        return QueryReply(error=str(exc), kind="refused", node=node)
+    except Exception as exc:
+        for error, kind in _KINDS:
+            if isinstance(exc, error):
+                return QueryReply(error=str(exc), kind=kind, node=node)
+        log.exception("query %s of memory %s failed", request.op, request.memory)
+        return QueryReply(error=f"{type(exc).__name__}: {exc}", kind="failed", node=node)
+
+
+@app.task(name=QUERY_TASK, bind=True, ignore_result=False, acks_late=False)
+def answer_query(self: Task, message: dict[str, Any]) -> dict[str, Any]:
+    """A read from any host (``query.<shard>``): checked, answered from a warm memory."""
+    node = self.request.hostname
+    try:
+        request = QueryRequest.from_json(message)
+        settings = runtime.readable(request.memory, arrival_shard(self))
+    except MessageRefused as exc:
+        log.error("refused a query: %s", exc)
+        return QueryReply(error=str(exc), kind="refused", node=node).to_json()
+    with runtime.warm(request.memory, settings) as memory:
+        return reply_to(memory, request, node).to_json()
+
+
+# Answers go straight back to the asking client (its reply queue), not to the job log.
+answer_query.backend = RPCBackend(app=app)
+
+
+def served_shards(queues: list[str]) -> dict[str, list[int]]:
+    """The shards whose stores a worker consuming ``queues`` serves, by role."""
+    out: dict[str, list[int]] = {"writer": [], "reader": []}
+    for queue in queues:
+        shard = shard_of_queue(queue)
+        if shard is None:
+            continue
+        if queue.startswith(STORE_PREFIX + "."):
+            out["writer"].append(shard)
+        elif queue.startswith(QUERY_PREFIX + "."):
+            out["reader"].append(shard)
+    return out
+
+
+@worker_init.connect
+def claim_and_recover(sender: Any = None, **_: Any) -> None:
+    """Claim this worker's shards for this host; a writer ends its predecessor's cut-off
+    jobs (runs after :mod:`workers.single_writer` took the shards' leases)."""
+    if os.environ.get(BROKER_DIR_ENV):  # the embedded fleet of one run: nothing to claim
+        return
+    roles = served_shards(list(sender.app.amqp.queues.consume_from))
+    node = str(sender.hostname)
+    for role, shards in roles.items():
+        if shards:
+            claim(shards, node, role)
+    if roles["writer"]:
+        end_cut_off_jobs(roles["writer"], node)
+
+
+def end_cut_off_jobs(shards: list[int], node: str) -> int:
+    """Mark failed the jobs of ``shards``' control queues that a previous run of the writer
+    left running (it was killed or crashed mid-job; only one writer holds a shard, so no
+    live worker runs them). How many."""
+    try:
+        own = runtime.settings_for(runtime.default_memory())
+        jobs = runtime.jobs(own)
+    except Exception as exc:  # a broken config is reported with the first message
+        log.warning("could not look for cut-off jobs: %s", exc)
+        return 0
+    ended = 0
+    for shard in shards:
+        for job in jobs.running_on(control_queue(shard)):
+            jobs.failed(job.id, f"cut off: the writer of shard {shard} stopped while it ran "
+                                f"(killed or crashed); {node} started afterwards. Its "
+                                "message, if the broker kept it, runs it again.",
+                        {"memory": job.memory, "origin": job.origin, "host": job.host,
+                         "startedAt": job.started_at})
+            ended += 1
+    if ended:
+        log.warning("ended %d job(s) a previous writer left running", ended)
+    return ended
