@@ -15,11 +15,12 @@ OpenClaw writes the file all the time (WAL mode). memq only reads, and leaves no
   transaction, the rows fetched at once, and the connection is closed when the read is done,
   so no read mark stays behind to hold back OpenClaw's checkpoints.
 - A ``mode=ro`` connection to a WAL database creates ``-wal``/``-shm`` files when they are
-  missing (OpenClaw removes them when its last connection closes). So when there is no
-  ``-wal`` the file is read as ``immutable`` (nothing created, nothing locked), and the read is
-  kept only if neither the file nor the absence of a ``-wal`` changed meanwhile (a writer in
-  WAL mode creates the ``-wal`` before it changes anything); otherwise it is read again, the
-  normal way once OpenClaw has the files open.
+  missing (OpenClaw removes them when its last connection closes). So a WAL database without
+  a ``-wal`` is read as ``immutable`` (nothing created, nothing locked), and the read is kept
+  only if neither the file nor the absence of a ``-wal`` changed meanwhile (a writer in WAL
+  mode creates the ``-wal`` before it changes anything); otherwise it is read again, the
+  normal way once OpenClaw has the files open. A database in rollback mode is always read the
+  normal way (its readers lock, and create nothing).
 - A lock or a busy database raises :class:`AgentDatabaseBusy` (try again later); a file that
   is not an OpenClaw agent database raises :class:`AgentDatabaseUnreadable`.
 """
@@ -74,6 +75,17 @@ def _wal(path: Path) -> Path:
     return Path(f"{path}-wal")
 
 
+def _quiet_wal_database(path: Path) -> bool:
+    """A WAL database no process has open: no ``-wal``, no hot ``-journal``, and the header's
+    read/write versions (bytes 18-19) say WAL. Only a checkpoint changes such a file, and a
+    checkpoint needs a ``-wal`` first."""
+    if _wal(path).exists() or Path(f"{path}-journal").exists():
+        return False
+    with open(path, "rb") as fh:
+        header = fh.read(20)
+    return len(header) == 20 and header[18:20] == b"\x02\x02"
+
+
 def _fingerprint(path: Path) -> tuple[int, int, int, bool]:
     stat = os.stat(path)
     return stat.st_ino, stat.st_mtime_ns, stat.st_size, _wal(path).exists()
@@ -112,7 +124,7 @@ def read_agent_database(path: Path, read: Callable[[Any], T]) -> T:
     _, module, _ = choose_driver()
     try:
         for _ in range(QUIET_READ_ATTEMPTS):
-            if _wal(path).exists():
+            if not _quiet_wal_database(path):
                 return _read(path, read, immutable=False)
             before = _fingerprint(path)
             value = _read(path, read, immutable=True)
