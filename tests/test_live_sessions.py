@@ -33,6 +33,8 @@ from pipeline.ingest.producer import index_once
 from pipeline.ingest.transcripts import transcript
 from pipeline.ingest.watcher import Watcher, watch_targets
 from pipeline.query import memory_get, memory_search
+from pipeline.search.decay import note_time
+from pipeline.store import reads
 from pipeline.store.engine import choose_driver, connect
 from pipeline.store.openclaw_agent import LiveTranscript
 from tests.tools import node_env, tool
@@ -174,11 +176,18 @@ def test_live_transcripts_indexed_under_openclaws_paths(home: OpenClawHome,
     try:
         report = index_once(db, settings, choose_provider(settings), None)
         rows = session_rows(db)
+        known = reads.known_files(db)
     finally:
         db.close()
     assert report.errors == []
     assert sorted(os.listdir(home.database.parent)) == before  # nothing created beside it
     path = f"sessions/main/{MAIN}.jsonl"
+    # It ages (temporal decay) from its last change in the database, as a file from its mtime.
+    conn = sqlite3.connect(f"file:{home.database}?mode=ro&immutable=1", uri=True)
+    changed_ms = conn.execute("SELECT transcript_updated_at FROM session_windows WHERE "
+                              "session_id = ?", (MAIN,)).fetchone()[0]
+    conn.close()
+    assert note_time(path, known[path][1]) == changed_ms / 1000
     assert {r[0] for r in rows} == {path}  # the cron run is left out, as OpenClaw does
     text = "\n".join(r[3] for r in rows)
     assert "User: Which database did we pick for billing?" in text
@@ -455,3 +464,41 @@ def test_no_database_no_live_sessions(live_settings, home: OpenClawHome) -> None
     shutil.rmtree(home.database.parent)
     scan = live_sessions(live_settings())
     assert scan is not None and scan.sessions == [] and scan.error is None
+
+
+ZSTD = """
+import { zstdCompressSync } from "node:zlib";
+import { readFileSync, writeFileSync } from "node:fs";
+writeFileSync(process.argv[3], zstdCompressSync(readFileSync(process.argv[2])));
+"""
+
+
+def test_archives_beside_the_live_transcripts(home: OpenClawHome, live_settings,
+                                              tmp_path: Path) -> None:
+    """OpenClaw 2026.9's archives of reset and deleted sessions (zstd-compressed by its Node)
+    are indexed beside the live transcripts; its other .jsonl artifacts are not transcripts."""
+    settings = live_settings()
+    old = "44444444-2222-4333-8444-555555555555"
+    plain = tmp_path / "old.jsonl"
+    plain.write_text("\n".join(json.dumps(r) for r in [
+        header(old), message(1, "user", "the old conversation chose Redis streams")]) + "\n")
+    script = tmp_path / "zstd.mjs"
+    script.write_text(ZSTD)
+    archive = home.sessions / f"{old}.jsonl.reset.2026-09-19T08-30-00.123Z.zst"
+    subprocess.run([str(tool("node")), str(script), str(plain), str(archive)], env=node_env(),
+                   check=True, timeout=60)
+    deleted = home.sessions / f"{old}.jsonl.deleted.2026-09-19T09-00-00Z"
+    shutil.copy(plain, deleted)
+    for other in (f"{MAIN}.trajectory.jsonl", f"{old}.jsonl.bak.2026-09-19T08-30-00Z"):
+        shutil.copy(plain, home.sessions / other)
+    db = connect(settings.store.path)
+    try:
+        report = index_once(db, settings, choose_provider(settings), None)
+        paths = {r[0] for r in session_rows(db)}
+    finally:
+        db.close()
+    assert report.errors == []
+    assert paths == {f"sessions/main/{MAIN}.jsonl", f"sessions/{archive.name}",
+                     f"sessions/{deleted.name}"}
+    got = memory_get(f"sessions/{archive.name}", 2, 1, settings=settings)
+    assert got["text"] == "User: the old conversation chose Redis streams"

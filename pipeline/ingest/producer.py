@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
 from pipeline.batch import workflow
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
@@ -32,7 +34,7 @@ from pipeline.ingest.live_sessions import (
     read_live_session,
 )
 from pipeline.ingest.multimodal import MediaFile, MediaSource, classify, file_chunks, read_media
-from pipeline.ingest.sessions import session_files, session_files_at
+from pipeline.ingest.sessions import read_session_file, session_files, session_files_at
 from pipeline.ingest.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
 from pipeline.ingest.transcripts import SESSIONS_SOURCE, needs_sync, transcript_chunks
 from pipeline.messages import (
@@ -147,10 +149,17 @@ def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, s
     if size > MAX_FILE_BYTES:
         return None, None, f"skipped: {size} bytes is over the {MAX_FILE_BYTES} byte limit"
     try:
-        with open(file.file, "rb") as fh:
-            raw = fh.read()
+        if file.source == SESSIONS_SOURCE:  # a .zst archive is decompressed
+            raw = read_session_file(file.file, MAX_FILE_BYTES)
+        else:
+            with open(file.file, "rb") as fh:
+                raw = fh.read()
     except OSError as exc:
         return None, None, f"unreadable: {exc.strerror or exc}"
+    except zstandard.ZstdError as exc:
+        return None, None, f"unreadable: a damaged zstd archive ({exc})"
+    if len(raw) > MAX_FILE_BYTES:
+        return None, None, f"skipped: over the {MAX_FILE_BYTES} byte limit once decompressed"
     if b"\x00" in raw:
         return raw, None, "skipped: contains NUL bytes (binary, not Markdown)"
     try:

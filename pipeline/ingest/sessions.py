@@ -1,10 +1,14 @@
 """Session transcripts (``sources: [memory, sessions]`` with ``experimental.sessionMemory`` or
 ``rememberAcrossConversations``): where they are, and ``memory_get`` on a session hit.
 
-Two places hold them. OpenClaw's ``<sessionsDir>/*.jsonl`` files (every transcript before
-2026.9; archives and legacy files since), stored as ``sessions/<file>.jsonl``; and, since
-2026.9, the live transcripts in the agent's database (:mod:`pipeline.ingest.live_sessions`),
-stored as ``sessions/<agentId>/<sessionId>.jsonl``. Both are read the same way
+Two places hold them. Files in ``<sessionsDir>``, stored as ``sessions/<file>``: the
+``<sessionId>.jsonl`` transcripts of OpenClaw before 2026.9 (and legacy ones left since), and
+2026.9's archives of reset and deleted sessions, ``<sessionId>.jsonl.reset.<time>`` /
+``.deleted.<time>``, zstd-compressed as ``….zst`` when OpenClaw's Node has zstd (OpenClaw's
+``isUsageCountedSessionTranscriptFileName`` and ``isSessionArchiveArtifactName``: trajectory
+files, compaction checkpoints and ``.bak`` copies are not transcripts). And, since 2026.9, the
+live transcripts in the agent's database (:mod:`pipeline.ingest.live_sessions`), stored as
+``sessions/<agentId>/<sessionId>.jsonl``. All are read the same way
 (:mod:`pipeline.ingest.transcripts`: the searchable text, its line map back to the JSONL lines,
 redaction, the delta thresholds).
 """
@@ -12,10 +16,14 @@ redaction, the delta thresholds).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
+import zstandard
+
 from pipeline.config import Settings
+from pipeline.errors import MemoryPathError
 from pipeline.ingest.live_sessions import live_session_get
 from pipeline.ingest.sources import SourceFile
 from pipeline.ingest.transcripts import (
@@ -30,8 +38,43 @@ from pipeline.ingest.transcripts import (
 from pipeline.results import MemoryText
 
 #: What other modules have imported from here since before :mod:`pipeline.ingest.transcripts`.
-__all__ = ["SESSIONS_SOURCE", "Transcript", "compacted", "needs_sync", "session_files",
-           "session_files_at", "session_get", "transcript", "transcript_chunks"]
+__all__ = ["SESSIONS_SOURCE", "Transcript", "compacted", "is_transcript_file", "needs_sync",
+           "read_session_file", "session_files", "session_files_at", "session_get",
+           "transcript", "transcript_chunks"]
+
+ZSTD_SUFFIX = ".zst"
+MAX_GET_BYTES = 64 * 1024 * 1024  # what memory_get decompresses of one archive, at most
+#: OpenClaw's archive of a reset or deleted session (``artifacts.ts``: ``ARCHIVE_SUFFIX_RE``).
+_ARCHIVE = re.compile(r"\.jsonl\.(?:reset|deleted)\.\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}"
+                      r"(?:\.\d{3})?Z(?:\.[0-9a-f]{32})?(?:\.zst)?$")
+#: ``.jsonl`` files in the sessions folder that are no transcript of their own.
+_NOT_TRANSCRIPT = re.compile(r"(?:\.trajectory\.jsonl|\.checkpoint\.[0-9a-f]{8}-[0-9a-f]{4}-"
+                             r"[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.jsonl)$",
+                             re.IGNORECASE)
+
+
+def is_transcript_file(name: str) -> bool:
+    """Whether a file name in the sessions folder is a transcript memq indexes."""
+    if name.startswith(".") or name.endswith(".tmp"):
+        return False
+    if name.endswith(".jsonl"):
+        return _NOT_TRANSCRIPT.search(name) is None
+    return _ARCHIVE.search(name) is not None
+
+
+def read_session_file(path: str, limit: int) -> bytes:
+    """A transcript file's JSONL bytes (a ``.zst`` archive decompressed), at most ``limit`` + 1
+    of them (so a caller can tell it is over). Raises :class:`OSError` when it cannot be read,
+    :class:`zstandard.ZstdError` when a ``.zst`` archive is damaged."""
+    with open(path, "rb") as fh:
+        if not path.endswith(ZSTD_SUFFIX):
+            return fh.read()
+        with zstandard.ZstdDecompressor().stream_reader(fh) as reader:
+            parts, total = [], 0
+            while total <= limit and (part := reader.read(min(1 << 20, limit + 1 - total))):
+                parts.append(part)
+                total += len(part)
+            return b"".join(parts)
 
 
 def session_files(settings: Settings) -> list[SourceFile]:
@@ -44,7 +87,7 @@ def session_files(settings: Settings) -> list[SourceFile]:
     except OSError:
         return []
     return [SourceFile(f"sessions/{e.name}", e.path, SESSIONS_SOURCE) for e in entries
-            if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
+            if is_transcript_file(e.name) and e.is_file(follow_symlinks=False)]
 
 
 def session_files_at(settings: Settings, paths: Iterable[Path]) -> tuple[list[SourceFile],
@@ -59,7 +102,7 @@ def session_files_at(settings: Settings, paths: Iterable[Path]) -> tuple[list[So
         if path == folder:
             scopes.add("sessions")
             found.extend(session_files(settings))
-        elif path.parent == folder and path.name.endswith(".jsonl"):
+        elif path.parent == folder and is_transcript_file(path.name):
             scopes.add(f"sessions/{path.name}")
             if path.is_file() and not path.is_symlink():
                 found.append(SourceFile(f"sessions/{path.name}", str(path), SESSIONS_SOURCE))
@@ -70,7 +113,7 @@ def session_get(settings: Settings, requested: str, from_line: int | None,
                 lines: int | None) -> MemoryText | None:
     """``memory_get`` for a session hit, or None for other paths.
 
-    ``sessions/<file>.jsonl`` opens a transcript file, ``sessions/<agentId>/<sessionId>.jsonl``
+    ``sessions/<file>`` opens a transcript file, ``sessions/<agentId>/<sessionId>.jsonl``
     a live transcript (:func:`pipeline.ingest.live_sessions.live_session_get`). The window is in
     JSONL lines, as a hit's ``startLine``/``endLine`` are; the text is the transcript lines
     (``User: …``/``Assistant: …``) that came from those JSONL lines. Only a plain file directly
@@ -82,11 +125,13 @@ def session_get(settings: Settings, requested: str, from_line: int | None,
     if live is not None:
         return live
     name = requested.removeprefix("sessions/")
-    if "/" in name or "\\" in name or "\x00" in name or not name.endswith(".jsonl") \
-            or name.startswith("."):
+    if "/" in name or "\\" in name or "\x00" in name or not is_transcript_file(name):
         return None
     path = Path(settings.sessions_dir) / name
     if path.is_symlink() or not path.is_file():
         return MemoryText(requested, "")
-    return transcript_window(requested, path.read_text(encoding="utf-8", errors="replace"),
-                             from_line, lines)
+    try:
+        raw = read_session_file(str(path), MAX_GET_BYTES)
+    except zstandard.ZstdError as exc:
+        raise MemoryPathError(f"{requested}: a damaged zstd archive ({exc})") from exc
+    return transcript_window(requested, raw.decode("utf-8", errors="replace"), from_line, lines)
