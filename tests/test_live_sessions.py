@@ -187,7 +187,8 @@ def test_live_transcripts_indexed_under_openclaws_paths(home: OpenClawHome,
     changed_ms = conn.execute("SELECT transcript_updated_at FROM session_windows WHERE "
                               "session_id = ?", (MAIN,)).fetchone()[0]
     conn.close()
-    assert note_time(path, known[path][1]) == changed_ms / 1000
+    assert known[path][1] == changed_ms * 1_000_000
+    assert note_time(path, known[path][1]) == pytest.approx(changed_ms / 1000)
     assert {r[0] for r in rows} == {path}  # the cron run is left out, as OpenClaw does
     text = "\n".join(r[3] for r in rows)
     assert "User: Which database did we pick for billing?" in text
