@@ -228,7 +228,8 @@ def test_a_legacy_copy_of_a_live_session_is_not_indexed_twice(home: OpenClawHome
 
 
 def append_record(database: Path, session_id: str, event: dict) -> None:
-    """Append one record as OpenClaw's transcript writer does (one immediate transaction)."""
+    """Append one record as OpenClaw's transcript writer does (one immediate transaction,
+    ``transcript_updated_at`` moved strictly forward)."""
     text = json.dumps(event)
     now = int(time.time() * 1000)
     conn = sqlite3.connect(database, isolation_level=None)
@@ -239,8 +240,8 @@ def append_record(database: Path, session_id: str, event: dict) -> None:
         conn.execute("INSERT INTO transcript_events (session_id, seq, event_json, created_at, "
                      "event_utf8_bytes) VALUES (?, ?, ?, ?, ?)",
                      (session_id, seq, text, now, len(text.encode())))
-        conn.execute("UPDATE session_windows SET transcript_updated_at = ? WHERE session_id = ?",
-                     (now, session_id))
+        conn.execute("UPDATE session_windows SET transcript_updated_at = max(?, coalesce("
+                     "transcript_updated_at, -1) + 1) WHERE session_id = ?", (now, session_id))
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -268,6 +269,33 @@ def test_delta_thresholds_and_compaction_apply_to_live_transcripts(home: OpenCla
         append_record(home.database, MAIN, {"type": "compaction", "id": "c1", "summary": "s",
                                             "firstKeptEntryId": "m8", "tokensBefore": 10})
         assert "after the summary" in texts()  # postCompactionForce
+    finally:
+        db.close()
+
+
+def test_without_a_recorded_last_change_the_records_tell(home: OpenClawHome,
+                                                         live_settings) -> None:
+    """A transcript whose ``transcript_updated_at`` is not recorded (older rows) is sized from
+    its records on every pass, and its newest record's time stands for its last change."""
+    settings = live_settings(sync={"sessions": {"deltaMessages": 1}})
+    conn = sqlite3.connect(home.database)
+    conn.execute("UPDATE session_windows SET transcript_updated_at = NULL")
+    conn.commit()
+    conn.close()
+    db = connect(settings.store.path)
+    choice = choose_provider(settings)
+    try:
+        index_once(db, settings, choice, None)
+        text = json.dumps(message(5, "user", "no clock on this one"))
+        conn = sqlite3.connect(home.database)
+        conn.execute("INSERT INTO transcript_events (session_id, seq, event_json, created_at, "
+                     "event_utf8_bytes) VALUES (?, 5, ?, 1799999999000, ?)",
+                     (MAIN, text, len(text)))
+        conn.commit()
+        conn.close()
+        index_once(db, settings, choice, None)
+        assert "no clock on this one" in "\n".join(r[3] for r in session_rows(db))
+        assert reads.known_files(db)[f"sessions/main/{MAIN}.jsonl"][1] == 1799999999000 * 10**6
     finally:
         db.close()
 
@@ -328,8 +356,7 @@ def test_forgotten_sessions_leave_the_index(home: OpenClawHome, live_settings) -
 
 
 def _live(key: str, entry: dict | None = None, **kw: object) -> LiveTranscript:
-    values = {"events": 1, "jsonl_bytes": 1, "updated_ms": 1, "cold": False,
-              "forgotten": False, **kw}
+    values = {"updated_ms": 1, "cold": False, "forgotten": False, **kw}
     return LiveTranscript(key.rsplit(":", 1)[-1], key, json.dumps(entry or {}), **values)
 
 
@@ -406,8 +433,9 @@ db.exec("PRAGMA busy_timeout = 0");  // any lock memq held would fail this write
 const next = db.prepare("SELECT max(seq) + 1 AS seq FROM transcript_events WHERE session_id = ?");
 const insert = db.prepare("INSERT INTO transcript_events (session_id, seq, event_json, " +
   "created_at, event_utf8_bytes) VALUES (?, ?, ?, ?, ?)");
-const touch = db.prepare("UPDATE session_windows SET transcript_updated_at = ? " +
-  "WHERE session_id = ?");
+// OpenClaw moves transcript_updated_at strictly forward on every change.
+const touch = db.prepare("UPDATE session_windows SET transcript_updated_at = " +
+  "max(?, coalesce(transcript_updated_at, -1) + 1) WHERE session_id = ?");
 const pause = new Int32Array(new SharedArrayBuffer(4));
 for (let i = 0; i < Number(count); i++) {
   const now = Date.now();

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,10 @@ from pipeline.results import MemoryText
 from pipeline.store.openclaw_agent import (
     AGENT_DB_NAME,
     LiveTranscript,
+    TranscriptSize,
     live_transcripts,
     transcript_records,
+    transcript_sizes,
 )
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ AGENT_FOLDER = "agent"
 CHANGE_FILES = (AGENT_DB_NAME, f"{AGENT_DB_NAME}-wal")
 _CRON_RUN_PREFIX = "cron:"
 _DREAMING_PREFIX = "dreaming-narrative-"
+MS = 1_000_000  # ns per ms
 
 
 @dataclass(frozen=True)
@@ -141,32 +144,59 @@ def indexable(transcripts: list[LiveTranscript]) -> list[LiveTranscript]:
     return kept
 
 
-def _listed(settings: Settings) -> list[LiveSession]:
-    """The indexable live transcripts of the agent database (none when there is no database);
-    raises :class:`~pipeline.errors.StoreError` when it cannot be read now."""
+def _indexable(settings: Settings) -> list[LiveTranscript]:
+    """The indexable live transcripts of the agent database, once each (none when there is
+    no database); raises :class:`~pipeline.errors.StoreError` when it cannot be read now."""
     try:
         found = live_transcripts(agent_database(settings), settings.agent_id)
     except FileNotFoundError:
         return []
-    listed: dict[str, LiveSession] = {}
-    for t in indexable(found):
-        if t.session_id not in listed and _plain_name(t.session_id):  # an alias: index once
-            listed[t.session_id] = LiveSession(live_path(settings, t.session_id), t.session_id,
-                                               t.updated_ms * 1_000_000, t.jsonl_bytes, t.cold)
-    return list(listed.values())
+    once: dict[str, LiveTranscript] = {}
+    for t in indexable(found):  # two keys on one transcript (an alias): index it once
+        if _plain_name(t.session_id):
+            once.setdefault(t.session_id, t)
+    return list(once.values())
 
 
-def live_sessions(settings: Settings) -> LiveScan | None:
+def _listed(settings: Settings, known: Mapping[str, tuple[int, int]]) -> list[LiveSession]:
+    """The indexable live transcripts with their fingerprints. A transcript whose last change
+    (``transcript_updated_at``) is the one ``known`` (path → mtime_ns, size) recorded keeps
+    the recorded size; the others are sized from the database (their records' stored sizes)."""
+    database = agent_database(settings)
+    listed: list[LiveSession] = []
+    unsized: list[LiveTranscript] = []
+    for t in _indexable(settings):
+        path = live_path(settings, t.session_id)
+        seen = known.get(path)
+        if t.updated_ms is not None and seen is not None and seen[0] == t.updated_ms * MS:
+            listed.append(LiveSession(path, t.session_id, seen[0], seen[1], t.cold))
+        else:
+            unsized.append(t)
+    try:
+        sizes = transcript_sizes(database, [t.session_id for t in unsized])
+    except FileNotFoundError:
+        return []
+    for t in unsized:
+        size = sizes.get(t.session_id, TranscriptSize(0, 0))
+        changed = t.updated_ms if t.updated_ms is not None else size.last_record_ms
+        listed.append(LiveSession(live_path(settings, t.session_id), t.session_id,
+                                  changed * MS, size.jsonl_bytes, t.cold))
+    return sorted(listed, key=lambda s: s.path)
+
+
+def live_sessions(settings: Settings,
+                  known: Mapping[str, tuple[int, int]] | None = None) -> LiveScan | None:
     """The live transcripts to index, when session memory is on (else None).
 
-    No database means no live transcripts; one that cannot be read now comes back with
-    ``error`` set (what was indexed from it is kept, the next pass tries again).
+    ``known`` (store path → recorded mtime_ns, size) spares sizing the transcripts that did
+    not change. No database means no live transcripts; one that cannot be read now comes back
+    with ``error`` set (what was indexed from it is kept, the next pass tries again).
     """
     if SESSIONS_SOURCE not in settings.sources:
         return None
     scan = LiveScan(live_scope(settings))
     try:
-        scan.sessions = _listed(settings)
+        scan.sessions = _listed(settings, known or {})
     except StoreError as exc:
         scan.error = str(exc)
     return scan
@@ -185,12 +215,13 @@ def is_agent_folder_noise(settings: Settings, path: Path) -> bool:
     return path == folder or (path.parent == folder and path.name not in CHANGE_FILES)
 
 
-def live_sessions_at(settings: Settings, paths: Iterable[Path]) -> LiveScan | None:
+def live_sessions_at(settings: Settings, paths: Iterable[Path],
+                     known: Mapping[str, tuple[int, int]] | None = None) -> LiveScan | None:
     """:func:`live_sessions` when one of ``paths`` (what a watcher saw change) touches the
     agent database; None otherwise."""
     if SESSIONS_SOURCE in settings.sources and any(
             touches_database(settings, Path(p)) for p in paths):
-        return live_sessions(settings)
+        return live_sessions(settings, known)
     return None
 
 
@@ -219,6 +250,6 @@ def live_session_get(settings: Settings, requested: str, from_line: int | None,
         return None
     session_id = name.removesuffix(".jsonl")
     records = None
-    if any(s.session_id == session_id for s in _listed(settings)):  # never a forgotten one
+    if any(t.session_id == session_id for t in _indexable(settings)):  # never a forgotten one
         records = transcript_records(agent_database(settings), session_id)
     return transcript_window(requested, "\n".join(records or ()), from_line, lines)

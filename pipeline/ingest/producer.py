@@ -282,7 +282,7 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
         on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
                                unreadable=unreadable, patterns=PathPatterns.of(settings))
         on_disk += session_files(settings)
-        live = live_sessions(settings)
+        live = live_sessions(settings, _stats(known))
         # A folder that cannot be listed hides its files; they are not deleted from the index.
         hidden = {folder for folder, _ in unreadable}
         report.errors += [f"{folder}/: unreadable folder ({why}); files indexed from it before "
@@ -296,10 +296,11 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
                                           patterns=PathPatterns.of(settings))
         sessions, session_scopes = session_files_at(settings, paths)
         on_disk, scopes = on_disk + sessions, scopes | session_scopes
-        live = live_sessions_at(settings, paths)
+        live = live_sessions_at(settings, paths, _stats(known))
         if live is None and (sessions or any(_in_scope(live_scope(settings), {s})
                                              for s in scopes)):
-            live = live_sessions(settings)  # a legacy copy, or the folder's scope covers them
+            # a legacy copy, or the folder's scope covers them
+            live = live_sessions(settings, _stats(known))
         if live is not None:
             scopes.add(live.scope)
         on_disk, hidden = _with_live(on_disk, set(), live, known, report)
@@ -317,6 +318,12 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
                 writer.delete_file(db, path)
             report.deleted += 1
     return report
+
+
+def _stats(known: dict[str, tuple[str, int, int, str | None]]) -> dict[str, tuple[int, int]]:
+    """path → (mtime_ns, size) of the files the store knows, errors left out (re-read those)."""
+    return {path: (mtime, size) for path, (_, mtime, size, error) in known.items()
+            if error is None}
 
 
 def _present(on_disk: list[SourceFile], live: LiveScan | None) -> set[str]:

@@ -64,11 +64,20 @@ class LiveTranscript:
     session_id: str
     session_key: str
     entry_json: str  # the session's entry record (OpenClaw's ``SessionEntry``), as stored
-    events: int
-    jsonl_bytes: int  # the size of the records written as JSONL (one per line, "\n" between)
-    updated_ms: int  # last change of the transcript (ms since the epoch)
+    #: The transcript's last change (ms since the epoch; ``transcript_updated_at``, which
+    #: OpenClaw's writer moves strictly forward on every change), None when not recorded.
+    updated_ms: int | None
     cold: bool  # moved to cold storage: its records are not in the database
     forgotten: bool  # purged by ``openclaw memory forget``
+
+
+@dataclass(frozen=True)
+class TranscriptSize:
+    """A transcript's size as JSONL (records one per line, ``\n`` between: what OpenClaw's
+    ``sqliteTranscriptJsonlByteSize`` reports) and its newest record's time (ms)."""
+
+    jsonl_bytes: int
+    last_record_ms: int
 
 
 def _wal(path: Path) -> Path:
@@ -154,10 +163,10 @@ def _check_schema(conn: Any, path: Path) -> set[str]:
 
 
 def live_transcripts(path: Path, agent_id: str) -> list[LiveTranscript]:
-    """The current transcript of every session in the database, with its size and last change.
+    """The current transcript of every session in the database, with its last change.
 
-    One aggregate query over ``transcript_events`` (no payload is decompressed); the size is
-    what OpenClaw's own transcript stats report (``sqliteTranscriptJsonlByteSize``).
+    Reads the session tables only (no transcript record): cheap enough for every watcher
+    batch, whatever the size of the transcripts.
     """
 
     def read(conn: Any) -> list[LiveTranscript]:
@@ -172,24 +181,41 @@ def live_transcripts(path: Path, agent_id: str) -> list[LiveTranscript]:
             params = (agent_id,)
         rows = conn.execute(
             "SELECT n.current_session_id, n.session_key, n.entry_json, "
-            "coalesce(e.events, 0), coalesce(e.bytes, 0), "
-            "coalesce(w.transcript_updated_at, e.last_created, w.updated_at, n.updated_at), "
-            f"{cold}, {forgotten} "
+            f"w.transcript_updated_at, {cold}, {forgotten} "
             "FROM session_nodes n "
             "LEFT JOIN session_windows w ON w.session_id = n.current_session_id "
-            "LEFT JOIN (SELECT session_id, count(*) AS events, "
-            "  sum(coalesce(event_utf8_bytes, length(CAST(event_json AS BLOB)))) "
-            "    + count(*) - 1 AS bytes, "
-            "  max(created_at) AS last_created "
-            "  FROM transcript_events "
-            "  WHERE session_id IN (SELECT current_session_id FROM session_nodes) "
-            "  GROUP BY session_id) e ON e.session_id = n.current_session_id "
             "ORDER BY n.current_session_id, n.session_key", params).fetchall()
-        return [LiveTranscript(sid, key, entry or "", int(events), max(0, int(size)),
-                               int(updated or 0), bool(is_cold), bool(is_forgotten))
-                for sid, key, entry, events, size, updated, is_cold, is_forgotten in rows]
+        return [LiveTranscript(sid, key, entry or "", None if updated is None else int(updated),
+                               bool(is_cold), bool(is_forgotten))
+                for sid, key, entry, updated, is_cold, is_forgotten in rows]
 
     return read_agent_database(path, read)
+
+
+SIZE_QUERY_IDS = 400  # session ids per query (OpenClaw's own stats chunk)
+
+
+def transcript_sizes(path: Path, session_ids: list[str]) -> dict[str, TranscriptSize]:
+    """The JSONL size and newest record time of these sessions' transcripts (absent: none).
+
+    One aggregate query per :data:`SIZE_QUERY_IDS` ids, in one read transaction; it reads
+    each record's stored size, never its payload.
+    """
+
+    def read(conn: Any) -> dict[str, TranscriptSize]:
+        _check_schema(conn, path)
+        sizes: dict[str, TranscriptSize] = {}
+        for start in range(0, len(session_ids), SIZE_QUERY_IDS):
+            chunk = session_ids[start:start + SIZE_QUERY_IDS]
+            for sid, size, last in conn.execute(
+                    "SELECT session_id, sum(coalesce(event_utf8_bytes, "
+                    "length(CAST(event_json AS BLOB)))) + count(*) - 1, max(created_at) "
+                    "FROM transcript_events WHERE session_id IN "
+                    f"({','.join('?' * len(chunk))}) GROUP BY session_id", chunk):
+                sizes[sid] = TranscriptSize(max(0, int(size or 0)), int(last or 0))
+        return sizes
+
+    return read_agent_database(path, read) if session_ids else {}
 
 
 def _decode(event_json: str | None, event_zstd: bytes | None, utf8_bytes: int | None) -> str:
