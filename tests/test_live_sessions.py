@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +39,7 @@ from pipeline.search.decay import note_time
 from pipeline.store import reads
 from pipeline.store.engine import choose_driver, connect
 from pipeline.store.openclaw_agent import LiveTranscript
+from tests.conftest import REPO, run_memq
 from tests.tools import node_env, tool
 
 #: A SQLite as recent as OpenClaw's (its schema's triggers call ``octet_length``, 3.43+).
@@ -531,3 +534,43 @@ def test_archives_beside_the_live_transcripts(home: OpenClawHome, live_settings,
                      f"sessions/{deleted.name}"}
     got = memory_get(f"sessions/{archive.name}", 2, 1, settings=settings)
     assert got["text"] == "User: the old conversation chose Redis streams"
+
+
+def test_memq_watch_search_and_get_on_a_live_session(home: OpenClawHome, live_settings,
+                                                     workspace: Path, tmp_path: Path) -> None:
+    """The real ``memq watch`` follows OpenClaw appending to a live transcript; ``memq
+    search`` finds the new turn under OpenClaw's path and ``memq get`` opens it."""
+    settings = live_settings(sync={"sessions": {"deltaMessages": 1}})
+    args = ["--workspace", str(workspace), "--config", str(settings.config_file)]
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    path = f"sessions/main/{MAIN}.jsonl"
+
+    def search(query: str) -> list[dict]:
+        done = run_memq("search", *args, "--json", query, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["results"]
+
+    log_path = tmp_path / "watch.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "memq.cli", "watch", *args,
+                                 "--debounce-ms", "300"], cwd=REPO,
+                                env={**os.environ, **env}, stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not search("gate code 4471"):
+                time.sleep(0.5)
+            assert search("gate code 4471")[0]["path"] == path, log_path.read_text()
+            home.doctor_import({MAIN: [*MAIN_RECORDS,
+                                       message(5, "user", "the zeppelin hangar opens on Fridays")]})
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not search("zeppelin hangar"):
+                time.sleep(0.5)
+            hits = search("zeppelin hangar")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+    assert hits and hits[0]["path"] == path, log_path.read_text()
+    assert (hits[0]["endLine"], hits[0]["source"]) == (6, "sessions")
+    got = run_memq("get", *args, path, "--from", "6", "--lines", "1", "--json", env=env)
+    assert json.loads(got.stdout)["text"] == "User: the zeppelin hangar opens on Fridays", (
+        got.stderr)
