@@ -16,21 +16,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
 from pipeline.batch import workflow
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice
+from pipeline.errors import StoreError
 from pipeline.ingest.chunking import CHUNKING_VERSION, chunk_markdown, enforce_input_limit
 from pipeline.ingest.globs import PathPatterns
-from pipeline.ingest.multimodal import MediaSource, classify, file_chunks, read_media
-from pipeline.ingest.sessions import (
-    SESSIONS_SOURCE,
-    needs_sync,
-    session_files,
-    session_files_at,
-    transcript_chunks,
+from pipeline.ingest.live_sessions import (
+    LiveScan,
+    LiveSession,
+    live_scope,
+    live_sessions,
+    live_sessions_at,
+    read_live_session,
 )
+from pipeline.ingest.multimodal import MediaFile, MediaSource, classify, file_chunks, read_media
+from pipeline.ingest.sessions import read_session_file, session_files, session_files_at
 from pipeline.ingest.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
+from pipeline.ingest.transcripts import SESSIONS_SOURCE, needs_sync, transcript_chunks
 from pipeline.messages import (
     DEFAULT_ROUTE,
     JOB_MAX_BYTES,
@@ -155,10 +161,17 @@ def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, s
     if size > MAX_FILE_BYTES:
         return None, None, f"skipped: {size} bytes is over the {MAX_FILE_BYTES} byte limit"
     try:
-        with open(file.file, "rb") as fh:
-            raw = fh.read()
+        if file.source == SESSIONS_SOURCE:  # a .zst archive is decompressed
+            raw = read_session_file(file.file, MAX_FILE_BYTES)
+        else:
+            with open(file.file, "rb") as fh:
+                raw = fh.read()
     except OSError as exc:
         return None, None, f"unreadable: {exc.strerror or exc}"
+    except zstandard.ZstdError as exc:
+        return None, None, f"unreadable: a damaged zstd archive ({exc})"
+    if len(raw) > MAX_FILE_BYTES:
+        return None, None, f"skipped: over the {MAX_FILE_BYTES} byte limit once decompressed"
     if b"\x00" in raw:
         return raw, None, "skipped: contains NUL bytes (binary, not Markdown)"
     try:
@@ -167,45 +180,88 @@ def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, s
         return raw, None, f"skipped: not valid UTF-8 (byte {exc.start})"
 
 
+@dataclass
+class _Read:
+    """What one pass read of a memory file or live transcript, ready to be written."""
+
+    path: str
+    source: str
+    mtime_ns: int
+    size: int
+    raw: bytes | None
+    text: str | None = None
+    error: str | None = None
+    media: MediaFile | None = None  # a media file's checked bytes (multimodal)
+
+
 def _sync_file(batch: schema.WriteBatch, file: SourceFile,
                known: tuple[str, int, int, str | None] | None, settings: Settings,
                max_input_bytes: int | None, report: IndexReport) -> None:
-    db = batch.db
     try:
         stat = os.stat(file.file)
     except OSError:
         return  # vanished between listing and stat: the next pass deletes it
     if known is not None and known[1:3] == (stat.st_mtime_ns, stat.st_size):
         return
+    read = _Read(file.path, file.source, stat.st_mtime_ns, stat.st_size, None)
     modality = classify(file.path, settings.multimodal)
     if modality is not None:
-        raw, media, error = read_media(file.file, file.path, modality, stat.st_size,
-                                       settings.multimodal)
-        text = None
+        read.raw, read.media, read.error = read_media(file.file, file.path, modality,
+                                                      stat.st_size, settings.multimodal)
     else:
-        raw, text, error = _read_text(file, stat.st_size)
-    if (file.source == SESSIONS_SOURCE and raw is not None and known is not None
+        read.raw, read.text, read.error = _read_text(file, stat.st_size)
+    _apply(batch, read, known, settings, max_input_bytes, report)
+
+
+def _sync_live(batch: schema.WriteBatch, session: LiveSession,
+               known: tuple[str, int, int, str | None] | None, settings: Settings,
+               max_input_bytes: int | None, report: IndexReport) -> None:
+    """Like :func:`_sync_file`, for a live transcript of the agent database: its last change
+    and JSONL size stand for the stat; the records it reads are its bytes."""
+    if session.cold or (known is not None
+                        and known[1:3] == (session.mtime_ns, session.size)):
+        return  # unchanged, or in cold storage (what was indexed of it stays)
+    try:
+        raw = read_live_session(settings, session)
+    except StoreError as exc:  # busy now, or a damaged record: the next pass tries again
+        report.errors.append(f"{session.path}: {exc}")
+        return
+    if raw is None:
+        return  # moved to cold storage since it was listed
+    text = raw.decode("utf-8", errors="replace")
+    _apply(batch, _Read(session.path, SESSIONS_SOURCE, session.mtime_ns, len(raw), raw, text),
+           known, settings, max_input_bytes, report)
+
+
+def _apply(batch: schema.WriteBatch, read: _Read,
+           known: tuple[str, int, int, str | None] | None, settings: Settings,
+           max_input_bytes: int | None, report: IndexReport) -> None:
+    """Write what a pass read: nothing for a transcript under its delta thresholds, a touch
+    for unchanged bytes, the error of an unreadable file, else its new chunks."""
+    db = batch.db
+    raw = read.raw
+    if (read.source == SESSIONS_SOURCE and raw is not None and known is not None
             and known[3] is None and not needs_sync(raw, known[0], known[2], settings)):
         return  # a transcript that grew a little: wait for the delta thresholds
     digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
-    if known is not None and error is None and known[0] == digest and known[3] is None:
+    if known is not None and read.error is None and known[0] == digest and known[3] is None:
         with batch.unit():
-            writer.touch_file(db, file.path, stat.st_mtime_ns, stat.st_size)
+            writer.touch_file(db, read.path, read.mtime_ns, read.size)
         return
-    record = writer.FileRecord(file.path, file.source, digest, stat.st_mtime_ns, stat.st_size,
-                               error)
+    record = writer.FileRecord(read.path, read.source, digest, read.mtime_ns, read.size,
+                               read.error)
     report.changed += 1
-    if error is not None:
+    if read.error is not None:
         report.failed += 1
-        report.errors.append(f"{file.path}: {error}")
+        report.errors.append(f"{read.path}: {read.error}")
         with batch.unit():
             writer.record_file_error(db, record)
         return
-    if modality is not None:
-        chunks = file_chunks(media)  # one chunk; exempt from the text input limit
+    if read.media is not None:
+        chunks = file_chunks(read.media)  # one chunk; exempt from the text input limit
     else:
-        chunker = transcript_chunks if file.source == SESSIONS_SOURCE else chunk_markdown
-        chunks = chunker(text, settings.chunking.tokens, settings.chunking.overlap)
+        chunker = transcript_chunks if read.source == SESSIONS_SOURCE else chunk_markdown
+        chunks = chunker(read.text, settings.chunking.tokens, settings.chunking.overlap)
         if max_input_bytes:
             chunks = enforce_input_limit(chunks, max_input_bytes)
     with batch.unit():
@@ -238,11 +294,13 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
         on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
                                unreadable=unreadable, patterns=PathPatterns.of(settings))
         on_disk += session_files(settings)
+        live = live_sessions(settings, _stats(known))
         # A folder that cannot be listed hides its files; they are not deleted from the index.
         hidden = {folder for folder, _ in unreadable}
-        gone = {p for p in known.keys() - {f.path for f in on_disk} if not _in_scope(p, hidden)}
         report.errors += [f"{folder}/: unreadable folder ({why}); files indexed from it before "
                           "are kept" for folder, why in unreadable]
+        on_disk, hidden = _with_live(on_disk, hidden, live, known, report)
+        gone = {p for p in known.keys() - _present(on_disk, live) if not _in_scope(p, hidden)}
     else:
         paths = list(paths)
         on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths,
@@ -250,17 +308,56 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
                                           patterns=PathPatterns.of(settings))
         sessions, session_scopes = session_files_at(settings, paths)
         on_disk, scopes = on_disk + sessions, scopes | session_scopes
-        present = {f.path for f in on_disk}
-        gone = {p for p in known if p not in present and _in_scope(p, scopes)}
-    report.files = len(on_disk)
+        live = live_sessions_at(settings, paths, _stats(known))
+        if live is None and (sessions or any(_in_scope(live_scope(settings), {s})
+                                             for s in scopes)):
+            # a legacy copy, or the folder's scope covers them
+            live = live_sessions(settings, _stats(known))
+        if live is not None:
+            scopes.add(live.scope)
+        on_disk, hidden = _with_live(on_disk, set(), live, known, report)
+        present = _present(on_disk, live)
+        gone = {p for p in known if p not in present and _in_scope(p, scopes)
+                and not _in_scope(p, hidden)}
+    report.files = len(on_disk) + (len(live.sessions) if live else 0)
     with schema.WriteBatch(db) as batch:
         for file in on_disk:
             _sync_file(batch, file, known.get(file.path), settings, max_input, report)
+        for session in live.sessions if live else ():
+            _sync_live(batch, session, known.get(session.path), settings, max_input, report)
         for path in sorted(gone):
             with batch.unit():
                 writer.delete_file(db, path)
             report.deleted += 1
     return report
+
+
+def _stats(known: dict[str, tuple[str, int, int, str | None]]) -> dict[str, tuple[int, int]]:
+    """path → (mtime_ns, size) of the files the store knows, errors left out (re-read those)."""
+    return {path: (mtime, size) for path, (_, mtime, size, error) in known.items()
+            if error is None}
+
+
+def _present(on_disk: list[SourceFile], live: LiveScan | None) -> set[str]:
+    return {f.path for f in on_disk} | {s.path for s in (live.sessions if live else ())}
+
+
+def _with_live(on_disk: list[SourceFile], hidden: set[str], live: LiveScan | None,
+               known: dict[str, Any], report: IndexReport) -> tuple[list[SourceFile], set[str]]:
+    """Files to sync and hidden scopes, given the live transcripts: a legacy
+    ``sessions/<sessionId>.jsonl`` of a live session is left to the live copy; a database that
+    cannot be read now hides what was indexed from it (and the legacy copies of those)."""
+    if live is None:
+        return on_disk, hidden
+    if live.error is None:
+        names = {f"{s.session_id}.jsonl" for s in live.sessions}
+    else:
+        report.errors.append(f"{live.scope}/: {live.error}; live transcripts indexed before "
+                             "are kept")
+        hidden = hidden | {live.scope}
+        names = {p.rsplit("/", 1)[1] for p in known if _in_scope(p, {live.scope})}
+    legacy = {f"{SESSIONS_SOURCE}/{name}" for name in names}
+    return [f for f in on_disk if f.path not in legacy], hidden
 
 
 def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:

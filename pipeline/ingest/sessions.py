@@ -1,45 +1,80 @@
-"""Session transcripts (``sources: [memory, sessions]`` with ``experimental.sessionMemory``).
+"""Session transcripts (``sources: [memory, sessions]`` with ``experimental.sessionMemory`` or
+``rememberAcrossConversations``): where they are, and ``memory_get`` on a session hit.
 
-OpenClaw's agents append one JSON record per line to ``<sessionsDir>/*.jsonl``. What is worth
-searching is the conversation: ``type: "message"`` records from the user or the assistant, their
-``text`` blocks only (no tool calls, tool results or thinking), whitespace collapsed, written as
-``User: …`` / ``Assistant: …`` lines. A line map sends every such line back to its JSONL line, so
-a hit names the transcript lines it came from. Files are stored as ``sessions/<file>.jsonl``.
-
-Transcripts grow by a few lines per turn; re-indexing one on every write would re-chunk it
-forever. A known transcript is synced again only once it grew by ``deltaBytes`` (100,000) or
-``deltaMessages`` (50) lines, or when it is no longer an extension of what was indexed (it was
-truncated, rotated or rewritten): then it counts as new, in full. ``postCompactionForce``
-(default true) also syncs it, whatever the deltas, once it has grown by a compaction: OpenClaw
-runs a targeted sync of the transcript after its agent compacts the context; memq, outside
-the agent, sees the ``{"type": "compaction", …}`` record the agent appends to the file.
+Two places hold them. Files in ``<sessionsDir>``, stored as ``sessions/<file>``: the
+``<sessionId>.jsonl`` transcripts of OpenClaw before 2026.9 (and legacy ones left since), and
+2026.9's archives of reset and deleted sessions, ``<sessionId>.jsonl.reset.<time>`` /
+``.deleted.<time>``, zstd-compressed as ``….zst`` when OpenClaw's Node has zstd (OpenClaw's
+``isUsageCountedSessionTranscriptFileName`` and ``isSessionArchiveArtifactName``: trajectory
+files, compaction checkpoints and ``.bak`` copies are not transcripts). And, since 2026.9, the
+live transcripts in the agent's database (:mod:`pipeline.ingest.live_sessions`), stored as
+``sessions/<agentId>/<sessionId>.jsonl``. All are read the same way
+(:mod:`pipeline.ingest.transcripts`: the searchable text, its line map back to the JSONL lines,
+redaction, the delta thresholds).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import zstandard
 
 from pipeline.config import Settings
-from pipeline.ingest.chunking import Chunk, chunk_markdown
+from pipeline.errors import MemoryPathError
+from pipeline.ingest.live_sessions import live_session_get
 from pipeline.ingest.sources import SourceFile
+from pipeline.ingest.transcripts import (
+    SESSIONS_SOURCE,
+    Transcript,
+    compacted,
+    needs_sync,
+    transcript,
+    transcript_chunks,
+    transcript_window,
+)
 from pipeline.results import MemoryText
 
-SESSIONS_SOURCE = "sessions"
-ROLES = {"user": "User", "assistant": "Assistant"}
-_SPACE = re.compile(r"\s+")
+#: What other modules have imported from here since before :mod:`pipeline.ingest.transcripts`.
+__all__ = ["SESSIONS_SOURCE", "Transcript", "compacted", "is_transcript_file", "needs_sync",
+           "read_session_file", "session_files", "session_files_at", "session_get",
+           "transcript", "transcript_chunks"]
+
+ZSTD_SUFFIX = ".zst"
+MAX_GET_BYTES = 64 * 1024 * 1024  # what memory_get decompresses of one archive, at most
+#: OpenClaw's archive of a reset or deleted session (``artifacts.ts``: ``ARCHIVE_SUFFIX_RE``).
+_ARCHIVE = re.compile(r"\.jsonl\.(?:reset|deleted)\.\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}"
+                      r"(?:\.\d{3})?Z(?:\.[0-9a-f]{32})?(?:\.zst)?$")
+#: ``.jsonl`` files in the sessions folder that are no transcript of their own.
+_NOT_TRANSCRIPT = re.compile(r"(?:\.trajectory\.jsonl|\.checkpoint\.[0-9a-f]{8}-[0-9a-f]{4}-"
+                             r"[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.jsonl)$",
+                             re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class Transcript:
-    text: str
-    line_map: tuple[int, ...]  # 1-based JSONL line of each text line
+def is_transcript_file(name: str) -> bool:
+    """Whether a file name in the sessions folder is a transcript memq indexes."""
+    if name.startswith(".") or name.endswith(".tmp"):
+        return False
+    if name.endswith(".jsonl"):
+        return _NOT_TRANSCRIPT.search(name) is None
+    return _ARCHIVE.search(name) is not None
+
+
+def read_session_file(path: str, limit: int) -> bytes:
+    """A transcript file's JSONL bytes (a ``.zst`` archive decompressed), at most ``limit`` + 1
+    of them (so a caller can tell it is over). Raises :class:`OSError` when it cannot be read,
+    :class:`zstandard.ZstdError` when a ``.zst`` archive is damaged."""
+    with open(path, "rb") as fh:
+        if not path.endswith(ZSTD_SUFFIX):
+            return fh.read()
+        with zstandard.ZstdDecompressor().stream_reader(fh) as reader:
+            parts, total = [], 0
+            while total <= limit and (part := reader.read(min(1 << 20, limit + 1 - total))):
+                parts.append(part)
+                total += len(part)
+            return b"".join(parts)
 
 
 def session_files(settings: Settings) -> list[SourceFile]:
@@ -52,7 +87,7 @@ def session_files(settings: Settings) -> list[SourceFile]:
     except OSError:
         return []
     return [SourceFile(f"sessions/{e.name}", e.path, SESSIONS_SOURCE) for e in entries
-            if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
+            if is_transcript_file(e.name) and e.is_file(follow_symlinks=False)]
 
 
 def session_files_at(settings: Settings, paths: Iterable[Path]) -> tuple[list[SourceFile],
@@ -67,103 +102,36 @@ def session_files_at(settings: Settings, paths: Iterable[Path]) -> tuple[list[So
         if path == folder:
             scopes.add("sessions")
             found.extend(session_files(settings))
-        elif path.parent == folder and path.name.endswith(".jsonl"):
+        elif path.parent == folder and is_transcript_file(path.name):
             scopes.add(f"sessions/{path.name}")
             if path.is_file() and not path.is_symlink():
                 found.append(SourceFile(f"sessions/{path.name}", str(path), SESSIONS_SOURCE))
     return found, scopes
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(block.get("text", "") for block in content
-                        if isinstance(block, dict) and block.get("type") == "text"
-                        and isinstance(block.get("text"), str))
-    return ""
-
-
-def transcript(raw: str) -> Transcript:
-    """The searchable text of a JSONL transcript, and where each of its lines came from.
-
-    Lines that are not JSON (a half-written last line) or not a user/assistant message are
-    skipped, never fatal.
-    """
-    lines: list[str] = []
-    line_map: list[int] = []
-    for number, line in enumerate(raw.splitlines(), start=1):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(record, dict) or record.get("type") != "message":
-            continue
-        message = record.get("message")
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            continue
-        text = _SPACE.sub(" ", _text_of(message.get("content"))).strip()
-        if text:
-            lines.append(f"{ROLES[message['role']]}: {text}")
-            line_map.append(number)
-    return Transcript("\n".join(lines), tuple(line_map))
-
-
-def transcript_chunks(raw: str, tokens: int, overlap: int) -> list[Chunk]:
-    """Chunks of a transcript with their line ranges mapped back to the JSONL lines."""
-    t = transcript(raw)
-    if not t.text:
-        return []
-    return [Chunk(t.line_map[c.start_line - 1], t.line_map[c.end_line - 1], c.text, c.hash)
-            for c in chunk_markdown(t.text, tokens, overlap)]
-
-
-def needs_sync(raw: bytes, known_hash: str, known_size: int, settings: Settings) -> bool:
-    """Whether a transcript changed enough since it was indexed to be synced again."""
-    if len(raw) < known_size or hashlib.sha256(raw[:known_size]).hexdigest() != known_hash:
-        return True  # truncated, rotated or rewritten: index it again in full
-    grown = raw[known_size:]
-    deltas = settings.sync.sessions
-    if len(grown) >= deltas.delta_bytes or grown.count(b"\n") >= deltas.delta_messages:
-        return True
-    return deltas.post_compaction_force and compacted(grown)
-
-
-def compacted(grown: bytes) -> bool:
-    """Whether the new lines of a transcript hold a compaction record (the agent summarised
-    the conversation so far)."""
-    if b"compaction" not in grown:
-        return False
-    for line in grown.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("type") == "compaction":
-            return True
-    return False
-
-
 def session_get(settings: Settings, requested: str, from_line: int | None,
                 lines: int | None) -> MemoryText | None:
-    """``memory_get`` for a session hit (``sessions/<file>.jsonl``), or None for other paths.
+    """``memory_get`` for a session hit, or None for other paths.
 
-    The window is in JSONL lines, as a hit's ``startLine``/``endLine`` are; the text is the
-    transcript lines (``User: …``/``Assistant: …``) that came from those JSONL lines. Only a
-    plain file directly in the sessions folder can be read.
+    ``sessions/<file>`` opens a transcript file, ``sessions/<agentId>/<sessionId>.jsonl``
+    a live transcript (:func:`pipeline.ingest.live_sessions.live_session_get`). The window is in
+    JSONL lines, as a hit's ``startLine``/``endLine`` are; the text is the transcript lines
+    (``User: …``/``Assistant: …``) that came from those JSONL lines. Only a plain file directly
+    in the sessions folder can be read.
     """
     if SESSIONS_SOURCE not in settings.sources or not requested.startswith("sessions/"):
         return None
+    live = live_session_get(settings, requested, from_line, lines)
+    if live is not None:
+        return live
     name = requested.removeprefix("sessions/")
-    if "/" in name or "\\" in name or "\x00" in name or not name.endswith(".jsonl") \
-            or name.startswith("."):
+    if "/" in name or "\\" in name or "\x00" in name or not is_transcript_file(name):
         return None
     path = Path(settings.sessions_dir) / name
     if path.is_symlink() or not path.is_file():
         return MemoryText(requested, "")
-    t = transcript(path.read_text(encoding="utf-8", errors="replace"))
-    start = max(1, int(from_line or 1))
-    end = None if lines is None else start - 1 + max(0, int(lines))
-    picked = [text for text, number in zip(t.text.split("\n"), t.line_map, strict=False)
-              if number >= start and (end is None or number <= end)]
-    return MemoryText(requested, "\n".join(picked), start, len(picked))
+    try:
+        raw = read_session_file(str(path), MAX_GET_BYTES)
+    except zstandard.ZstdError as exc:
+        raise MemoryPathError(f"{requested}: a damaged zstd archive ({exc})") from exc
+    return transcript_window(requested, raw.decode("utf-8", errors="replace"), from_line, lines)

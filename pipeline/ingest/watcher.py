@@ -21,6 +21,12 @@ reconcile, rebuild steps). Its rules:
   that the pattern does not select is dropped here too (:mod:`pipeline.ingest.globs`);
   folder events pass (the targeted sync filters what it finds below them).
 - **Moves** count for both ends: the old path is deleted from the index, the new one added.
+- **Live transcripts.** With session memory on, the folder of OpenClaw's agent database
+  (``agent/`` beside the sessions folder, :mod:`pipeline.ingest.live_sessions`) is watched too:
+  a change of ``openclaw-agent.sqlite`` or of its ``-wal`` (every transaction OpenClaw commits
+  lands there first) hands the database over, and the targeted pass re-reads the transcripts
+  whose size or last change moved. Other files there, ``-shm`` included (readers write it,
+  memq too), are dropped.
 """
 
 from __future__ import annotations
@@ -41,8 +47,9 @@ from watchdog.observers.polling import PollingObserver
 
 from pipeline.config import Settings
 from pipeline.ingest.globs import PathPatterns
-from pipeline.ingest.sessions import SESSIONS_SOURCE
+from pipeline.ingest.live_sessions import agent_database, is_agent_folder_noise
 from pipeline.ingest.sources import IGNORED_DIRS
+from pipeline.ingest.transcripts import SESSIONS_SOURCE
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +100,11 @@ def ignored(path: Path) -> bool:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, batcher: ChangeBatcher, patterns: PathPatterns | None = None) -> None:
+    def __init__(self, batcher: ChangeBatcher, patterns: PathPatterns | None = None,
+                 noise: Callable[[Path], bool] | None = None) -> None:
         self.batcher = batcher
         self.patterns = patterns
+        self.noise = noise  # paths whose changes say nothing (the agent database's -shm…)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in IGNORED_EVENTS:
@@ -103,7 +112,7 @@ class _Handler(FileSystemEventHandler):
         paths = [Path(os.fsdecode(event.src_path))]
         if getattr(event, "dest_path", ""):
             paths.append(Path(os.fsdecode(event.dest_path)))
-        kept = [p for p in paths if not ignored(p)]
+        kept = [p for p in paths if not ignored(p) and not (self.noise and self.noise(p))]
         if self.patterns and not event.is_directory:
             kept = [p for p in kept if not self.patterns.excludes(p)]
         if kept:
@@ -126,8 +135,10 @@ def watch_targets(settings: Settings) -> list[tuple[Path, bool]]:
             targets.append((extra, True))
         elif extra.parent.is_dir():
             targets.append((extra.parent, False))
-    if SESSIONS_SOURCE in settings.sources and settings.sessions_dir.is_dir():
-        targets.append((settings.sessions_dir, False))
+    if SESSIONS_SOURCE in settings.sources:
+        live = agent_database(settings).parent
+        targets += [(folder, False) for folder in (settings.sessions_dir, live)
+                    if folder.is_dir()]
     seen: dict[Path, bool] = {}
     for folder, recursive in targets:
         seen[folder] = seen.get(folder, False) or recursive
@@ -194,7 +205,8 @@ class Watcher:
         self.observer: BaseObserver = (PollingObserver(timeout=self.poll_interval_s)
                                        if self.polling else Observer())
         self.tick_s = tick_s
-        self._handler = _Handler(self.batcher, PathPatterns.of(settings))
+        self._handler = _Handler(self.batcher, PathPatterns.of(settings),
+                                 lambda path: is_agent_folder_noise(settings, path))
         self._watched: dict[Path, ObservedWatch] = {}
         self._stop = threading.Event()
 

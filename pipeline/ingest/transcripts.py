@@ -1,0 +1,124 @@
+"""What is searchable in a session transcript, wherever it is kept (pure functions, no I/O).
+
+A transcript is OpenClaw's JSONL: one JSON record per line, as in its archived ``.jsonl``
+files, and as the records of a live transcript in its agent database read one per line
+(:mod:`pipeline.ingest.live_sessions`). What is worth searching is the conversation:
+``type: "message"`` records from the user or the assistant, their ``text`` blocks only (no tool
+calls, tool results or thinking), whitespace collapsed, secrets masked
+(:func:`pipeline.ingest.redaction.redact_secrets`, as OpenClaw's session indexer does), written
+as ``User: …`` / ``Assistant: …`` lines. A line map sends every such line back to its JSONL
+line, so a hit names the transcript lines it came from.
+
+Transcripts grow by a few lines per turn; re-indexing one on every write would re-chunk it
+forever. A known transcript is synced again only once it grew by ``deltaBytes`` (100,000) or
+``deltaMessages`` (50) lines, or when it is no longer an extension of what was indexed (it was
+truncated, rotated or rewritten): then it counts as new, in full. ``postCompactionForce``
+(default true) also syncs it, whatever the deltas, once it has grown by a compaction: OpenClaw
+runs a targeted sync of the transcript after its agent compacts the context; memq, outside
+the agent, sees the ``{"type": "compaction", …}`` record the agent appends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.ingest.chunking import Chunk, chunk_markdown
+from pipeline.ingest.redaction import redact_secrets
+from pipeline.results import MemoryText
+
+SESSIONS_SOURCE = "sessions"  # the ``sources`` entry, and the first part of their store paths
+ROLES = {"user": "User", "assistant": "Assistant"}
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    line_map: tuple[int, ...]  # 1-based JSONL line of each text line
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(block.get("text", "") for block in content
+                        if isinstance(block, dict) and block.get("type") == "text"
+                        and isinstance(block.get("text"), str))
+    return ""
+
+
+def transcript(raw: str) -> Transcript:
+    """The searchable text of a JSONL transcript, and where each of its lines came from.
+
+    Lines that are not JSON (a half-written last line) or not a user/assistant message are
+    skipped, never fatal.
+    """
+    lines: list[str] = []
+    line_map: list[int] = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("type") != "message":
+            continue
+        message = record.get("message")
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            continue
+        text = _SPACE.sub(" ", redact_secrets(_text_of(message.get("content")))).strip()
+        if text:
+            lines.append(f"{ROLES[message['role']]}: {text}")
+            line_map.append(number)
+    return Transcript("\n".join(lines), tuple(line_map))
+
+
+def transcript_chunks(raw: str, tokens: int, overlap: int) -> list[Chunk]:
+    """Chunks of a transcript with their line ranges mapped back to the JSONL lines."""
+    t = transcript(raw)
+    if not t.text:
+        return []
+    return [Chunk(t.line_map[c.start_line - 1], t.line_map[c.end_line - 1], c.text, c.hash)
+            for c in chunk_markdown(t.text, tokens, overlap)]
+
+
+def transcript_window(path: str, raw: str, from_line: int | None,
+                      lines: int | None) -> MemoryText:
+    """``memory_get`` of a transcript: the text lines that came from a window of JSONL lines
+    (``from_line`` 1-based, default 1; ``lines`` JSONL lines, default to the end)."""
+    t = transcript(raw)
+    start = max(1, int(from_line or 1))
+    end = None if lines is None else start - 1 + max(0, int(lines))
+    picked = [text for text, number in zip(t.text.split("\n"), t.line_map, strict=False)
+              if number >= start and (end is None or number <= end)]
+    return MemoryText(path, "\n".join(picked), start, len(picked))
+
+
+def needs_sync(raw: bytes, known_hash: str, known_size: int, settings: Settings) -> bool:
+    """Whether a transcript changed enough since it was indexed to be synced again."""
+    if len(raw) < known_size or hashlib.sha256(raw[:known_size]).hexdigest() != known_hash:
+        return True  # truncated, rotated or rewritten: index it again in full
+    grown = raw[known_size:]
+    deltas = settings.sync.sessions
+    if len(grown) >= deltas.delta_bytes or grown.count(b"\n") >= deltas.delta_messages:
+        return True
+    return deltas.post_compaction_force and compacted(grown)
+
+
+def compacted(grown: bytes) -> bool:
+    """Whether the new lines of a transcript hold a compaction record (the agent summarised
+    the conversation so far)."""
+    if b"compaction" not in grown:
+        return False
+    for line in grown.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("type") == "compaction":
+            return True
+    return False
