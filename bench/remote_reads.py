@@ -203,7 +203,7 @@ def reply_paths(tmp: Path, broker: str, config: Path, settings: Any, queries: li
     other = EmbeddedBroker()
     try:
         readers.append(start_reader(tmp, other.url, config, "db-reader", 8,
-                                    app="bench.db_reply_reader"))
+                                    app="bench.apps.db_reply_reader"))
         wait_for_reader(other.url)
         rpc = client_app(broker)
         rpc.conf.update(result_backend="rpc://", result_persistent=False)

@@ -84,7 +84,7 @@ def memq_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", exit_on_error=False)
-    worker.add_argument("--role", required=True, choices=("writer", "embed", "batch"))
+    worker.add_argument("--role", required=True, choices=("writer", "reader", "embed", "batch"))
     worker.add_argument("--provider", choices=sorted({*EMBED_PROVIDERS, *BATCH_PROVIDERS}))
     worker.add_argument("--concurrency", type=_positive_int)
     worker.add_argument("--shard", type=int, action="append")
@@ -132,8 +132,10 @@ def _check_contract_rules(ns: argparse.Namespace) -> None:
         raise _Reject(f"`worker --role batch`: {ns.provider} has no batch API")
     if ns.role == "writer" and (ns.provider is not None or ns.concurrency is not None):
         raise _Reject("the writer takes no --provider/--concurrency (single consumer, -c 1)")
-    if ns.role != "writer" and ns.shard:
-        raise _Reject("only a writer takes --shard")
+    if ns.role == "reader" and ns.provider is not None:
+        raise _Reject("a reader takes no --provider (it embeds queries with the index's own)")
+    if ns.role not in ("writer", "reader") and ns.shard:
+        raise _Reject("only a writer or a reader takes --shard")
 
 
 def assert_valid_memq_command(argv: Sequence[str]) -> argparse.Namespace:
@@ -172,6 +174,7 @@ def test_contract_parser_accepts_and_rejects() -> None:
         ["worker", "--role", "embed", "--provider", "local"],
         ["worker", "--role", "embed", "--provider", "local", "--concurrency", "3"],
         ["worker", "--role", "batch", "--provider", "openai"],
+        ["worker", "--role", "reader", "--shard", "1", "--concurrency", "8"],
         ["index"],
         ["index", "--no-wait"],
         ["search", "what did we decide", "--json"],
@@ -186,7 +189,7 @@ def test_contract_parser_accepts_and_rejects() -> None:
         [],
         ["serve"],
         ["worker"],
-        ["worker", "--role", "reader"],
+        ["worker", "--role", "reader", "--provider", "local"],
         ["worker", "--role", "embed"],
         ["worker", "--role", "batch"],
         ["worker", "--role", "batch", "--provider", "local"],
@@ -575,6 +578,11 @@ def test_only_the_owning_host_mounts_the_store(compose: dict[str, Any]) -> None:
         assert "MEMQ_STORE_PATH" not in env_dict(svc[name]), name
         mounts = svc[name].get("volumes") or []
         assert not any(str(v).startswith(f"{data_volume}:") for v in mounts), name
+    # The job log is shared by the store's host and Flower (each job's outcome), apart from
+    # the store.
+    jobs = env_dict(svc["flower"])["MEMQ_RESULT_BACKEND"].removeprefix("db+sqlite:///")
+    for name in ("writer", "writer-1", "reader", "reader-1", "watch", "index", "flower"):
+        assert volume_at(svc[name], str(Path(jobs).parent)) == "jobs", name
     # Embedding workers share the model cache volume.
     cache_dir = env_dict(svc["embed-local"])["MEMQ_CACHE_DIR"]
     assert volume_at(svc["embed-local"], cache_dir) in compose["volumes"]

@@ -134,8 +134,8 @@ def test_stale_writer_lease_is_waited_out_and_released(workspace: Path, tmp_path
 def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny_model: Path,
                                            broker_url: str, fleet: Fleet) -> None:
     """`honcho start` on the repo's Procfile: every role comes up, an index job queued from
-    elsewhere is run by its writer and embedded by its embed worker, and its watcher indexes
-    a note written afterwards."""
+    elsewhere is run by its writer and embedded by its embed worker, its watcher indexes a
+    note written afterwards, and its reader answers a search from a host without the store."""
     from pipeline.config import load_settings
     from workers.jobs_api import enqueue_index
 
@@ -146,6 +146,7 @@ def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny
                 "honcho", env)
     env["MEMQ_FLEET_SHARDS"] = "2"
     expected = {"writer-0": ["control.0", "store.0"], "writer-1": ["control.1", "store.1"],
+                "reader-0": ["query.0"], "reader-1": ["query.1"],
                 "embed-local": ["embed.local"],
                 "batch-openai": ["batch.openai"]}
     # Embed and batch nodes are named with their pid (embed-local-4242@host): strip it.
@@ -186,6 +187,14 @@ def test_procfile_fleet_starts_and_indexes(workspace: Path, tmp_path: Path, tiny
             db.close()
 
     wait_for(watched, "the watcher to index a new note", fleet, timeout=60)
+
+    # A host without the store (fleet.localShards none) asks the Procfile's reader.
+    elsewhere = run_memq("search", "--json", "written while watched",
+                         env={**env, "MEMQ_BROKER_URL": broker_url, "MEMQ_LOCAL_SHARDS": "none",
+                              "MEMQ_HOME": str(tmp_path / "elsewhere")}, timeout=120)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert json.loads(elsewhere.stdout)["results"][0]["path"] == "memory/from-the-watcher.md"
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def free_port() -> int:

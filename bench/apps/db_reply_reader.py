@@ -1,7 +1,7 @@
 """A reader whose answers go to the database result backend instead of ``rpc://``.
 
 Only for ``bench/remote_reads.py``, which compares the two reply paths:
-``celery -A bench.db_reply_reader worker -Q query.0 -P threads``.
+``celery -A bench.apps.db_reply_reader worker -Q query.0 -P threads``.
 """
 
 from __future__ import annotations

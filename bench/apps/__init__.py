@@ -1,0 +1,1 @@
+"""Celery apps the benchmarks start as workers (not benchmarks themselves)."""
