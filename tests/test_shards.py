@@ -22,22 +22,12 @@ from typing import Any
 
 import pytest
 
+from pipeline import routing
 from pipeline.config import load_settings
 from pipeline.fleet import FleetDispatcher
 from pipeline.memory import Memory
 from pipeline.messages import EmbedResult, ProviderSpec, Route
-from pipeline.routing import (
-    BATCH_UPDATE_TASK,
-    EMBED_TASK,
-    INDEX_TASK,
-    QMD_JOB_TASK,
-    REINDEX_STEP_TASK,
-    WRITE_TASK,
-    control_queue,
-    embed_queue,
-    shard_of,
-    store_queue,
-)
+from pipeline.routing import shard_of, store_queue
 from tests.conftest import REPO, Fleet, redis_client
 from tests.test_fleet import memq_argv, nodes_on, wait_for
 from workers.single_writer import ShardLease, lease_key
@@ -190,7 +180,8 @@ def test_one_fleet_indexes_two_agents_into_their_own_stores(
     wait_for(lambda: nodes_on(broker_url, "store.1") and nodes_on(broker_url, "embed.local"),
              "the writer of both shards and the embed worker", fleet)
     with FleetDispatcher(broker_url) as dispatcher:  # dropped, and the workers keep serving
-        dropped = send_malformed(dispatcher, [(EMBED_TASK, embed_queue("local"))])
+        dropped = send_malformed(dispatcher, [(routing.EMBED_TASK,
+                                               routing.embed_queue("local"))])
     settings = {a: load_settings(config_file=config, agent=a, env={**env,
                                                                    "MEMQ_BROKER_URL": broker_url})
                 for a in ("alpha", "beta")}
@@ -291,11 +282,11 @@ def test_crafted_messages_write_nothing_into_another_memory(
             dispatcher.write(attack)
         dropped = len(attacks) + send_malformed(dispatcher, [
             (task, queue) for shard in (0, 1)
-            for task, queue in ((WRITE_TASK, store_queue(shard)),
-                                (REINDEX_STEP_TASK, store_queue(shard)),
-                                (BATCH_UPDATE_TASK, store_queue(shard)),
-                                (INDEX_TASK, control_queue(shard)),
-                                (QMD_JOB_TASK, control_queue(shard)))])
+            for task, queue in ((routing.WRITE_TASK, store_queue(shard)),
+                                (routing.REINDEX_STEP_TASK, store_queue(shard)),
+                                (routing.BATCH_UPDATE_TASK, store_queue(shard)),
+                                (routing.INDEX_TASK, routing.control_queue(shard)),
+                                (routing.QMD_JOB_TASK, routing.control_queue(shard)))])
         wait_for(lambda: fleet.logs(None).count("dropped a message") >= dropped,
                  "the writer to drop every crafted and malformed message", fleet)
         assert store_counts(Path(beta_store)).get("failed", 0) == 0
