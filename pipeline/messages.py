@@ -427,7 +427,7 @@ class EmbedJob:
         fields = _checked(data, "embedding job", "embed")
         return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
                    fields.path("store"), fields.each("chunks", ChunkText.from_json),
-                   fields.whole("attempt", 0), fields.read("route", Route.from_json, None))
+                   fields.whole("attempt", 0), fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
     @property
     def size(self) -> int:
@@ -488,7 +488,7 @@ class EmbedResult:
                    fields.path("store"), tuple(ChunkVector(*v) for v in vectors),
                    fields.each("failed", _row(_text, _text)),
                    fields.each("held", _row(_text, _text), ()),
-                   fields.read("route", Route.from_json, None))
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
 
 def _one_width(fields: MessageFields, key: str, vectors: Sequence[np.ndarray]) -> None:
@@ -590,7 +590,7 @@ class BatchJobRef:
         return (fields.text("job"), fields.name("memory"),
                 fields.read("spec", ProviderSpec.from_dict), fields.path("store"),
                 fields.read("options", BatchOptions.from_json),
-                fields.read("route", Route.from_json, None))
+                fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
     def ref(self) -> BatchJobRef:
         """Just the job's reference (for the updates a step sends the writer)."""
@@ -733,7 +733,7 @@ class IndexRequest:
     def from_json(cls, data: Mapping[str, Any]) -> IndexRequest:
         fields = _checked(data, "index request", "index")
         return cls(fields.name("memory"), fields.flag("retry_failed", False),
-                   fields.read("route", Route.from_json, None).shard)
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
 
 
 #: Why a QMD backend's write job runs (:mod:`pipeline.qmd.jobs`).
@@ -757,4 +757,4 @@ class QmdJobRequest:
     def from_json(cls, data: Mapping[str, Any]) -> QmdJobRequest:
         fields = _checked(data, "qmd job request", "qmd-job")
         return cls(fields.name("memory"), fields.choice("reason", get_args(QmdReason), "due"),
-                   fields.read("route", Route.from_json, None).shard)
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)

@@ -158,8 +158,9 @@ class RemoteProvider:
                  api_key: str | None = None, headers: Mapping[str, str] | None = None,
                  timeout: float | None = None, key_required: bool | None = None,
                  provider_id: str | None = None) -> None:
-        if provider_id:  # a custom models.providers id this adapter serves under
-            self.name = provider_id  # type: ignore[misc]
+        if provider_id:  # a custom models.providers id this adapter serves under: its key is
+            self.name = provider_id  # type: ignore[misc]  # the entry's, no variable's
+            self.env_keys = ()  # type: ignore[misc]
         self.model = normalise_model(self.name, model or self.default_model)
         self.base_url = self._clean_base_url(base_url or self.default_base_url)
         if key_required is None:
