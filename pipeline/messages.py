@@ -6,8 +6,12 @@ embedding provider as a secret-free :class:`ProviderSpec`. None of them ever hol
 workers resolve API keys and endpoints from their own environment and configuration.
 
 On the wire a message is JSON (Celery's serializer): ``to_json()`` gives the dict, and
-``from_json()`` refuses one written by an incompatible memq (another ``v``) with
-:class:`~pipeline.errors.MessageRefused`. Vectors travel as base64 of little-endian float32.
+``from_json()`` reads it back through :class:`MessageFields`, whose getters check every field's
+type and shape: a message written by an incompatible memq (another ``v``), of another kind, or
+malformed in any way (a missing key, a wrong type, NaN, a number out of range, a vector that is
+not base64 of float32) is refused with :class:`~pipeline.errors.MessageRefused` naming the
+field, and nothing else ever escapes ``from_json``. Vectors travel as base64 of little-endian
+float32.
 
 - :class:`EmbedJob` → ``embed.<provider>`` → :class:`EmbedResult` → the memory's writer;
 - :class:`BatchSubmit`, :class:`BatchPoll` → ``batch.<provider>`` → :class:`BatchUpdate` →
@@ -27,10 +31,14 @@ that it owns the memory and its store before writing anything.
 from __future__ import annotations
 
 import base64
+import binascii
+import math
+import os
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args, get_type_hints
 
 import numpy as np
 
@@ -46,18 +54,273 @@ def encode_vector(vector: np.ndarray) -> str:
 
 
 def decode_vector(text: str) -> np.ndarray:
-    """The inverse of :func:`encode_vector`."""
-    return np.frombuffer(base64.b64decode(text), dtype="<f4")
+    """The inverse of :func:`encode_vector`; :class:`MessageRefused` for anything that is not
+    base64 of one or more finite float32 values."""
+    return _vector(text, "a vector")
 
 
-def _checked(data: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise MessageRefused(f"a {kind} message must be a JSON object, not {type(data).__name__}")
-    version = data.get("v")
-    if version != VERSION:
-        raise MessageRefused(f"a {kind} message of version {version!r} (this memq reads version "
-                             f"{VERSION}): the fleet runs mixed memq versions; upgrade them all")
-    return data
+# -- reading a message ------------------------------------------------------------------------
+
+V = TypeVar("V")
+#: A check of one JSON value: returns it in its Python form or raises MessageRefused; the
+#: second argument names the value in the refusal (``embedding job.chunks[3].id``).
+Check = Callable[[Any, str], V]
+
+#: The largest whole number a message may carry (SQLite's integers are 64-bit).
+MAX_WHOLE = 2**63 - 1
+#: How deeply the free-form JSON of a message (provider options, a batch job's remote record)
+#: may nest.
+MAX_DEPTH = 32
+_REQUIRED: Any = object()
+
+
+def _shown(value: Any) -> str:
+    """A short description of a refused value (never the whole of a large one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
+        return "a number too large"
+    if isinstance(value, bool | int | float | type(None)):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"{value[:37]!r}..."
+    return type(value).__name__
+
+
+def _refuse(where: str, wanted: str, value: Any) -> MessageRefused:
+    return MessageRefused(f"{where} must be {wanted}, not {_shown(value)}")
+
+
+def _text(value: Any, where: str) -> str:
+    """A JSON string that SQLite and the providers can take (UTF-8: no lone surrogates)."""
+    if not isinstance(value, str):
+        raise _refuse(where, "text", value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MessageRefused(f"{where} is not valid Unicode text (a lone surrogate)") from None
+    return value
+
+
+def _optional_text(value: Any, where: str) -> str | None:
+    return None if value is None else _text(value, where)
+
+
+#: A memory's name: an agent id as OpenClaw writes one (:mod:`pipeline.config.agent_id`), the
+#: form every memory name has, so a name that could escape into a path never reaches a worker.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def _name(value: Any, where: str) -> str:
+    text = _text(value, where)
+    if not _NAME.fullmatch(text):
+        raise _refuse(where, "a memory name (letters, digits, '_' or '-', at most 64)", value)
+    return text
+
+
+def _path(value: Any, where: str) -> str:
+    """A store generation's real path: absolute, without NUL."""
+    text = _text(value, where)
+    if "\0" in text or not os.path.isabs(text):
+        raise _refuse(where, "an absolute file path", value)
+    return text
+
+
+def _whole(minimum: int = 0) -> Check[int]:
+    def check(value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not minimum <= value <= MAX_WHOLE:
+            raise _refuse(where, f"a whole number >= {minimum}", value)
+        return value
+    return check
+
+
+def _number(value: Any, where: str) -> float:
+    """A finite number >= 0 (seconds, a deadline)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _refuse(where, "a number", value)
+    if isinstance(value, int) and abs(value) > MAX_WHOLE:
+        raise _refuse(where, "a finite number >= 0", value)
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise _refuse(where, "a finite number >= 0", value)
+    return number
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _refuse(where, "true or false", value)
+    return value
+
+
+def _one_of(choices: Sequence[str]) -> Check[str]:
+    def check(value: Any, where: str) -> str:
+        if value not in choices or not isinstance(value, str):
+            raise _refuse(where, "one of " + ", ".join(map(repr, choices)), value)
+        return value
+    return check
+
+
+def _vector(value: Any, where: str) -> np.ndarray:
+    """Base64 of one or more finite little-endian float32 values."""
+    if not isinstance(value, str):
+        raise _refuse(where, "a base64 float32 vector", value)
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise _refuse(where, "a base64 float32 vector", value) from None
+    if not raw or len(raw) % 4:
+        raise MessageRefused(f"{where} must hold one or more float32 values "
+                             f"({len(raw)} bytes)")
+    vector = np.frombuffer(raw, dtype="<f4")
+    if not np.isfinite(vector).all():
+        raise MessageRefused(f"{where} holds a value that is not a finite number")
+    return vector
+
+
+def _base64(value: Any, where: str) -> str:
+    text = _text(value, where)
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise _refuse(where, "base64 data", value) from None
+    return text
+
+
+def _json(value: Any, where: str, depth: int = 0) -> Any:
+    """Plain JSON: objects with text keys, lists, text, finite numbers, booleans, null."""
+    if depth > MAX_DEPTH:
+        raise MessageRefused(f"{where} nests deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return _whole(-MAX_WHOLE)(value, where)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _refuse(where, "a finite number", value)
+        return value
+    if isinstance(value, str):
+        return _text(value, where)
+    if isinstance(value, list | tuple):
+        return [_json(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {_text(k, f"{where} key"): _json(v, f"{where}.{k}", depth + 1)
+                for k, v in value.items()}
+    raise _refuse(where, "JSON", value)
+
+
+def _json_object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _refuse(where, "a JSON object", value)
+    return _json(value, where)
+
+
+def _row(*checks: Check[Any]) -> Check[tuple[Any, ...]]:
+    """A JSON list of exactly ``len(checks)`` values, each read by its check."""
+    def read_row(value: Any, where: str) -> tuple[Any, ...]:
+        if not isinstance(value, list | tuple) or len(value) != len(checks):
+            raise _refuse(where, f"a list of {len(checks)} values", value)
+        return tuple(check(item, f"{where}[{i}]")
+                     for i, (check, item) in enumerate(zip(checks, value, strict=True)))
+    return read_row
+
+
+class MessageFields(Mapping[str, Any]):
+    """A message's JSON object (or an object nested in it), read field by field.
+
+    Every getter checks its field and refuses anything else with :class:`MessageRefused`
+    naming the field (``embedding job.spec.options``); indexing a missing key refuses too.
+    A ``from_json`` that reads each field through a getter raises nothing but
+    :class:`MessageRefused`, and what it returns holds only values of the right types.
+    """
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, Mapping):
+            raise _refuse(where, "a JSON object", data)
+        self._data = data
+        self.where = where
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._data:
+            raise MessageRefused(f"{self.where} has no {key!r}")
+        return self._data[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def read(self, key: str, check: Check[V], default: Any = _REQUIRED) -> V:
+        """Field ``key`` read by ``check``; ``default`` when absent (or null, when the default
+        is None); refused when absent without a default."""
+        if key not in self._data or (self._data[key] is None and default is None):
+            if default is _REQUIRED:
+                raise MessageRefused(f"{self.where} has no {key!r}")
+            return default
+        return check(self._data[key], f"{self.where}.{key}")
+
+    def each(self, key: str, check: Check[V], default: Any = _REQUIRED) -> tuple[V, ...]:
+        """Field ``key``: a JSON list, each item read by ``check``."""
+        items = self.read(key, _list, default)
+        return tuple(check(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(items))
+
+    def text(self, key: str, default: Any = _REQUIRED) -> str:
+        return self.read(key, _text, default)
+
+    def optional_text(self, key: str) -> str | None:
+        return self.read(key, _text, None)
+
+    def path(self, key: str) -> str:
+        return self.read(key, _path)
+
+    def name(self, key: str) -> str:
+        return self.read(key, _name)
+
+    def whole(self, key: str, default: Any = _REQUIRED, *, minimum: int = 0) -> int:
+        return self.read(key, _whole(minimum), default)
+
+    def number(self, key: str, default: Any = _REQUIRED) -> float:
+        return self.read(key, _number, default)
+
+    def flag(self, key: str, default: Any = _REQUIRED) -> bool:
+        return self.read(key, _flag, default)
+
+    def choice(self, key: str, choices: Sequence[str], default: Any = _REQUIRED) -> str:
+        return self.read(key, _one_of(choices), default)
+
+    def json_object(self, key: str, default: Any = _REQUIRED) -> dict[str, Any]:
+        return self.read(key, _json_object, default)
+
+    def fields(self, key: str) -> MessageFields:
+        """The object nested at ``key``."""
+        return self.read(key, MessageFields)
+
+
+def _list(value: Any, where: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise _refuse(where, "a list", value)
+    return value
+
+
+def _checked(data: Any, what: str, kind: str | None = None) -> MessageFields:
+    """The fields of a top-level message: a JSON object of this memq's version (and of
+    ``kind``, when given); ``what`` names it in refusals."""
+    fields = MessageFields(data, f"{what} message")
+    version = fields.get("v")
+    if type(version) is not int or version != VERSION:
+        raise MessageRefused(f"{what} message of version {_shown(version)} (this memq reads "
+                             f"version {VERSION}): the fleet runs mixed memq versions; upgrade "
+                             "them all")
+    if kind is not None and fields.get("kind") != kind:
+        raise MessageRefused(f"{what} message must be of kind {kind!r}, not "
+                             f"{_shown(fields.get('kind'))}")
+    fields.where = what
+    return fields
 
 
 @dataclass(frozen=True)
@@ -72,14 +335,13 @@ class Route:
         return {"shard": self.shard, "interactive": self.interactive}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> Route:
+    def from_json(cls, data: Mapping[str, Any] | None, where: str = "a message's route"
+                  ) -> Route:
         """The route in a message (shard 0, bulk, for a message of a memq without shards)."""
-        if not data:
+        if data is None:
             return cls()
-        shard = data.get("shard", 0)
-        if not isinstance(shard, int) or isinstance(shard, bool) or shard < 0:
-            raise MessageRefused(f"a message's shard must be a whole number >= 0, not {shard!r}")
-        return cls(shard, bool(data.get("interactive", False)))
+        fields = MessageFields(data, where)
+        return cls(fields.whole("shard", 0), fields.flag("interactive", False))
 
 
 #: Shard 0, bulk lane: the route of a memory in a fleet without shards.
@@ -104,8 +366,10 @@ class ProviderSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ProviderSpec:
-        return cls(data["name"], data["model"], data["provider_key"], dict(data.get("options", {})))
+    def from_dict(cls, data: Mapping[str, Any], where: str = "a provider spec") -> ProviderSpec:
+        fields = MessageFields(data, where)
+        return cls(fields.text("name"), fields.text("model"), fields.text("provider_key"),
+                   fields.json_object("options", {}))
 
 
 @dataclass(frozen=True)
@@ -133,10 +397,13 @@ class ChunkText:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ChunkText:
-        media = data.get("media")
-        return cls(data["id"], data["hash"], data["text"],
-                   MediaPart(media["mime_type"], media["data"]) if media else None)
+    def from_json(cls, data: Mapping[str, Any], where: str = "a chunk") -> ChunkText:
+        fields = MessageFields(data, where)
+        media = None
+        if fields.get("media") is not None:
+            part = fields.fields("media")
+            media = MediaPart(part.text("mime_type"), part.read("data", _base64))
+        return cls(fields.text("id"), fields.text("hash"), fields.text("text"), media)
 
 
 @dataclass(frozen=True)
@@ -160,10 +427,10 @@ class EmbedJob:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EmbedJob:
-        data = _checked(data, "embedding job")
-        return cls(data["memory"], ProviderSpec.from_dict(data["spec"]), data["store"],
-                   tuple(ChunkText.from_json(c) for c in data["chunks"]),
-                   int(data.get("attempt", 0)), Route.from_json(data.get("route")))
+        fields = _checked(data, "embedding job", "embed")
+        return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
+                   fields.path("store"), fields.each("chunks", ChunkText.from_json),
+                   fields.whole("attempt", 0), fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
     @property
     def size(self) -> int:
@@ -217,12 +484,21 @@ class EmbedResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EmbedResult:
-        data = _checked(data, "embedding result")
-        return cls(data["memory"], ProviderSpec.from_dict(data["spec"]), data["store"],
-                   tuple(ChunkVector(cid, h, decode_vector(v)) for cid, h, v in data["vectors"]),
-                   tuple((cid, why) for cid, why in data["failed"]),
-                   tuple((cid, why) for cid, why in data.get("held", ())),
-                   Route.from_json(data.get("route")))
+        fields = _checked(data, "embedding result", "result")
+        vectors = fields.each("vectors", _row(_text, _text, _vector))
+        _one_width(fields, "vectors", [v for _, _, v in vectors])
+        return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
+                   fields.path("store"), tuple(ChunkVector(*v) for v in vectors),
+                   fields.each("failed", _row(_text, _text)),
+                   fields.each("held", _row(_text, _text), ()),
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE))
+
+
+def _one_width(fields: MessageFields, key: str, vectors: Sequence[np.ndarray]) -> None:
+    """The vectors of one message are of one width (they go into one index)."""
+    widths = sorted({len(v) for v in vectors})
+    if len(widths) > 1:
+        raise MessageRefused(f"{fields.where}.{key} mixes vectors of widths {widths}")
 
 
 # -- packing chunks into jobs ----------------------------------------------------------------
@@ -289,8 +565,10 @@ class BatchOptions:
                 "concurrency": self.concurrency}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BatchOptions:
-        return cls(float(data["poll_s"]), float(data["timeout_s"]), int(data["concurrency"]))
+    def from_json(cls, data: Mapping[str, Any], where: str = "batch options") -> BatchOptions:
+        fields = MessageFields(data, where)
+        return cls(fields.number("poll_s"), fields.number("timeout_s"),
+                   fields.whole("concurrency", minimum=1))
 
 
 @dataclass(frozen=True)
@@ -311,9 +589,11 @@ class BatchJobRef:
                 "options": self.options.to_json(), "route": self.route.to_json()}
 
     @staticmethod
-    def _ref_fields(data: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (data["job"], data["memory"], ProviderSpec.from_dict(data["spec"]), data["store"],
-                BatchOptions.from_json(data["options"]), Route.from_json(data.get("route")))
+    def _ref_fields(fields: MessageFields) -> tuple[Any, ...]:
+        return (fields.text("job"), fields.name("memory"),
+                fields.read("spec", ProviderSpec.from_dict), fields.path("store"),
+                fields.read("options", BatchOptions.from_json),
+                fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
     def ref(self) -> BatchJobRef:
         """Just the job's reference (for the updates a step sends the writer)."""
@@ -340,9 +620,9 @@ class BatchSubmit(BatchJobRef):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchSubmit:
-        data = _checked(data, "batch submit")
-        return cls(*cls._ref_fields(data), chunks=tuple((cid, text) for cid, text in
-                                                         data["chunks"]), token=data["token"])
+        fields = _checked(data, "batch submit", "batch_submit")
+        return cls(*cls._ref_fields(fields), chunks=fields.each("chunks", _row(_text, _text)),
+                   token=fields.text("token"))
 
 
 @dataclass(frozen=True)
@@ -351,7 +631,7 @@ class BatchPoll(BatchJobRef):
     for every line of its output."""
 
     token: str = ""
-    remote: Mapping[str, Any] = field(default_factory=dict)  # RemoteBatch.to_dict()
+    remote: RemoteBatchRecord = field(default_factory=dict)  # type: ignore[assignment]
     deadline: float = 0.0
     ids: tuple[str, ...] = ()
 
@@ -361,17 +641,42 @@ class BatchPoll(BatchJobRef):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchPoll:
-        data = _checked(data, "batch poll")
-        return cls(*cls._ref_fields(data), token=data["token"], remote=dict(data["remote"]),
-                   deadline=float(data["deadline"]), ids=tuple(data["ids"]))
+        fields = _checked(data, "batch poll", "batch_poll")
+        return cls(*cls._ref_fields(fields), token=fields.text("token"),
+                   remote=fields.read("remote", _remote_batch),
+                   deadline=fields.number("deadline"), ids=fields.each("ids", _text))
 
     def with_remote(self, remote: Mapping[str, Any]) -> BatchPoll:
         """The next poll, with the job's state as last seen."""
         return replace(self, remote=dict(remote))
 
 
+class RemoteBatchRecord(TypedDict):
+    """A provider batch job as memq last saw it, in batch polls and updates
+    (``RemoteBatch.to_dict()`` of :mod:`pipeline.batch.api`)."""
+
+    provider: str
+    remote_id: str
+    state: str
+    raw_state: str
+    input_file: str | None
+    output_file: str | None
+    error_file: str | None
+    message: str | None
+
+
+def _remote_batch(value: Any, where: str) -> RemoteBatchRecord:
+    """A :class:`RemoteBatchRecord`: its text fields required, the optional ones null or
+    absent."""
+    fields = MessageFields(value, where)
+    record = {key: fields.text(key) if hint is str else fields.optional_text(key)
+              for key, hint in get_type_hints(RemoteBatchRecord).items()}
+    return RemoteBatchRecord(**record)  # type: ignore[typeddict-item]
+
+
 #: The events a :class:`BatchUpdate` reports.
-BATCH_EVENTS = ("state", "vectors", "finished")
+BatchEvent = Literal["state", "vectors", "finished"]
+BATCH_EVENTS: tuple[str, ...] = get_args(BatchEvent)
 
 
 @dataclass(frozen=True)
@@ -380,8 +685,8 @@ class BatchUpdate(BatchJobRef):
     some of its vectors (``vectors``: chunk id → vector), or its end (``finished``: the outcome,
     the chunk ids it embedded, an error)."""
 
-    event: str = "state"
-    remote: Mapping[str, Any] | None = None
+    event: BatchEvent = "state"
+    remote: RemoteBatchRecord | None = None
     vectors: tuple[tuple[str, np.ndarray], ...] = ()
     outcome: str | None = None
     embedded: tuple[str, ...] = ()
@@ -399,11 +704,17 @@ class BatchUpdate(BatchJobRef):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchUpdate:
-        data = _checked(data, "batch update")
-        return cls(*cls._ref_fields(data), event=data["event"], remote=data.get("remote"),
-                   vectors=tuple((cid, decode_vector(v)) for cid, v in data.get("vectors", ())),
-                   outcome=data.get("outcome"), embedded=tuple(data.get("embedded", ())),
-                   error=data.get("error"))
+        fields = _checked(data, "batch update", "batch_update")
+        event = fields.choice("event", BATCH_EVENTS)
+        remote = fields.read("remote", _remote_batch, None)
+        if event == "state" and remote is None:
+            raise MessageRefused(f"{fields.where}: a state update must carry the remote record")
+        vectors = fields.each("vectors", _row(_text, _vector), ())
+        _one_width(fields, "vectors", [v for _, v in vectors])
+        return cls(*cls._ref_fields(fields), event=event, remote=remote, vectors=vectors,
+                   outcome=fields.optional_text("outcome"),
+                   embedded=fields.each("embedded", _text, ()),
+                   error=fields.optional_text("error"))
 
 
 # -- index jobs -------------------------------------------------------------------------------
@@ -433,13 +744,14 @@ class IndexRequest:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IndexRequest:
-        data = _checked(data, "index request")
-        route = Route.from_json(data.get("route"))
-        rebuild = data.get("rebuild")
-        if rebuild is not None and not isinstance(rebuild, str):
-            raise MessageRefused("index request: rebuild must be a string")
-        return cls(str(data["memory"]), bool(data.get("retry_failed", False)), route.shard,
-                   route.interactive, rebuild)
+        fields = _checked(data, "index request", "index")
+        route = fields.read("route", Route.from_json, DEFAULT_ROUTE)
+        return cls(fields.name("memory"), fields.flag("retry_failed", False), route.shard,
+                   route.interactive, fields.optional_text("rebuild"))
+
+
+#: Why a QMD backend's write job runs (:mod:`pipeline.qmd.jobs`).
+QmdReason = Literal["boot", "changed", "due"]
 
 
 @dataclass(frozen=True)
@@ -448,7 +760,7 @@ class QmdJobRequest:
     :mod:`pipeline.qmd.jobs`), run by the host that owns the memory."""
 
     memory: str
-    reason: str = "due"
+    reason: QmdReason = "due"
     shard: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -457,50 +769,50 @@ class QmdJobRequest:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QmdJobRequest:
-        data = _checked(data, "qmd job request")
-        reason = data.get("reason", "due")
-        if reason not in ("boot", "changed", "due"):
-            raise MessageRefused(f"qmd job request: unknown reason {reason!r}")
-        return cls(str(data["memory"]), str(reason), Route.from_json(data.get("route")).shard)
+        fields = _checked(data, "qmd job request", "qmd-job")
+        return cls(fields.name("memory"), fields.choice("reason", get_args(QmdReason), "due"),
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
 
 
 # -- reads from any host ----------------------------------------------------------------------
 
-_OPTIONAL_INT = (int, type(None))
-_OPTIONAL_NUMBER = (int, float, type(None))
-_OPTIONAL_STR = (str, type(None))
-#: What each read takes: argument name -> (allowed types, required).
-QUERY_ARGS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
-    "search": {"query": ((str,), True), "maxResults": (_OPTIONAL_INT, False),
-               "minScore": (_OPTIONAL_NUMBER, False), "citations": (_OPTIONAL_STR, False),
-               "stale": ((bool,), False)},
-    "get": {"path": ((str,), True), "from": (_OPTIONAL_INT, False),
-            "lines": (_OPTIONAL_INT, False)},
+#: What a reader is asked (:class:`QueryRequest`).
+QueryOp = Literal["search", "get", "status", "stale", "append", "jobs"]
+_OPTIONAL_WHOLE: Check[int | None] = lambda v, where: None if v is None else _whole(0)(v, where)  # noqa: E731
+
+
+def _score(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    number = _number(value, where)
+    if number > 1:
+        raise _refuse(where, "a number from 0 to 1", value)
+    return number
+
+
+#: What each read takes: argument name -> (its check, required).
+QUERY_ARGS: dict[str, dict[str, tuple[Check[Any], bool]]] = {
+    "search": {"query": (_text, True), "maxResults": (_OPTIONAL_WHOLE, False),
+               "minScore": (_score, False), "citations": (_optional_text, False),
+               "stale": (_flag, False)},
+    "get": {"path": (_text, True), "from": (_OPTIONAL_WHOLE, False),
+            "lines": (_OPTIONAL_WHOLE, False)},
     "status": {},
     "stale": {},
-    "append": {"text": ((str,), True), "target": ((str,), False)},
-    "jobs": {"limit": (_OPTIONAL_INT, False), "id": (_OPTIONAL_STR, False)},
+    "append": {"text": (_text, True), "target": (_text, False)},
+    "jobs": {"limit": (_OPTIONAL_WHOLE, False), "id": (_optional_text, False)},
 }
 
 
-def _query_args(op: Any, args: Any) -> dict[str, Any]:
-    """``args`` checked against :data:`QUERY_ARGS` for ``op`` (MessageRefused otherwise)."""
-    if op not in QUERY_ARGS:
-        raise MessageRefused(f"query: unknown operation {op!r} (known: {', '.join(QUERY_ARGS)})")
-    if not isinstance(args, Mapping):
-        raise MessageRefused(f"query {op}: arguments must be an object")
+def _query_args(op: str, args: Any, where: str) -> dict[str, Any]:
+    """``args`` read by :data:`QUERY_ARGS`' checks for ``op`` (MessageRefused otherwise)."""
+    fields = MessageFields(args, where)
     allowed = QUERY_ARGS[op]
-    for name, value in args.items():
-        if name not in allowed:
-            raise MessageRefused(f"query {op}: unknown argument {name!r}")
-        types, _ = allowed[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise MessageRefused(f"query {op}: {name} must be "
-                                 f"{' or '.join(t.__name__ for t in types)}")
-    missing = [name for name, (_, required) in allowed.items() if required and name not in args]
-    if missing:
-        raise MessageRefused(f"query {op}: missing {', '.join(missing)}")
-    return dict(args)
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise MessageRefused(f"{where} has an unknown argument {_shown(unknown[0])}")
+    return {name: fields.read(name, check) if required else fields.read(name, check, None)
+            for name, (check, required) in allowed.items() if required or name in fields}
 
 
 @dataclass(frozen=True)
@@ -510,12 +822,9 @@ class QueryRequest:
     answered by a reader on the host that holds the memory's store."""
 
     memory: str
-    op: str
+    op: QueryOp
     args: Mapping[str, Any] = field(default_factory=dict)
     shard: int = 0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "args", _query_args(self.op, self.args))
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "query", "memory": self.memory, "op": self.op,
@@ -523,17 +832,17 @@ class QueryRequest:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QueryRequest:
-        data = _checked(data, "query")
-        memory = data.get("memory")
-        if not isinstance(memory, str) or not memory:
-            raise MessageRefused("query: memory must be a non-empty string")
-        return cls(memory, data.get("op"), data.get("args", {}),
-                   Route.from_json(data.get("route")).shard)
+        fields = _checked(data, "query", "query")
+        op = fields.choice("op", get_args(QueryOp))
+        return cls(fields.name("memory"), op,  # type: ignore[arg-type]
+                   _query_args(op, fields.get("args", {}), f"query {op}"),
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
 
 
 #: Why a reader did not answer: the message was refused (another memory, another shard), the
 #: path or note was refused, the memory is turned off, or the reader failed.
-REPLY_ERRORS = ("refused", "path", "append", "disabled", "workspace", "failed")
+ReplyError = Literal["refused", "path", "append", "disabled", "workspace", "failed"]
+REPLY_ERRORS: tuple[str, ...] = get_args(ReplyError)
 
 
 @dataclass(frozen=True)
@@ -543,7 +852,7 @@ class QueryReply:
 
     answer: Any = None
     error: str | None = None
-    kind: str | None = None
+    kind: ReplyError | None = None
     node: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -552,11 +861,7 @@ class QueryReply:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QueryReply:
-        data = _checked(data, "query reply")
-        kind = data.get("error_kind")
-        if kind is not None and kind not in REPLY_ERRORS:
-            raise MessageRefused(f"query reply: unknown error kind {kind!r}")
-        error, node = data.get("error"), data.get("node")
-        if not isinstance(error, _OPTIONAL_STR) or not isinstance(node, _OPTIONAL_STR):
-            raise MessageRefused("query reply: error and node must be strings")
-        return cls(data.get("answer"), error, kind, node)
+        fields = _checked(data, "query reply", "query-reply")
+        kind = fields.read("error_kind", _one_of(REPLY_ERRORS), None)
+        return cls(fields.read("answer", _json, None), fields.optional_text("error"),
+                   kind, fields.optional_text("node"))  # type: ignore[arg-type]

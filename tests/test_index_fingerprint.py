@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.embeddings.gemini import DIMENSIONAL_MODEL
+from pipeline.embeddings.gemini import EMBEDDING_2_MODELS
 from pipeline.embeddings.registry import choose_provider
 from pipeline.ingest.chunking import CHUNKING_VERSION
 from pipeline.ingest.producer import index_fingerprint, index_identity
@@ -62,9 +62,23 @@ def test_what_changes_vectors_is_in_the_fingerprint(workspace: Path, make_settin
         _fingerprint(make_settings, workspace, "gemini", remote={"baseUrl": BASE_URL}),
     ]
     assert all(fp != base for fp in changed)
-    gemini = _fingerprint(make_settings, workspace, "gemini", model=DIMENSIONAL_MODEL)
-    assert _fingerprint(make_settings, workspace, "gemini", model=DIMENSIONAL_MODEL,
-                        outputDimensionality=768) != gemini
+    for model in EMBEDDING_2_MODELS:  # 3072 when unset; another width is another index
+        gemini = _fingerprint(make_settings, workspace, "gemini", model=model)
+        assert _fingerprint(make_settings, workspace, "gemini", model=model,
+                            outputDimensionality=3072) == gemini
+        assert _fingerprint(make_settings, workspace, "gemini", model=model,
+                            outputDimensionality=768) != gemini
+    assert _fingerprint(make_settings, workspace, "gemini", model=EMBEDDING_2_MODELS[0]) != \
+        _fingerprint(make_settings, workspace, "gemini", model=EMBEDDING_2_MODELS[1])
+    plain = _fingerprint(make_settings, workspace, "gemini")  # gemini-embedding-001
+    assert plain["options"]["output_dimensionality"] is None  # unset: as before 2026.9
+    assert _fingerprint(make_settings, workspace, "gemini", outputDimensionality=256) != plain
+    compatible = _fingerprint(make_settings, workspace, "openai-compatible", model="embed-1",
+                              remote={"baseUrl": BASE_URL})
+    for keys in ({"outputDimensionality": 256}, {"documentInputType": "passage"},
+                 {"queryInputType": "query"}, {"inputType": "text"}):
+        assert _fingerprint(make_settings, workspace, "openai-compatible", model="embed-1",
+                            remote={"baseUrl": BASE_URL}, **keys) != compatible, keys
     voyage = _fingerprint(make_settings, workspace, "voyage")
     assert _fingerprint(make_settings, workspace, "voyage", inputType="query") != voyage
     assert base["chunking_version"] == CHUNKING_VERSION

@@ -59,10 +59,11 @@ def test_auto_prefers_a_local_model(make_settings, workspace, tiny_model):
 
 def test_auto_reports_a_broken_provider_and_goes_on(make_settings, workspace, no_local):
     choice, _ = choose(make_settings, workspace, {"GEMINI_API_KEY": "g", "VOYAGE_API_KEY": "v"},
-                       model="gemini-embedding-2-preview", outputDimensionality=1000,
+                       model="gemini-embedding-2-preview", outputDimensionality=4096,
                        **no_local)
     assert choice.spec.name == "voyage"
-    assert "gemini: gemini: outputDimensionality must be one of" in choice.reason
+    assert "gemini: gemini: outputDimensionality must be a whole number from 128 to 3072" \
+        in choice.reason
     assert "OPENAI_API_KEY" in choice.reason
 
 

@@ -117,19 +117,34 @@ def test_openai_base64_answers_are_decoded() -> None:
         np.testing.assert_allclose(out[1], unit(double.vector("y")), atol=1e-6)
 
 
-def test_gemini_output_dimensionality_only_for_2_preview() -> None:
+def test_gemini_output_dimensionality_as_openclaw_2026_9() -> None:
+    """128 to 3072 on Gemini Embedding 2 (3072 when unset) and on gemini-embedding-001 (sent
+    only when set); another model never sends it. It is in the provider key."""
     with ProviderDouble("gemini", api_key=KEY) as double:
-        provider = make("gemini", double, model="gemini-embedding-2-preview",
-                        output_dimensionality=768)
-        assert provider.embed_documents(["a"]).shape == (1, 768)
-        assert double.embed_requests()[0].body["requests"][0]["outputDimensionality"] == 768
-        other = make("gemini", double, output_dimensionality=768)  # gemini-embedding-001
-        assert other.embed_query("a").shape == (3072,)
+        for model in ("gemini-embedding-2", "gemini-embedding-2-preview"):
+            provider = make("gemini", double, model=model, output_dimensionality=768)
+            assert provider.embed_documents(["a"]).shape == (1, 768)
+            assert double.embed_requests()[-1].body["requests"][0]["outputDimensionality"] == 768
+            unset = make("gemini", double, model=model)
+            assert unset.embed_query("a").shape == (3072,)
+            assert double.embed_requests()[-1].body["outputDimensionality"] == 3072
+            assert provider.provider_key != unset.provider_key
+        plain = make("gemini", double)  # gemini-embedding-001
+        assert plain.embed_query("a").shape == (3072,)
         assert "outputDimensionality" not in double.embed_requests()[-1].body
-        assert provider.provider_key != make("gemini", double, model="gemini-embedding-2-preview"
-                                             ).provider_key
-    with pytest.raises(ProviderUnavailable, match="768, 1536, 3072"):
-        GeminiProvider("gemini-embedding-2-preview", api_key=KEY, output_dimensionality=1000)
+        narrow = make("gemini", double, output_dimensionality=128)
+        assert narrow.embed_query("a").shape == (128,)
+        assert double.embed_requests()[-1].body["outputDimensionality"] == 128
+        assert narrow.provider_key != plain.provider_key
+        old = make("gemini", double, model="text-embedding-004", output_dimensionality=256)
+        assert old.embed_query("a").shape == (768,)
+        assert "outputDimensionality" not in double.embed_requests()[-1].body
+    for model, dims in (("gemini-embedding-2", 127), ("gemini-embedding-2-preview", 3073),
+                        ("gemini-embedding-001", 0)):
+        with pytest.raises(ProviderUnavailable, match="from 128 to 3072"):
+            GeminiProvider(model, api_key=KEY, output_dimensionality=dims)
+    assert GeminiProvider("gemini-embedding-2", api_key=KEY,
+                          output_dimensionality=1000).output_dimensionality == 1000
 
 
 def test_requests_are_packed_under_8000_bytes(style: str) -> None:

@@ -4,7 +4,9 @@ Real Redis, real ``memq worker`` processes: two agents of one openclaw.json are 
 fleet into their own stores; a memory maps to the same shard in every process; one writer per
 shard (a second is refused, a lease cannot be renewed or released by a writer that lost it);
 crafted messages (another memory's store, the wrong shard, an unknown memory, path tricks)
-write nothing; interactive work overtakes bulk work on a real broker.
+write nothing, and malformed ones (missing keys, wrong types, broken vectors, another version)
+are dropped with a log line while the workers go on serving; interactive work overtakes bulk
+work on a real broker.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from pipeline import routing
 from pipeline.config import load_settings
 from pipeline.fleet import FleetDispatcher
 from pipeline.memory import Memory
@@ -138,6 +141,30 @@ def fleet_env(config: Path, tmp_path: Path, shards: int = 2) -> dict[str, str]:
             "MEMQ_LOCAL_SHARDS": "all"}
 
 
+#: Payloads no task can read, each a different way (the first is issue 28's KeyError).
+MALFORMED: list[Any] = [
+    {"v": 1},
+    {"v": 2, "kind": "result", "memory": "alpha"},
+    ["not", "an", "object"],
+    {"v": 1, "kind": "result", "memory": "alpha", "store": "/x.sqlite", "failed": [],
+     "spec": {"name": "local", "model": "m", "provider_key": "k"},
+     "vectors": [["c", "h", "bm90IGZsb2F0cw"]]},
+    {"v": 1, "kind": "index", "memory": "../beta", "route": {"shard": 0}},
+    {"v": 1, "kind": "qmd-job", "memory": "beta", "reason": "because"},
+    {"v": 1, "kind": "batch_update", "memory": "beta", "event": "state", "remote": None},
+    {"v": 1, "kind": "embed", "memory": "alpha", "store": "/x.sqlite", "attempt": float("nan"),
+     "spec": {"name": "local", "model": "m", "provider_key": "k"}, "chunks": [{"id": 1}]},
+]
+
+
+def send_malformed(dispatcher: FleetDispatcher, tasks: list[tuple[str, str]]) -> int:
+    """Every malformed payload to every (task, queue); how many messages that is."""
+    for task, queue in tasks:
+        for payload in MALFORMED:
+            dispatcher.app.send_task(task, args=[payload], queue=queue)
+    return len(tasks) * len(MALFORMED)
+
+
 def store_counts(path: Path) -> dict[str, int]:
     conn = sqlite3.connect(path)
     try:
@@ -154,6 +181,9 @@ def test_one_fleet_indexes_two_agents_into_their_own_stores(
     fleet.spawn(memq_argv("worker", "--role", "embed", "--provider", "local"), "embed", env)
     wait_for(lambda: nodes_on(broker_url, "store.1") and nodes_on(broker_url, "embed.local"),
              "the writer of both shards and the embed worker", fleet)
+    with FleetDispatcher(broker_url) as dispatcher:  # dropped, and the workers keep serving
+        dropped = send_malformed(dispatcher, [(routing.EMBED_TASK,
+                                               routing.embed_queue("local"))])
     settings = {a: load_settings(config_file=config, agent=a, env={**env,
                                                                    "MEMQ_BROKER_URL": broker_url})
                 for a in ("alpha", "beta")}
@@ -173,6 +203,9 @@ def test_one_fleet_indexes_two_agents_into_their_own_stores(
             "pending" not in store_counts(path)
 
     wait_for(lambda: indexed("alpha") and indexed("beta"), "both memories indexed", fleet)
+    logs = fleet.logs(None)
+    assert logs.count("dropped a message") == dropped
+    assert "raised unexpected" not in logs
     with Memory(settings=settings["beta"]) as beta, Memory(settings=settings["alpha"]) as alpha:
         assert "kestrel" in beta.search("vault kestrel secrets").hits[0].snippet
         assert all("kestrel" not in h.snippet for h in alpha.search("vault kestrel").hits)
@@ -214,7 +247,8 @@ def test_crafted_messages_write_nothing_into_another_memory(
         tmp_path: Path, tiny_model: Path, broker_url: str, fleet: Fleet) -> None:
     """With only the writer running, both memories' chunks wait for vectors; messages that
     name another memory's store, arrive on the wrong shard, name an unknown memory or play
-    path tricks are dropped, and only the honest one marks a chunk."""
+    path tricks are dropped, so are malformed ones sent to every task the writer runs, and
+    only the honest one marks a chunk."""
     config = two_agents(tmp_path, tiny_model)
     env = fleet_env(config, tmp_path)
     full_env = {**env, "MEMQ_BROKER_URL": broker_url}
@@ -248,13 +282,24 @@ def test_crafted_messages_write_nothing_into_another_memory(
     with FleetDispatcher(broker_url) as dispatcher:
         for attack in attacks:
             dispatcher.write(attack)
-        wait_for(lambda: fleet.logs(None).count("dropped a message") >= len(attacks),
-                 "the writer to drop every crafted message", fleet)
+        dropped = len(attacks) + send_malformed(dispatcher, [
+            (task, queue) for shard in (0, 1)
+            for task, queue in ((routing.WRITE_TASK, store_queue(shard)),
+                                (routing.REINDEX_STEP_TASK, store_queue(shard)),
+                                (routing.BATCH_UPDATE_TASK, store_queue(shard)),
+                                (routing.INDEX_TASK, routing.control_queue(shard)),
+                                (routing.QMD_JOB_TASK, routing.control_queue(shard)))])
+        wait_for(lambda: fleet.logs(None).count("dropped a message") >= dropped,
+                 "the writer to drop every crafted and malformed message", fleet)
         assert store_counts(Path(beta_store)).get("failed", 0) == 0
         dispatcher.write(failing("beta", beta_store, own["beta"], "the honest one"))
         wait_for(lambda: store_counts(Path(beta_store)).get("failed", 0) == 1,
                  "the honest message to be written", fleet)
     logs = fleet.logs(None)
+    assert logs.count("dropped a message") == dropped
+    assert "raised unexpected" not in logs
+    assert "index request message must be of kind 'index', not None" in logs
+    assert "embedding result.vectors[0][2] must be a base64 float32 vector" in logs
     assert f"{beta_store} is not a store of memory 'alpha'" in logs
     assert f"memory 'beta' belongs to writer shard {own['beta']}" in logs
     assert store_counts(Path(alpha_store)).get("failed", 0) == 0

@@ -103,7 +103,7 @@ class EmbedRequest(Request):
         be done (Celery then requeues the message whole)."""
         try:
             job = EmbedJob.from_json(self.args[0])
-        except (MessageRefused, IndexError, KeyError, TypeError, ValueError):
+        except (MessageRefused, IndexError):  # (IndexError: a request without arguments)
             return False
         retries, failure = after_crash(job)
         try:

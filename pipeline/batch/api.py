@@ -111,8 +111,12 @@ class RemoteBatch:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RemoteBatch:
+        """The record ``to_dict`` wrote; a state this memq does not know (a newer one's) is
+        :attr:`BatchState.UNKNOWN`, which the workflow bounds by the job's timeout."""
+        state = data["state"]
         return cls(provider=data["provider"], remote_id=data["remote_id"],
-                   state=BatchState(data["state"]), raw_state=data["raw_state"],
+                   state=BatchState(state) if state in set(BatchState) else BatchState.UNKNOWN,
+                   raw_state=data["raw_state"],
                    input_file=data.get("input_file"), output_file=data.get("output_file"),
                    error_file=data.get("error_file"), message=data.get("message"))
 

@@ -4,7 +4,8 @@ Upload the JSONL through the Files API (one ``multipart/related`` request to
 ``/upload/v1beta/files``), create the job from the file, poll ``GET batches/{id}`` (an
 Operation whose ``metadata`` is the batch), then download ``output.responsesFile`` with
 ``GET files/{id}:download?alt=media`` (the path google-genai uses). Each line is
-``{key, request: {content, taskType: RETRIEVAL_DOCUMENT, outputDimensionality?}}``; each
+``{key, request}`` with the request the sync path would send (``content``, ``taskType:
+RETRIEVAL_DOCUMENT`` or gemini-embedding-2's task prefix, ``outputDimensionality?``); each
 output line ``{key, response: {embedding: {values}}}`` or ``{key, error}``, in any order.
 
 Every call, upload and download included, carries the ``x-goog-api-key`` header from the
@@ -25,8 +26,7 @@ from pipeline.batch.api import BatchOutput, BatchRequest, BatchState, RemoteBatc
 from pipeline.batch.jsonl import OutputCollector, build_jsonl, encode_line, read_jsonl
 from pipeline.batch.openai import expected_width
 from pipeline.batch.transport import BatchHttp, multipart_related
-from pipeline.embeddings.gemini import TASK_TYPES
-from pipeline.embeddings.remote import RemoteProvider
+from pipeline.embeddings.gemini import GeminiProvider
 from pipeline.errors import BatchUnavailable, EmbeddingError, ProviderRetryable
 
 __all__ = ["GeminiBatchApi"]
@@ -58,7 +58,7 @@ class GeminiBatchApi:
     max_requests: ClassVar[int] = 100_000
     max_bytes: ClassVar[int] = 2 * 1000 * 1000 * 1000
 
-    def __init__(self, provider: RemoteProvider) -> None:
+    def __init__(self, provider: GeminiProvider) -> None:
         self._provider = provider
         self.model = provider.model
         self.http = BatchHttp.sharing(provider.http)
@@ -119,13 +119,10 @@ class GeminiBatchApi:
     # -- helpers ----------------------------------------------------------------------------
 
     def _line(self, request: BatchRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {"content": {"parts": [{"text": request.text}]},
-                                "taskType": getattr(self._provider, "task_types",
-                                                    TASK_TYPES)["document"]}
-        dims = getattr(self._provider, "output_dimensionality", None)
-        if dims is not None:
-            body["outputDimensionality"] = dims
-        return {"key": request.custom_id, "request": body}
+        """A document's entry exactly as the sync path sends it (task type or prefix,
+        outputDimensionality)."""
+        return {"key": request.custom_id,
+                "request": self._provider.request(request.text, "document")}
 
     def _create(self, body: dict[str, Any]) -> Any:
         try:

@@ -61,12 +61,19 @@ from pipeline.config.keys import (
     MAX_CANDIDATE_MULTIPLIER,
     MODALITIES,
     MULTIMODAL_MODEL,
+    MULTIMODAL_MODELS,
     PROVIDERS,
     SOURCES,
 )
 from pipeline.config.loader import load_settings
 from pipeline.config.paths import default_sessions_dir, default_store_path
-from pipeline.config.providers import PROVIDER_IDS, ProviderEntry
+from pipeline.config.providers import (
+    ADAPTERS,
+    NOT_YET,
+    PROVIDER_IDS,
+    ProviderEntry,
+    adapter_of,
+)
 from pipeline.config.redact import Headers, is_sensitive_header, redact_url
 from pipeline.config.roster import Listed, Roster
 from pipeline.config.settings import (
@@ -89,6 +96,7 @@ from pipeline.config.settings import (
 )
 
 __all__ = [
+    "ADAPTERS",
     "CITATIONS",
     "DEFAULT_AGENT_ID",
     "DEFAULT_CACHE_MAX_ENTRIES",
@@ -100,6 +108,8 @@ __all__ = [
     "MAX_CANDIDATE_MULTIPLIER",
     "MODALITIES",
     "MULTIMODAL_MODEL",
+    "MULTIMODAL_MODELS",
+    "NOT_YET",
     "PROVIDERS",
     "PROVIDER_IDS",
     "SOURCES",
@@ -123,6 +133,7 @@ __all__ = [
     "SyncSettings",
     "TemporalDecaySettings",
     "WatchSettings",
+    "adapter_of",
     "default_sessions_dir",
     "default_store_path",
     "find_config_file",

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from pipeline.config.errors import Invalid, show
 from pipeline.config.paths import absolute
+from pipeline.config.providers import ADAPTERS
 from pipeline.config.qmd_values import (
     BACKENDS,
     QMD_SEARCH_MODES,
@@ -30,16 +31,16 @@ from pipeline.config.qmd_values import (
 )
 from pipeline.config.redact import REDACTED, Headers, is_sensitive_header, redact_url
 
-PROVIDERS: tuple[str, ...] = (
-    "auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none",
-)  # fmt: skip
+PROVIDERS: tuple[str, ...] = ("auto", *ADAPTERS, "none")
 FALLBACKS: tuple[str, ...] = tuple(p for p in PROVIDERS if p != "auto")
 SOURCES: tuple[str, ...] = ("memory", "sessions")
 FTS_TOKENIZERS: tuple[str, ...] = ("unicode61", "trigram")
 CITATIONS: tuple[str, ...] = ("auto", "on", "off")
 FUSIONS: tuple[str, ...] = ("weighted", "rrf")
 MODALITIES: tuple[str, ...] = ("image", "audio")
-MULTIMODAL_MODEL = "gemini-embedding-2-preview"
+#: The Gemini models that embed images and audio: the stable one, and its preview's legacy id.
+MULTIMODAL_MODELS: tuple[str, ...] = ("gemini-embedding-2", "gemini-embedding-2-preview")
+MULTIMODAL_MODEL = MULTIMODAL_MODELS[0]
 
 #: memq caps the embedding cache by default; OpenClaw 2026.3 left it unbounded (#114612,
 #: #131121) and later releases cap it at 50,000.
@@ -116,8 +117,10 @@ class Spec:
                 text = f"a whole number from {lo} to {hi}"
         elif self.kind == "float":
             text = f"a number from {_fmt_num(self.lo)} to {_fmt_num(self.hi)}"
-        elif self.kind == "enum":
+        elif self.kind in ("enum", "provider"):
             text = "one of " + ", ".join(f'"{c}"' for c in self.choices)
+            if self.kind == "provider":  # checked by Settings, which knows models.providers
+                text += ", or a models.providers id"
         else:
             text = _DESCRIPTIONS.get(self.kind, "a string")
         if self.nullable and self.null_hint:
@@ -295,8 +298,8 @@ class Key:
 KEYS: tuple[Key, ...] = (
     Key("workspace", Spec("dir"), env="MEMQ_WORKSPACE", top_only=True),
     Key("enabled", BOOL),
-    Key("provider", _enum(PROVIDERS), env="MEMQ_PROVIDER"),
-    Key("fallback", _enum(FALLBACKS), env="MEMQ_FALLBACK"),
+    Key("provider", Spec("provider", choices=PROVIDERS), env="MEMQ_PROVIDER"),
+    Key("fallback", Spec("provider", choices=FALLBACKS), env="MEMQ_FALLBACK"),
     Key("model", STR, env="MEMQ_MODEL"),
     Key("sources", LIST),
     Key("extraPaths", Spec("paths"), env="MEMQ_EXTRA_PATHS"),

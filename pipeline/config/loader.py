@@ -250,11 +250,13 @@ def _api_key(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
 
 
 def _model_providers(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
-    """An openclaw.json's ``models.providers``: the entries of the embedding providers."""
+    """An openclaw.json's ``models.providers``: the entries of the embedding providers, and
+    the custom entries ``provider`` and ``fallback`` name."""
     if entry is None:
         return {}
+    named = [ld.entries[key].value for key in ("provider", "fallback") if key in ld.entries]
     try:
-        entries = parse_model_providers(entry.value, check_url, check_headers)
+        entries = parse_model_providers(entry.value, check_url, check_headers, named)
     except Invalid as exc:
         where = f"in {ld.config_path}" if ld.config_path else None
         raise ConfigError(message(exc.key or "models.providers", exc.problem, exc.got, where),

@@ -26,7 +26,8 @@ from pipeline.config.keys import (
     KEYS,
     MAX_CANDIDATE_MULTIPLIER,
     MODALITIES,
-    MULTIMODAL_MODEL,
+    MULTIMODAL_MODELS,
+    READ,
     SIMPLE_KINDS,
     SOURCES,
     Key,
@@ -39,7 +40,7 @@ from pipeline.config.paths import (
     default_store_path,
     resolve,
 )
-from pipeline.config.providers import ProviderEntry
+from pipeline.config.providers import ProviderEntry, check_provider_id
 from pipeline.config.qmd_values import (
     DEFAULT_SCOPE,
     QmdPath,
@@ -543,11 +544,15 @@ class Settings(_Validated):
         _set(self, "warnings", tuple(self.warnings))
         _set(self, "qmd", _qmd_from_workspace(self.qmd, workspace))
         _set(self, "model_providers", tuple(self.model_providers))
+        entries = dict(self.model_providers)
+        for key in ("provider", "fallback"):
+            _set(self, key, check_provider_id(key, getattr(self, key), READ[key].spec.choices,
+                                              entries))
         _check_multimodal(self)
 
     def provider_entry(self, provider: str) -> ProviderEntry | None:
         """The ``models.providers`` entry of ``provider`` (memq's name: ``gemini`` reads
-        OpenClaw's ``google``), if the config file has one."""
+        OpenClaw's ``google``; a custom id reads its own), if the config file has one."""
         return dict(self.model_providers).get(provider)
 
 
@@ -590,10 +595,11 @@ def _check_multimodal(s: Settings) -> None:
     if not s.multimodal.active:
         return
     model = re.sub(r"^(models/)?((gemini|google)/)?", "", s.model.strip())
-    if s.provider != "gemini" or model != MULTIMODAL_MODEL:
+    if s.provider != "gemini" or model not in MULTIMODAL_MODELS:
         raise Invalid(
             "multimodal.enabled",
-            f'needs provider "gemini" and model "{MULTIMODAL_MODEL}"',
+            f'needs provider "gemini" and model "{MULTIMODAL_MODELS[0]}" (or its preview\'s '
+            f'id "{MULTIMODAL_MODELS[1]}")',
             show(f"provider {s.provider}, model {s.model or '(default)'}"),
         )
     if s.fallback != "none":

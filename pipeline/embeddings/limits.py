@@ -36,6 +36,7 @@ KNOWN_MAX_INPUT_TOKENS: dict[str, int] = {
     "openai:text-embedding-ada-002": 8191,
     "gemini:text-embedding-004": 2048,
     "gemini:gemini-embedding-001": 2048,
+    "gemini:gemini-embedding-2": 8192,
     "gemini:gemini-embedding-2-preview": 8192,
     "voyage:voyage-3": 32000,
     "voyage:voyage-3-lite": 16000,

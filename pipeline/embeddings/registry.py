@@ -6,6 +6,14 @@ OpenClaw's order: a missing API key skips a provider quietly, any other error is
 reason. Ollama is never auto-selected. Nobody available means keyword-only mode, and the reason
 travels to ``memq status`` and to every search result.
 
+A provider id names one of OpenClaw 2026.9.6's adapters, or a custom ``models.providers.<id>``
+entry served by the adapter its ``api`` names (:func:`served_by`): ``openai-compatible``,
+``lmstudio``, ``ollama`` and ``openai`` serve it under its own id, with its own entry (its
+endpoint, key and headers, no environment key); any other adapter serves it as itself.
+``bedrock`` and ``github-copilot`` are accepted in the configuration but not served yet
+(:data:`~pipeline.config.NOT_YET`): building one raises :class:`ProviderUnavailable` saying so,
+which fails that memory alone (or hands it to its ``fallback``).
+
 ``fallback`` is built when the primary cannot be, with the fallback provider's **own** default
 model (OpenClaw #142364 handed it the primary's model name). ``remote.*`` (baseUrl, apiKey,
 headers) and ``model`` belong to the primary provider; a fallback uses its defaults, its
@@ -30,12 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Settings
+from pipeline.config import ADAPTERS, NOT_YET, Settings, adapter_of
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.errors import EmbeddingError, MissingApiKey, ProviderUnavailable
 from pipeline.messages import ProviderSpec
 
-KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama")
+KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama", "lmstudio",
+                   "deepinfra", "openai-compatible")
 IMPLEMENTED = KNOWN_PROVIDERS
 AUTO_REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")
 _REMOTE_CLASSES = {
@@ -44,7 +53,13 @@ _REMOTE_CLASSES = {
     "voyage": ("pipeline.embeddings.voyage", "VoyageProvider"),
     "mistral": ("pipeline.embeddings.mistral", "MistralProvider"),
     "ollama": ("pipeline.embeddings.ollama", "OllamaProvider"),
+    "lmstudio": ("pipeline.embeddings.compatible", "LmStudioProvider"),
+    "deepinfra": ("pipeline.embeddings.compatible", "DeepInfraProvider"),
+    "openai-compatible": ("pipeline.embeddings.compatible", "OpenAICompatibleProvider"),
 }
+#: The adapters that serve a custom ``models.providers`` id under that id, with its entry
+#: (OpenClaw's pass ``options.provider`` on to the entry lookup); the others ignore it.
+_KEEP_CUSTOM_ID = ("openai", "openai-compatible", "lmstudio", "ollama")
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,30 @@ def remote_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+def served_by(name: str, settings: Settings) -> tuple[str, str | None]:
+    """The adapter that serves provider ``name``, and the custom ``models.providers`` id it
+    serves under (None: its own). :class:`ProviderUnavailable` when memq cannot serve it: an
+    adapter of :data:`~pipeline.config.NOT_YET`, an entry whose ``api`` names no adapter."""
+    adapter, custom = name, None
+    if name not in ADAPTERS:
+        entry = settings.provider_entry(name)
+        if entry is None:
+            raise ProviderUnavailable(f"unknown provider {name!r} (known: "
+                                      f"{', '.join(ADAPTERS)}, or a models.providers id)")
+        found = adapter_of(entry)
+        if found is None or found not in ADAPTERS:
+            what = f'its api "{entry.api}"' if entry.api else "it has neither api nor baseUrl"
+            raise ProviderUnavailable(f"{name}: {entry.path} names no embedding adapter ({what}; "
+                                      f"OpenClaw 2026.9.6 has {', '.join(ADAPTERS)})")
+        adapter, custom = found, (name if found in _KEEP_CUSTOM_ID else None)
+    if adapter in NOT_YET:
+        via = f" (through {name})" if adapter != name else ""
+        raise ProviderUnavailable(f"embedding provider {adapter!r}{via} is not supported by memq "
+                                  f"yet: {NOT_YET[adapter]}; name another provider for this "
+                                  "memory, or a fallback")
+    return adapter, custom
+
+
 def _public_base_url(url: str | None) -> str | None:
     """A base URL that may travel in messages: one with credentials in it (user-info or a
     query string) stays home, and workers take it from their own config."""
@@ -144,11 +183,12 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     ``options`` is a job spec's (a worker rebuilding the producer's provider)."""
     from pipeline.embeddings.remote import resolve_api_key
 
-    cls = remote_class(name)
+    adapter, custom = served_by(name, settings)
+    cls = remote_class(adapter)
     remote = settings.remote
     from_spec = options is not None
     options = dict(options or {})
-    entry = settings.provider_entry(name)
+    entry = settings.provider_entry(custom or adapter)
     base_url = (options.get("base_url") or (remote.base_url if primary else None)
                 or (entry.base_url if entry else None))
     # OpenClaw: the models.providers entry's key and headers go only to its own destination.
@@ -158,15 +198,19 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     headers.update(remote.headers if primary else {})
     headers.update(options.get("headers") or {})
     try:
-        api_key = resolve_api_key(cls.env_keys, configured=remote.api_key if primary else None,
+        # A custom id has no environment variable of its own (OpenClaw knows none for it).
+        api_key = resolve_api_key(() if custom else cls.env_keys,
+                                  configured=remote.api_key if primary else None,
                                   configured_env=remote.api_key_env if primary else None,
                                   env=os.environ if env is None else env, entry=entry)
     except MissingApiKey as exc:
         raise MissingApiKey(f"{name}: {exc}") from None
     kwargs: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "headers": headers}
+    if custom:
+        kwargs["provider_id"] = custom
     # Options that change the vectors come from the spec when it has them, so a worker builds
     # exactly the producer's provider whatever its own config says.
-    if name == "gemini":
+    if adapter == "gemini":
         kwargs["output_dimensionality"] = options.get("output_dimensionality",
                                                       settings.output_dimensionality)
         # Task types: the spec's (a worker), else the primary's input-type keys; a spec
@@ -175,11 +219,16 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
             configured = (getattr(settings, f"{kind}_input_type") or settings.input_type
                           if primary and not from_spec else None)
             kwargs[f"{kind}_task_type"] = options.get(f"{kind}_task_type", configured)
-    if name == "voyage":
+    if adapter == "voyage":
         kwargs["query_input_type"] = options.get(
             "query_input_type", settings.query_input_type or settings.input_type)
         kwargs["document_input_type"] = options.get(
             "document_input_type", settings.document_input_type or settings.input_type)
+    if adapter == "openai-compatible":  # OpenClaw passes these to the fallback too
+        configured = {"dimensions": settings.output_dimensionality,
+                      "query_input_type": settings.query_input_type or settings.input_type,
+                      "document_input_type": settings.document_input_type or settings.input_type}
+        kwargs.update((k, options.get(k) if from_spec else v) for k, v in configured.items())
     timeout = _timeout_override(env)
     if timeout is not None:
         kwargs["timeout"] = timeout
@@ -223,21 +272,22 @@ def _remote_options(provider: Any, role: str, settings: Settings) -> dict[str, A
     if provider.name == "voyage":
         options["query_input_type"] = provider.input_types["query"]
         options["document_input_type"] = provider.input_types["document"]
+    request_options = getattr(provider, "request_options", None)
+    if request_options is not None:  # openai-compatible: dimensions, input types
+        options.update(request_options())
     return options
 
 
 def _build(name: str, settings: Settings, *, primary: bool = True, model: str | None = None,
            env: Mapping[str, str] | None = None) -> tuple[EmbeddingProvider, ProviderSpec]:
-    if name == "local":
+    if served_by(name, settings)[0] == "local":
         path = settings.local.model_path
         provider = _local(settings, path)
         return provider, _spec_for(provider, {"model_path": path})
-    if name in _REMOTE_CLASSES:
-        chosen = model if model is not None else (settings.model if primary else None)
-        provider = _remote(name, settings, primary=primary, model=chosen, env=env)
-        return provider, _spec_for(provider, _remote_options(
-            provider, "primary" if primary else "fallback", settings))
-    raise ProviderUnavailable(f"unknown provider {name!r} (known: {', '.join(KNOWN_PROVIDERS)})")
+    chosen = model if model is not None else (settings.model if primary else None)
+    provider = _remote(name, settings, primary=primary, model=chosen, env=env)
+    return provider, _spec_for(provider, _remote_options(
+        provider, "primary" if primary else "fallback", settings))
 
 
 def _timeout_override(env: Mapping[str, str] | None) -> float | None:
@@ -372,11 +422,9 @@ def build_from_spec(spec: ProviderSpec, settings: Settings) -> EmbeddingProvider
     """
     if spec.name == "local":
         provider = _local(settings, spec.options.get("model_path"))
-    elif spec.name in _REMOTE_CLASSES:
+    else:
         provider = _remote(spec.name, settings, primary=spec.options.get("role") != "fallback",
                            model=spec.model, options=spec.options)
-    else:
-        raise ProviderUnavailable(f"unknown provider {spec.name!r}")
     if provider.model != spec.model:
         raise ProviderUnavailable(f"this host's {spec.name} model is {provider.model!r}, "
                                   f"the job needs {spec.model!r}")

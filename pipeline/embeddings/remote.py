@@ -156,15 +156,21 @@ class RemoteProvider:
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None,
                  api_key: str | None = None, headers: Mapping[str, str] | None = None,
-                 timeout: float | None = None, key_required: bool | None = None) -> None:
+                 timeout: float | None = None, key_required: bool | None = None,
+                 provider_id: str | None = None) -> None:
+        if provider_id:  # a custom models.providers id this adapter serves under: its key is
+            self.name = provider_id  # type: ignore[misc]  # the entry's, no variable's
+            self.env_keys = ()  # type: ignore[misc]
         self.model = normalise_model(self.name, model or self.default_model)
         self.base_url = self._clean_base_url(base_url or self.default_base_url)
         if key_required is None:
             key_required = self.base_url == self.default_base_url
         if key_required and not api_key:
-            raise MissingApiKey(f"{self.name}: no API key (set remote.apiKey, "
-                                f"models.providers.{PROVIDER_IDS[self.name]}.apiKey in an "
-                                f"openclaw.json, or {' / '.join(self.env_keys)})")
+            sources = ["remote.apiKey", f"models.providers."
+                       f"{PROVIDER_IDS.get(self.name, self.name)}.apiKey in an openclaw.json",
+                       *self.env_keys]
+            raise MissingApiKey(f"{self.name}: no API key (set {', '.join(sources[:-1])} or "
+                                f"{sources[-1]})")
         self.has_key = bool(api_key)
         user_headers = dict(headers or {})
         self._headers = user_headers

@@ -1,9 +1,11 @@
 """Real HTTP servers on 127.0.0.1 that speak the embedding APIs memq calls.
 
-One :class:`ProviderDouble` per API style: ``openai`` (also ``mistral``, same shape), ``voyage``,
-``gemini`` and ``ollama``. Each checks the auth header the real service wants, answers with the
-real service's JSON shapes (float or base64 vectors, ``data[].index``, Gemini ``values``,
-Ollama's 2-D ``embeddings``), and records every request so tests can count and inspect them.
+One :class:`ProviderDouble` per API style: ``openai`` (also ``mistral``, and LM Studio's and
+DeepInfra's OpenAI-compatible APIs, ``lmstudio`` and ``deepinfra``: same shape, their own
+paths), ``voyage``, ``gemini`` and ``ollama``. Each checks the auth header the real service
+wants, answers with the real service's JSON shapes (float or base64 vectors,
+``data[].index``, Gemini ``values``, Ollama's 2-D ``embeddings``), and records every request so
+tests can count and inspect them.
 The shapes follow ``shared/reference/peers-and-apis.md`` §E and are proven faithful by driving
 the doubles with the providers' own SDKs (``tests/test_provider_doubles.py``).
 
@@ -47,9 +49,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Fault", "ProviderDouble", "double_vector", "media_content", "media_vector"]
 
-STYLES = ("openai", "mistral", "voyage", "gemini", "ollama")
-PREFIX = {"openai": "/v1", "mistral": "/v1", "voyage": "/v1", "gemini": "/v1beta", "ollama": ""}
-DEFAULT_DIMS = {"openai": 1536, "mistral": 1024, "voyage": 1024, "gemini": 3072, "ollama": 768}
+STYLES = ("openai", "mistral", "voyage", "gemini", "ollama", "lmstudio", "deepinfra")
+PREFIX = {"openai": "/v1", "mistral": "/v1", "voyage": "/v1", "gemini": "/v1beta", "ollama": "",
+          "lmstudio": "/v1", "deepinfra": "/v1/openai"}
+DEFAULT_DIMS = {"openai": 1536, "mistral": 1024, "voyage": 1024, "gemini": 3072, "ollama": 768,
+                "lmstudio": 768, "deepinfra": 1024}
+#: The styles that answer OpenAI's ``POST {prefix}/embeddings``.
+OPENAI_SHAPED = ("openai", "mistral", "voyage", "lmstudio", "deepinfra")
 #: Models whose width differs from their service's default above (as the real services answer).
 MODEL_DIMS = {"text-embedding-3-large": 3072, "codestral-embed": 1536, "voyage-3-lite": 512,
               "text-embedding-004": 768}
@@ -304,8 +310,8 @@ class ProviderDouble:
 
     def _route(self, path: str) -> str | None:
         path = path.split("?", 1)[0]
-        if self.style in ("openai", "mistral", "voyage"):
-            return "embeddings" if path == "/v1/embeddings" else None
+        if self.style in OPENAI_SHAPED:
+            return "embeddings" if path == f"{PREFIX[self.style]}/embeddings" else None
         if self.style == "gemini":
             if path.startswith("/v1beta/models/") and path.endswith(":embedContent"):
                 return "embedContent"
