@@ -41,11 +41,21 @@ rotates between queues), so the repaired channel never pops with ``BRPOP``:
 Consumers that do not acknowledge (``no_ack``: Celery's reply queues) and set-ups the script does
 not cover (Redis older than 6.2, ack emulation off, a global key prefix) keep kombu's ``BRPOP``.
 Fanout queues (remote control, events) go through pub/sub and are not affected.
+
+A fourth repair keeps a dead consumer's messages from waiting minutes longer than the visibility
+timeout. Every consumer sweeps ``unacked`` for messages past the timeout under a lock that
+expires after ``unacked_mutex_expire`` (300 s); a consumer killed while it holds the lock (found
+in the repeated-kill test under load) stops every sweep of every consumer for those 5 minutes.
+The repaired lock expires after one sweep period (``unacked_restore_interval`` x
+``unacked_restore_throttle``) at most. Sweeps that overlap (a sweep longer than its period) are
+harmless: each message is restored in a transaction that watches the ``unacked`` hash, so only
+one of them puts it back.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from queue import Empty
 from time import monotonic, time
@@ -59,9 +69,10 @@ from kombu.utils.json import loads
 
 _MARK = "_memq_broker_fixes"
 _CLAIMS = "_memq_claims"
-#: The kombu releases whose ``Channel._brpop_start``/``_brpop_read`` contract (send one command,
-#: later read its reply and deliver) the claiming repair was written against.
-CLAIMS_FOR_KOMBU = ((5, 5), (5, 7))
+#: The kombu releases the claiming and sweep-lock repairs were written against: their
+#: ``Channel._brpop_start``/``_brpop_read`` contract (send one command, later read its reply and
+#: deliver) and ``QoS.restore_visible``'s lock.
+WRITTEN_FOR_KOMBU = ((5, 5), (5, 7))
 #: BLMOVE came with Redis 6.2.
 CLAIMS_NEED_REDIS = (6, 2)
 #: How long an idle consumer waits on one list before it claims from all of them again: the
@@ -109,22 +120,33 @@ def harden_kombu_redis() -> None:
         return
     transport_cls.close_connection = _close_every_channel
     channel_cls._connparams = _refuse_when_detached(channel_cls._connparams)
-    if claims_fit(kombu.VERSION):
+    if written_for(kombu.VERSION):
         channel_cls._brpop_start = _claiming_start(channel_cls._brpop_start)
         channel_cls._brpop_read = _claiming_read(channel_cls._brpop_read)
         channel_cls.basic_consume = _noting_no_ack(channel_cls.basic_consume)
+        kombu_redis.QoS.unacked_mutex_expire = property(sweep_lock_expiry)
     else:
-        logger.warning("kombu %s: memq's claiming repair (written for kombu %s to %s) is not "
-                       "applied: a consumer killed between a pop and its record can lose the "
-                       "message", kombu.__version__, *(".".join(map(str, v))
-                                                      for v in CLAIMS_FOR_KOMBU))
+        logger.warning("kombu %s: memq's claiming and sweep-lock repairs (written for kombu %s "
+                       "to %s) are not applied: a consumer killed between a pop and its record "
+                       "can lose the message", kombu.__version__,
+                       *(".".join(map(str, v)) for v in WRITTEN_FOR_KOMBU))
     setattr(transport_cls, _MARK, True)
 
 
-def claims_fit(version: tuple[int, ...]) -> bool:
-    """Whether the claiming repair was written for kombu ``version`` (major, minor, ...)."""
-    first, last = CLAIMS_FOR_KOMBU
+def written_for(version: tuple[int, ...]) -> bool:
+    """Whether the claiming and sweep-lock repairs were written for kombu ``version``
+    (major, minor, ...)."""
+    first, last = WRITTEN_FOR_KOMBU
     return first <= tuple(version[:2]) <= last
+
+
+def sweep_lock_expiry(qos: kombu_redis.QoS) -> float:
+    """Seconds the lock of a sweep for unacknowledged messages lasts: kombu's
+    ``unacked_mutex_expire``, but no longer than one sweep period, so a consumer killed while it
+    sweeps holds back the others' sweeps for one period, not 5 minutes."""
+    channel = qos.channel
+    period = max(channel.unacked_restore_interval, 1) * max(channel.unacked_restore_throttle, 1)
+    return min(channel.unacked_mutex_expire, period)
 
 
 def _close_every_channel(self: kombu_redis.Transport, connection: Any) -> None:
@@ -190,7 +212,10 @@ class Claims:
             return "ack emulation is off"
         if channel.global_keyprefix:
             return "a global key prefix is set"
-        version = channel.client.info("server").get("redis_version", "")
+        try:
+            version = str(channel.client.info("server").get("redis_version", ""))
+        except channel.ResponseError:  # INFO renamed away (some managed Redis services)
+            version = ""
         if redis_version(version) < CLAIMS_NEED_REDIS:
             return f"Redis {version or '(unknown)'} has no BLMOVE"
         return ""
@@ -254,11 +279,10 @@ class Claims:
 
 
 def redis_version(text: str) -> tuple[int, ...]:
-    """``"7.0.15"`` -> ``(7, 0, 15)``; ``()`` for what is not a version."""
-    try:
-        return tuple(int(part) for part in text.split("."))
-    except ValueError:
-        return ()
+    """``"7.0.15"`` -> ``(7, 0, 15)``, ``"7.2.0-rc1"`` -> ``(7, 2, 0)``; ``()`` for what does not
+    start with a version."""
+    found = re.match(r"\d+(?:\.\d+)*", text)
+    return tuple(int(part) for part in found.group().split(".")) if found else ()
 
 
 def _claims(channel: kombu_redis.Channel) -> Claims:

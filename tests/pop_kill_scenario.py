@@ -12,6 +12,9 @@ repairs to kombu first (pipeline/broker_fixes.py, as every memq process does). M
 in both the consumer prints ``replied`` when the broker's answer carrying the message is in its
 socket, and then reads stdin forever instead of the answer.
 
+* ``stop-in-sweep``: a consumer that prints ``sweeping`` once it holds the lock of kombu's sweep
+  for unacknowledged messages, and then reads stdin forever (it never releases the lock);
+
 * ``collect SECONDS``: consume (acknowledging) until a message comes or SECONDS pass, and print
   ``{"bodies": [...], "redelivered": [...]}``;
 * ``order``: queue a fixed mix of messages on two queues and three priorities, consume them all
@@ -32,7 +35,8 @@ from kombu import Connection, Consumer, Producer, Queue
 QUEUE = "work"
 #: Short, so a killed consumer's message comes back within a test's patience.
 VISIBILITY_S = 2
-TRANSPORT_OPTIONS = {"visibility_timeout": VISIBILITY_S, "unacked_restore_throttle": 1}
+TRANSPORT_OPTIONS = {"visibility_timeout": VISIBILITY_S, "unacked_restore_interval": 1,
+                     "unacked_restore_throttle": 1}
 
 
 def connect(url: str) -> Connection:
@@ -83,6 +87,25 @@ def stop_at_reply(url: str, arrive_while_waiting: bool) -> None:
         Consumer(connection, [Queue(QUEUE)], callbacks=[lambda body, message: None]).consume()
         while True:
             drain(connection, 0.5)
+
+
+def stop_in_sweep(url: str) -> None:
+    """Consume until a sweep for unacknowledged messages holds its lock; then stop there."""
+    from kombu.transport import redis as kombu_redis
+
+    shipped = kombu_redis.Mutex
+
+    def held_for_good(client, name, expire):
+        with shipped(client, name, expire):
+            print("sweeping", flush=True)
+            sys.stdin.read()  # the caller kills this process; the lock is never released
+        raise AssertionError("killed before this")
+
+    kombu_redis.Mutex = held_for_good
+    with connect(url) as connection:
+        Consumer(connection, [Queue(QUEUE)], callbacks=[lambda body, message: None]).consume()
+        while True:
+            drain(connection, 0.05)  # short: polls that see nothing sweep unacked messages
 
 
 def collect(url: str, seconds: float) -> None:
@@ -137,6 +160,8 @@ def main(argv: list[str]) -> None:
         import pipeline.fleet  # noqa: F401 - applies pipeline.broker_fixes, as every memq process
     if mode in ("stop-before-poll", "stop-while-waiting"):
         stop_at_reply(url, arrive_while_waiting=mode == "stop-while-waiting")
+    elif mode == "stop-in-sweep":
+        stop_in_sweep(url)
     elif mode == "collect":
         collect(url, float(rest[0]))
     elif mode in ("order", "order-no-ack"):

@@ -9,6 +9,9 @@ A consumer killed after the broker answered its request for work, before it read
 must not lose the message: a kombu consumer stopped at that point (tests/pop_kill_scenario.py)
 and a real ``celery worker`` stopped with SIGSTOP while its request is on the wire, then
 SIGKILLed. kombu as shipped loses the message for good; repaired, it comes back.
+
+A consumer killed while it sweeps for messages past the visibility timeout must not hold back
+every other consumer's sweep for kombu's 5-minute lock.
 """
 
 from __future__ import annotations
@@ -135,6 +138,34 @@ def test_repaired_consumer_killed_before_reading_leaves_the_message_to_be_redeli
     assert collect(private_redis, 30) == {"bodies": ["job-1"], "redelivered": [True]}
     client = redis_client(private_redis.url)
     assert (client.llen("work"), client.hlen("unacked"), client.zcard("unacked_index")) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("harden", [False, True], ids=["kombu-as-shipped", "repaired"])
+def test_a_consumer_killed_while_it_sweeps_holds_back_the_others_sweeps_one_period_at_most(
+        private_redis: PrivateRedis, harden: bool) -> None:
+    """A consumer is SIGKILLed while it holds the lock of the sweep that puts back messages past
+    the visibility timeout (found in the repeated-kill test under load). kombu as shipped: the
+    lock stands 300 s and no consumer sweeps meanwhile, so a dead consumer's message stays out.
+    Repaired: the lock lasts one sweep period (1 s here) and the message comes back."""
+    assert kill_with_the_reply_unread(private_redis, "stop-before-poll", harden=True) == {
+        "queued": 0, "unacked": 1}
+    sweeper = subprocess.Popen(scenario(private_redis.url, "stop-in-sweep", harden=harden),
+                               cwd=REPO, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert sweeper.stdout is not None
+        assert sweeper.stdout.readline().strip() == "sweeping"
+    finally:
+        sweeper.kill()
+        sweeper.wait()
+    client = redis_client(private_redis.url)
+    lock_ms = client.pttl("unacked_mutex")  # -2: already expired
+    if harden:
+        assert lock_ms <= 1000
+        assert collect(private_redis, 30) == {"bodies": ["job-1"], "redelivered": [True]}
+    else:
+        assert lock_ms > 290_000
+        assert collect(private_redis, 2 * 2 + 2)["bodies"] == []  # past the visibility timeout
+        assert client.hlen("unacked") == 1  # still there: held back, not lost
 
 
 def command_calls(broker: PrivateRedis) -> dict[str, int]:
@@ -266,8 +297,10 @@ def test_the_claiming_repair_is_applied_once_and_only_to_the_kombu_it_was_writte
     broker_fixes.harden_kombu_redis()
     assert kombu_redis.Channel._brpop_start is start  # not wrapped twice
     assert not hasattr(start.__wrapped__, "__wrapped__")
-    assert broker_fixes.claims_fit((5, 5, 0)) and broker_fixes.claims_fit((5, 7, 2))
-    assert not broker_fixes.claims_fit((5, 4, 2)) and not broker_fixes.claims_fit((5, 8, 0))
+    assert kombu_redis.QoS.unacked_mutex_expire.fget is broker_fixes.sweep_lock_expiry
+    assert broker_fixes.written_for((5, 5, 0)) and broker_fixes.written_for((5, 7, 2))
+    assert not broker_fixes.written_for((5, 4, 2)) and not broker_fixes.written_for((5, 8, 0))
     assert broker_fixes.redis_version("7.0.15") >= broker_fixes.CLAIMS_NEED_REDIS
     assert broker_fixes.redis_version("6.0.9") < broker_fixes.CLAIMS_NEED_REDIS
+    assert broker_fixes.redis_version("7.2.0-rc1") == (7, 2, 0)
     assert broker_fixes.redis_version("") < broker_fixes.CLAIMS_NEED_REDIS
