@@ -22,7 +22,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -224,27 +225,42 @@ def start_worker(fleet: Fleet, name: str) -> subprocess.Popen:
     return worker
 
 
-def stop_with_a_request_answered(worker: subprocess.Popen, broker: PrivateRedis, attempt: int
+@contextmanager
+def job_sender(broker: PrivateRedis) -> Iterator[Callable[[str], None]]:
+    """Publishes ``note`` jobs on ``work`` on one connection, so once warmed up (the first job
+    makes routes, producer and channel) a publish is one LPUSH: it must land while a stopped
+    worker's request for work, which ends after 0.2 s repaired, is still on the wire."""
+    from celery import Celery
+
+    sender = Celery("pop-kill-sender", broker=broker.url, set_as_current=False)
+    try:
+        with sender.connection_for_write() as connection:
+            def send(text: str) -> None:
+                sender.send_task("note", [text], queue="work", connection=connection)
+
+            yield send
+    finally:
+        sender.close()
+
+
+def stop_with_a_request_answered(worker: subprocess.Popen, broker: PrivateRedis,
+                                 send: Callable[[str], None], notes: Path, attempt: int
                                  ) -> str | None:
     """SIGSTOP the worker, publish one job: if its pending request for work took the job
     (the job left its list), return the job's text with the worker still stopped; else let
-    the worker go on (None)."""
-    from celery import Celery
-
+    the worker go on, wait until it ran the job (None)."""
     client = redis_client(broker.url)
     os.kill(worker.pid, signal.SIGSTOP)
     text = f"job-{attempt}"
-    sender = Celery("pop-kill-sender", broker=broker.url, set_as_current=False)
-    try:
-        sender.send_task("note", [text], queue="work")
-    finally:
-        sender.close()
+    send(text)
     deadline = time.monotonic() + 3  # longer than any request's own timeout (kombu's is 1 s)
     while client.llen("work") and time.monotonic() < deadline:
         time.sleep(0.05)
     if client.llen("work") == 0:
         return text
     os.kill(worker.pid, signal.SIGCONT)
+    wait_until(lambda: [] if text in notes.read_text() else ["not run"], 30,
+               "the worker let go runs the job")
     return None
 
 
@@ -264,10 +280,14 @@ def test_real_worker_killed_with_a_taken_job_unread(harden: bool, private_redis:
                                       "POP_KILL_HARDEN": "1" if harden else "0"}, logs)
     try:
         first = start_worker(fleet, "first")
-        for attempt in range(5):
-            taken = stop_with_a_request_answered(first, private_redis, attempt)
-            if taken:
-                break
+        with job_sender(private_redis) as send:
+            send("warm-up")
+            wait_until(lambda: [] if "warm-up" in notes.read_text() else ["not run"], 30,
+                       f"the first worker runs a job\n{fleet.logs()}")
+            for attempt in range(10):
+                taken = stop_with_a_request_answered(first, private_redis, send, notes, attempt)
+                if taken:
+                    break
         assert taken, "no job was ever taken by a request on the wire"
         first.kill()
         first.wait()
