@@ -95,17 +95,22 @@ def scenario(url: str, *args: str, harden: bool) -> list[str]:
             *(["--harden"] if harden else [])]
 
 
-def kill_with_the_reply_unread(broker: PrivateRedis, mode: str, *, harden: bool) -> dict:
-    """A consumer takes the one message and is SIGKILLed with the broker's answer unread in
-    its socket; where the message is then on the broker."""
-    consumer = subprocess.Popen(scenario(broker.url, mode, harden=harden), cwd=REPO, text=True,
+def kill_when_it_says(url: str, mode: str, word: str, *, harden: bool) -> None:
+    """Run the scenario ``mode`` and SIGKILL it as soon as it prints ``word``."""
+    consumer = subprocess.Popen(scenario(url, mode, harden=harden), cwd=REPO, text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert consumer.stdout is not None
-        assert consumer.stdout.readline().strip() == "replied"
+        assert consumer.stdout.readline().strip() == word
     finally:
         consumer.kill()
         consumer.wait()
+
+
+def kill_with_the_reply_unread(broker: PrivateRedis, mode: str, *, harden: bool) -> dict:
+    """A consumer takes the one message and is SIGKILLed with the broker's answer unread in
+    its socket; where the message is then on the broker."""
+    kill_when_it_says(broker.url, mode, "replied", harden=harden)
     client = redis_client(broker.url)
     return {"queued": client.llen("work"), "unacked": client.hlen("unacked")}
 
@@ -150,14 +155,7 @@ def test_a_consumer_killed_while_it_sweeps_holds_back_the_others_sweeps_one_peri
     Repaired: the lock lasts one sweep period (1 s here) and the message comes back."""
     assert kill_with_the_reply_unread(private_redis, "stop-before-poll", harden=True) == {
         "queued": 0, "unacked": 1}
-    sweeper = subprocess.Popen(scenario(private_redis.url, "stop-in-sweep", harden=harden),
-                               cwd=REPO, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert sweeper.stdout is not None
-        assert sweeper.stdout.readline().strip() == "sweeping"
-    finally:
-        sweeper.kill()
-        sweeper.wait()
+    kill_when_it_says(private_redis.url, "stop-in-sweep", "sweeping", harden=harden)
     client = redis_client(private_redis.url)
     lock_ms = client.pttl("unacked_mutex")  # -2: already expired
     if harden:
