@@ -19,28 +19,134 @@ The repairs: closing a connection closes every channel (the first failure is rai
 all are closed, as before), and a channel whose connection was closed answers with a Redis
 ``ConnectionError`` — which Celery and kombu already handle (reconnect, log a failed ack;
 the message comes back after the visibility timeout, and every memq task is idempotent).
+
+A third repair closes a window in which kombu loses a message outright. Its consumer takes a
+message with ``BRPOP`` and records it in its ``unacked`` hash (which the visibility-timeout
+sweep restores from) only after reading the reply: a consumer killed while the reply sits
+unread in its socket (``SIGKILL`` under load, OOM) leaves the message nowhere on the broker.
+Redis has no blocking move from several lists (kombu keeps one list per queue and priority, and
+rotates between queues), so the repaired channel never pops with ``BRPOP``:
+
+* it *claims*: a Lua script pops from the first non-empty list in ``BRPOP``'s own key order
+  (priorities, then the queues in kombu's rotation) and records the message in ``unacked`` under
+  its delivery tag, in one atomic step. A consumer that dies at any point leaves the message in
+  its list or in ``unacked``, from which kombu's sweep restores it after the visibility timeout
+  (another consumer's, or the restarted one's);
+* when a claim found nothing it *waits* before the next: ``BLMOVE list list RIGHT RIGHT`` on the
+  most urgent list of one queue (the queues take turns) takes nothing from the list, and the
+  next claim is sent behind it in the same write, so it runs the moment the wait ends. A message
+  that lands on another list is claimed when the wait times out, after at most
+  :data:`CLAIM_WAIT_S`.
+
+Consumers that do not acknowledge (``no_ack``: Celery's reply queues) and set-ups the script does
+not cover (Redis older than 6.2, ack emulation off, a global key prefix) keep kombu's ``BRPOP``.
+Fanout queues (remote control, events) go through pub/sub and are not affected.
+
+A fourth repair keeps a dead consumer's messages from waiting minutes longer than the visibility
+timeout. Every consumer sweeps ``unacked`` for messages past the timeout under a lock that
+expires after ``unacked_mutex_expire`` (300 s); a consumer killed while it holds the lock (found
+in the repeated-kill test under load) stops every sweep of every consumer for those 5 minutes.
+The repaired lock expires after one sweep period (``unacked_restore_interval`` x
+``unacked_restore_throttle``) at most. Sweeps that overlap (a sweep longer than its period) are
+harmless: each message is restored in a transaction that watches the ``unacked`` hash, so only
+one of them puts it back.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Callable
+from queue import Empty
+from time import monotonic, time
 from typing import Any
 
+import kombu
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
 
 _MARK = "_memq_broker_fixes"
+_CLAIMS = "_memq_claims"
+#: The kombu releases the claiming and sweep-lock repairs were written against: their
+#: ``Channel._brpop_start``/``_brpop_read`` contract (send one command, later read its reply and
+#: deliver) and ``QoS.restore_visible``'s lock.
+WRITTEN_FOR_KOMBU = ((5, 5), (5, 7))
+#: BLMOVE came with Redis 6.2.
+CLAIMS_NEED_REDIS = (6, 2)
+#: How long an idle consumer waits on one list before it claims from all of them again: the
+#: longest a message on another of its lists waits for an idle consumer.
+CLAIM_WAIT_S = 0.2
+
+logger = logging.getLogger(__name__)
+
+# KEYS: the queue lists in BRPOP's order, then the unacked hash and its index. ARGV[1]: the time
+# (the consumer's clock, as kombu's own records). Returns {list, message} or nil. The message is
+# recorded as kombu's QoS.append records it: [payload, exchange, routing_key], the payload text
+# kept verbatim (decoding and encoding it again in Lua would turn empty lists into objects).
+_CLAIM = """
+local lists = #KEYS - 2
+local unacked, index = KEYS[lists + 1], KEYS[lists + 2]
+local function json(value)
+  if value == nil then return 'null' end
+  return cjson.encode(value)
+end
+for i = 1, lists do
+  local item = redis.call('RPOP', KEYS[i])
+  if item then
+    local ok, message = pcall(cjson.decode, item)
+    local props = ok and type(message) == 'table' and message.properties
+    local info = type(props) == 'table' and props.delivery_info
+    if type(info) == 'table' and type(props.delivery_tag) == 'string' then
+      redis.call('HSET', unacked, props.delivery_tag,
+                 '[' .. item .. ',' .. json(info.exchange) .. ',' .. json(info.routing_key) .. ']')
+      redis.call('ZADD', index, ARGV[1], props.delivery_tag)
+    end
+    return {KEYS[i], item}
+  end
+end
+return false
+"""
 
 
 def harden_kombu_redis() -> None:
-    """Apply both repairs to kombu's Redis transport classes (once per process; later calls
+    """Apply the repairs to kombu's Redis transport classes (once per process; later calls
     do nothing). Every memq process that talks to a Redis broker calls this through
-    :mod:`pipeline.fleet`."""
+    :mod:`pipeline.fleet`. The claiming repair is applied only to the kombu releases it was
+    written for (:data:`CLAIMS_FOR_KOMBU`); on another one a warning says so."""
     transport_cls, channel_cls = kombu_redis.Transport, kombu_redis.Channel
     if getattr(transport_cls, _MARK, False):
         return
     transport_cls.close_connection = _close_every_channel
     channel_cls._connparams = _refuse_when_detached(channel_cls._connparams)
+    if written_for(kombu.VERSION):
+        channel_cls._brpop_start = _claiming_start(channel_cls._brpop_start)
+        channel_cls._brpop_read = _claiming_read(channel_cls._brpop_read)
+        channel_cls.basic_consume = _noting_no_ack(channel_cls.basic_consume)
+        kombu_redis.QoS.unacked_mutex_expire = property(sweep_lock_expiry)
+    else:
+        logger.warning("kombu %s: memq's claiming and sweep-lock repairs (written for kombu %s "
+                       "to %s) are not applied: a consumer killed between a pop and its record "
+                       "can lose the message", kombu.__version__,
+                       *(".".join(map(str, v)) for v in WRITTEN_FOR_KOMBU))
     setattr(transport_cls, _MARK, True)
+
+
+def written_for(version: tuple[int, ...]) -> bool:
+    """Whether the claiming and sweep-lock repairs were written for kombu ``version``
+    (major, minor, ...)."""
+    first, last = WRITTEN_FOR_KOMBU
+    return first <= tuple(version[:2]) <= last
+
+
+def sweep_lock_expiry(qos: kombu_redis.QoS) -> float:
+    """Seconds the lock of a sweep for unacknowledged messages lasts: kombu's
+    ``unacked_mutex_expire``, but no longer than one sweep period, so a consumer killed while it
+    sweeps holds back the others' sweeps for one period, not 5 minutes."""
+    channel = qos.channel
+    period = max(channel.unacked_restore_interval, 1) * max(channel.unacked_restore_throttle, 1)
+    return min(channel.unacked_mutex_expire, period)
 
 
 def _close_every_channel(self: kombu_redis.Transport, connection: Any) -> None:
@@ -75,3 +181,146 @@ def _refuse_when_detached(connparams: Any) -> Any:
 
     _connparams.__doc__ = connparams.__doc__
     return _connparams
+
+
+class Claims:
+    """How one kombu Redis channel takes its messages: claimed (popped and recorded in one
+    step) or, where claiming does not apply, with kombu's ``BRPOP``. Owned by the channel."""
+
+    def __init__(self, channel: kombu_redis.Channel) -> None:
+        self.channel = channel
+        self.plain = False  # a consumer on this channel does not acknowledge (no_ack)
+        self.refusal: str | None = None  # why claiming does not apply here; "" when it does
+        self.idle = False  # the last claim found nothing: wait before the next one
+        self.turn = 0  # which queue's most urgent list the next wait is on
+        self.pending: str | None = None  # what the reply on the wire answers: claim / wait
+
+    def apply(self) -> bool:
+        """Whether this channel's next take is a claim."""
+        if self.plain:
+            return False
+        if self.refusal is None:
+            self.refusal = self._refusal()
+            if self.refusal:
+                logger.warning("kombu's BRPOP is kept on this broker (%s): a consumer killed "
+                               "between a pop and its record can lose the message", self.refusal)
+        return not self.refusal
+
+    def _refusal(self) -> str:
+        channel = self.channel
+        if not isinstance(channel.qos, kombu_redis.QoS):
+            return "ack emulation is off"
+        if channel.global_keyprefix:
+            return "a global key prefix is set"
+        try:
+            version = str(channel.client.info("server").get("redis_version", ""))
+        except channel.ResponseError:  # INFO renamed away (some managed Redis services)
+            version = ""
+        if redis_version(version) < CLAIMS_NEED_REDIS:
+            return f"Redis {version or '(unknown)'} has no BLMOVE"
+        return ""
+
+    def send(self, timeout: float | None) -> None:
+        """Send a claim (after a wait, when the last claim found nothing) for the active
+        queues, the keys in ``BRPOP``'s order: priorities first, then the queues in rotation."""
+        channel = self.channel
+        queues = channel._queue_cycle.consume(len(channel.active_queues))
+        if not queues:
+            return
+        keys = [channel._q_for_pri(queue, pri) for pri in channel.priority_steps
+                for queue in queues]
+        commands: list[list[Any]] = [["EVAL", _CLAIM, len(keys) + 2, *keys, channel.unacked_key,
+                                      channel.unacked_index_key, repr(time())]]
+        if self.idle:
+            wait = channel._q_for_pri(queues[self.turn % len(queues)], channel.priority_steps[0])
+            self.turn += 1
+            wait_s = min(CLAIM_WAIT_S, timeout or CLAIM_WAIT_S)
+            commands.insert(0, ["BLMOVE", wait, wait, "RIGHT", "RIGHT", wait_s])
+        connection = channel.client.connection
+        channel._in_poll = connection
+        channel._brpop_sent_at = monotonic()
+        self.pending = "wait" if self.idle else "claim"
+        connection.send_packed_command(connection.pack_commands(commands))
+
+    def read(self, **options: Any) -> bool:
+        """Read the reply of :meth:`send` and deliver the claimed message; raises ``Empty``
+        when there was none (as kombu's ``_brpop_read``)."""
+        channel = self.channel
+        client = channel.client
+        connection = client.connection
+        pending, self.pending = self.pending, None
+        wait_error: Exception | None = None
+        try:
+            try:
+                if pending == "wait":
+                    try:
+                        client.parse_response(connection, "BLMOVE", **options)
+                    except channel.ResponseError as exc:  # the claim's reply still follows
+                        wait_error = exc
+                claimed = client.parse_response(connection, "EVAL", **options)
+            except channel.connection_errors:
+                connection.disconnect()  # the next poll reconnects, as after a BRPOP
+                raise
+            self.idle = not claimed
+            if not claimed:
+                if wait_error is not None:
+                    raise wait_error
+                raise Empty()
+            queue_key, item = claimed
+            queue = bytes_to_str(queue_key).rsplit(channel.sep, 1)[0]
+            channel._queue_cycle.rotate(queue)
+            channel.connection._deliver(loads(bytes_to_str(item)), queue)
+            return True
+        finally:
+            channel._in_poll = None
+            flush = getattr(channel, "_flush_brpop_reauth", None)  # kombu >= 5.7
+            if flush is not None:
+                flush()
+
+
+def redis_version(text: str) -> tuple[int, ...]:
+    """``"7.0.15"`` -> ``(7, 0, 15)``, ``"7.2.0-rc1"`` -> ``(7, 2, 0)``; ``()`` for what does not
+    start with a version."""
+    found = re.match(r"\d+(?:\.\d+)*", text)
+    return tuple(int(part) for part in found.group().split(".")) if found else ()
+
+
+def _claims(channel: kombu_redis.Channel) -> Claims:
+    claims = channel.__dict__.get(_CLAIMS)
+    if claims is None:
+        claims = channel.__dict__[_CLAIMS] = Claims(channel)
+    return claims
+
+
+def _claiming_start(shipped: Callable[..., Any]) -> Callable[..., Any]:
+    def _brpop_start(self: kombu_redis.Channel, timeout: float | None = None) -> None:
+        claims = _claims(self)
+        if not claims.apply():
+            claims.pending = None
+            return shipped(self, timeout)
+        return claims.send(self.brpop_timeout if timeout is None else timeout)
+
+    _brpop_start.__wrapped__ = shipped  # type: ignore[attr-defined]
+    return _brpop_start
+
+
+def _claiming_read(shipped: Callable[..., Any]) -> Callable[..., Any]:
+    def _brpop_read(self: kombu_redis.Channel, **options: Any) -> bool:
+        claims = self.__dict__.get(_CLAIMS)
+        if claims is None or claims.pending is None:
+            return shipped(self, **options)
+        return claims.read(**options)
+
+    _brpop_read.__wrapped__ = shipped  # type: ignore[attr-defined]
+    return _brpop_read
+
+
+def _noting_no_ack(shipped: Callable[..., Any]) -> Callable[..., Any]:
+    def basic_consume(self: kombu_redis.Channel, queue: str, *args: Any, **kwargs: Any) -> Any:
+        no_ack = kwargs["no_ack"] if "no_ack" in kwargs else bool(args and args[0])
+        if no_ack:  # nothing to record: such a consumer accepts losing a message
+            _claims(self).plain = True
+        return shipped(self, queue, *args, **kwargs)
+
+    basic_consume.__wrapped__ = shipped  # type: ignore[attr-defined]
+    return basic_consume

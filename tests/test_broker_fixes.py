@@ -1,18 +1,38 @@
-"""A Redis broker that vanishes while a task message is delivered but not acknowledged must not
-kill the worker (pipeline/broker_fixes.py): Celery's consumer steps, replayed in a fresh
-process against a real redis-server that is killed at that moment."""
+"""kombu's Redis transport as memq repairs it (pipeline/broker_fixes.py), against real
+redis-servers of the tests' own.
+
+A broker that vanishes while a task message is delivered but not acknowledged must not kill the
+worker: Celery's consumer steps, replayed in a fresh process against a redis-server that is
+killed at that moment.
+
+A consumer killed after the broker answered its request for work, before it read the answer,
+must not lose the message: a kombu consumer stopped at that point (tests/pop_kill_scenario.py)
+and a real ``celery worker`` stopped with SIGSTOP while its request is on the wire, then
+SIGKILLed. kombu as shipped loses the message for good; repaired, it comes back.
+
+A consumer killed while it sweeps for messages past the visibility timeout must not hold back
+every other consumer's sweep for kombu's 5-minute lock.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from pipeline import broker_fixes
+from tests.conftest import REPO, Fleet, redis_client
 from tests.faultkit import PrivateRedis
+from tests.indexcheck import wait_until
+from tests.pop_kill_scenario import ORDER_MIX
 
 pytestmark = pytest.mark.integration
 
@@ -57,3 +77,248 @@ def test_repaired_transport_closes_every_channel_and_reports_connection_errors(
     assert result["ack"] is None  # ack_log_error handled it: a connection error
     assert result["reuse"].startswith("ConnectionError: this channel's broker connection was")
     assert "AttributeError" not in json.dumps(result)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the test's own (its command statistics are the test's alone)."""
+    broker = PrivateRedis(tmp_path)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def scenario(url: str, *args: str, harden: bool) -> list[str]:
+    return [sys.executable, "-m", "tests.pop_kill_scenario", url, *args,
+            *(["--harden"] if harden else [])]
+
+
+def kill_when_it_says(url: str, mode: str, word: str, *, harden: bool) -> None:
+    """Run the scenario ``mode`` and SIGKILL it as soon as it prints ``word``."""
+    consumer = subprocess.Popen(scenario(url, mode, harden=harden), cwd=REPO, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert consumer.stdout is not None
+        assert consumer.stdout.readline().strip() == word
+    finally:
+        consumer.kill()
+        consumer.wait()
+
+
+def kill_with_the_reply_unread(broker: PrivateRedis, mode: str, *, harden: bool) -> dict:
+    """A consumer takes the one message and is SIGKILLed with the broker's answer unread in
+    its socket; where the message is then on the broker."""
+    kill_when_it_says(broker.url, mode, "replied", harden=harden)
+    client = redis_client(broker.url)
+    return {"queued": client.llen("work"), "unacked": client.hlen("unacked")}
+
+
+def collect(broker: PrivateRedis, seconds: float) -> dict:
+    """What a repaired consumer started now receives within ``seconds``."""
+    done = subprocess.run(scenario(broker.url, "collect", str(seconds), harden=True), cwd=REPO,
+                          text=True, capture_output=True, timeout=seconds + 60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("mode", ["stop-before-poll", "stop-while-waiting"])
+def test_kombu_alone_loses_a_message_whose_consumer_died_before_reading_it(
+        private_redis: PrivateRedis, mode: str) -> None:
+    """What the claiming repair is for (if this fails, kombu fixed it upstream)."""
+    where = kill_with_the_reply_unread(private_redis, mode, harden=False)
+    assert where == {"queued": 0, "unacked": 0}  # popped, never recorded: on the broker nowhere
+    assert collect(private_redis, 2 * 2 + 2)["bodies"] == []  # past the visibility timeout
+
+
+@pytest.mark.parametrize("mode", ["stop-before-poll", "stop-while-waiting"])
+def test_repaired_consumer_killed_before_reading_leaves_the_message_to_be_redelivered(
+        private_redis: PrivateRedis, mode: str) -> None:
+    """The message was recorded in the same step that took it from its list: the next
+    consumer's sweep puts it back after the visibility timeout, marked redelivered, and once
+    acknowledged it is gone. ``stop-while-waiting``: the message came while the consumer was
+    waiting for work (the wait takes nothing; the claim behind it does)."""
+    where = kill_with_the_reply_unread(private_redis, mode, harden=True)
+    assert where == {"queued": 0, "unacked": 1}
+    assert collect(private_redis, 30) == {"bodies": ["job-1"], "redelivered": [True]}
+    client = redis_client(private_redis.url)
+    assert (client.llen("work"), client.hlen("unacked"), client.zcard("unacked_index")) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("harden", [False, True], ids=["kombu-as-shipped", "repaired"])
+def test_a_consumer_killed_while_it_sweeps_holds_back_the_others_sweeps_one_period_at_most(
+        private_redis: PrivateRedis, harden: bool) -> None:
+    """A consumer is SIGKILLed while it holds the lock of the sweep that puts back messages past
+    the visibility timeout (found in the repeated-kill test under load). kombu as shipped: the
+    lock stands 300 s and no consumer sweeps meanwhile, so a dead consumer's message stays out.
+    Repaired: the lock lasts one sweep period (1 s here) and the message comes back."""
+    assert kill_with_the_reply_unread(private_redis, "stop-before-poll", harden=True) == {
+        "queued": 0, "unacked": 1}
+    kill_when_it_says(private_redis.url, "stop-in-sweep", "sweeping", harden=harden)
+    client = redis_client(private_redis.url)
+    lock_ms = client.pttl("unacked_mutex")  # -2: already expired
+    if harden:
+        assert lock_ms <= 1000
+        assert collect(private_redis, 30) == {"bodies": ["job-1"], "redelivered": [True]}
+    else:
+        assert lock_ms > 290_000
+        assert collect(private_redis, 2 * 2 + 2)["bodies"] == []  # past the visibility timeout
+        assert client.hlen("unacked") == 1  # still there: held back, not lost
+
+
+def command_calls(broker: PrivateRedis) -> dict[str, int]:
+    stats = redis_client(broker.url).info("commandstats")
+    return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0)
+            for name in ("brpop", "eval", "blmove")}
+
+
+def consume_mix(broker: PrivateRedis, mode: str, *, harden: bool) -> tuple[dict, dict]:
+    """Run the ``order`` scenario on an empty broker: what came in which order, and which
+    commands took it."""
+    client = redis_client(broker.url)
+    client.flushdb()
+    client.config_resetstat()
+    done = subprocess.run(scenario(broker.url, mode, harden=harden), cwd=REPO, text=True,
+                          capture_output=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), command_calls(broker)
+
+
+def test_claims_keep_kombus_priority_order_and_rotation_between_queues(
+        private_redis: PrivateRedis) -> None:
+    """Two queues, three priorities, published interleaved: the repaired consumer takes them
+    in exactly the order kombu's BRPOP does (most urgent first, queues taking turns), with
+    claims only."""
+    shipped, shipped_calls = consume_mix(private_redis, "order", harden=False)
+    repaired, repaired_calls = consume_mix(private_redis, "order", harden=True)
+    assert len(shipped["bodies"]) == len(ORDER_MIX)
+    assert repaired["bodies"] == shipped["bodies"]
+    assert [b[:2] for b in shipped["bodies"]] == ["a0", "b0", "a0", "b0", "b0", "a3", "b3", "a3",
+                                                  "b9", "a9", "b9", "a9"]
+    assert shipped_calls["brpop"] >= len(ORDER_MIX) and shipped_calls["eval"] == 0
+    assert repaired_calls["brpop"] == 0 and repaired_calls["eval"] >= len(ORDER_MIX)
+    assert shipped["unacked"] == repaired["unacked"] == 0  # every one acknowledged
+
+
+def test_a_consumer_that_does_not_acknowledge_keeps_kombus_brpop(
+        private_redis: PrivateRedis) -> None:
+    """A no_ack consumer (Celery's reply queues) must not leave records that would bring its
+    messages back later: its channel pops with BRPOP, records nothing."""
+    result, calls = consume_mix(private_redis, "order-no-ack", harden=True)
+    assert len(result["bodies"]) == len(ORDER_MIX)
+    assert result["unacked"] == 0
+    assert calls["brpop"] >= len(ORDER_MIX) and calls["eval"] == 0
+
+
+def start_worker(fleet: Fleet, name: str) -> subprocess.Popen:
+    """A real ``celery worker`` (solo pool: the main process consumes and runs the task)."""
+    argv = [sys.executable, "-m", "celery", "-A", "tests.pop_kill_worker", "worker", "-P",
+            "solo", "--without-gossip", "--without-mingle", "--without-heartbeat", "-Q", "work",
+            "-n", f"{name}@%h", "--loglevel", "INFO"]
+    worker = fleet.spawn(argv, name)
+    log = fleet.log_dir / f"{name}.log"
+    wait_until(lambda: [] if " ready." in log.read_text(errors="replace") else ["not ready"],
+               60, f"{name} ready\n{fleet.logs()}")
+    return worker
+
+
+@contextmanager
+def job_sender(broker: PrivateRedis) -> Iterator[Callable[[str], None]]:
+    """Publishes ``note`` jobs on ``work`` on one connection, so once warmed up (the first job
+    makes routes, producer and channel) a publish is one LPUSH: it must land while a stopped
+    worker's request for work, which ends after 0.2 s repaired, is still on the wire."""
+    from celery import Celery
+
+    sender = Celery("pop-kill-sender", broker=broker.url, set_as_current=False)
+    try:
+        with sender.connection_for_write() as connection:
+            def send(text: str) -> None:
+                sender.send_task("note", [text], queue="work", connection=connection)
+
+            yield send
+    finally:
+        sender.close()
+
+
+def stop_with_a_request_answered(worker: subprocess.Popen, broker: PrivateRedis,
+                                 send: Callable[[str], None], notes: Path, attempt: int
+                                 ) -> str | None:
+    """SIGSTOP the worker, publish one job: if its pending request for work took the job
+    (the job left its list), return the job's text with the worker still stopped; else let
+    the worker go on, wait until it ran the job (None)."""
+    client = redis_client(broker.url)
+    os.kill(worker.pid, signal.SIGSTOP)
+    text = f"job-{attempt}"
+    send(text)
+    deadline = time.monotonic() + 3  # longer than any request's own timeout (kombu's is 1 s)
+    while client.llen("work") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if client.llen("work") == 0:
+        return text
+    os.kill(worker.pid, signal.SIGCONT)
+    wait_until(lambda: [] if text in notes.read_text() else ["not run"], 30,
+               "the worker let go runs the job")
+    return None
+
+
+@pytest.mark.parametrize("harden", [False, True], ids=["kombu-as-shipped", "repaired"])
+def test_real_worker_killed_with_a_taken_job_unread(harden: bool, private_redis: PrivateRedis,
+                                                    tmp_path: Path) -> None:
+    """A real ``celery worker`` stopped (SIGSTOP) while its request for work is on the wire;
+    a job is published and taken by that request; the worker is SIGKILLed before it could read
+    the answer, and a second worker starts. kombu as shipped: the job is on the broker nowhere
+    and never runs. Repaired: it is in ``unacked`` and the second worker runs it, redelivered."""
+    notes = tmp_path / "notes.txt"
+    notes.touch()
+    logs = tmp_path / "worker-logs"
+    logs.mkdir()
+    fleet = Fleet(private_redis.url, {"POP_KILL_BROKER": private_redis.url,
+                                      "POP_KILL_NOTES": str(notes),
+                                      "POP_KILL_HARDEN": "1" if harden else "0"}, logs)
+    try:
+        first = start_worker(fleet, "first")
+        with job_sender(private_redis) as send:
+            send("warm-up")
+            wait_until(lambda: [] if "warm-up" in notes.read_text() else ["not run"], 30,
+                       f"the first worker runs a job\n{fleet.logs()}")
+            for attempt in range(10):
+                taken = stop_with_a_request_answered(first, private_redis, send, notes, attempt)
+                if taken:
+                    break
+        assert taken, "no job was ever taken by a request on the wire"
+        first.kill()
+        first.wait()
+        client = redis_client(private_redis.url)
+        assert client.llen("work") == 0
+        assert client.hlen("unacked") == (1 if harden else 0)
+        start_worker(fleet, "second")
+        if harden:
+            wait_until(lambda: [] if taken in notes.read_text() else ["not run"], 30,
+                       f"the taken job runs again\n{fleet.logs()}")
+            assert f"{taken} redelivered=True" in notes.read_text().splitlines()
+        else:
+            time.sleep(2 * 2 + 2)  # twice the visibility timeout, and the sweep's interval
+            assert taken not in notes.read_text()
+            assert (client.llen("work"), client.hlen("unacked")) == (0, 0)
+    finally:
+        fleet.stop()
+
+
+def test_the_claiming_repair_is_applied_once_and_only_to_the_kombu_it_was_written_for() -> None:
+    from kombu.transport import redis as kombu_redis
+
+    import pipeline.fleet  # noqa: F401 - applies the repairs, as every memq process
+
+    start = kombu_redis.Channel._brpop_start
+    assert getattr(start, "__wrapped__", None) is not None  # this kombu gets it
+    broker_fixes.harden_kombu_redis()
+    assert kombu_redis.Channel._brpop_start is start  # not wrapped twice
+    assert not hasattr(start.__wrapped__, "__wrapped__")
+    assert kombu_redis.QoS.unacked_mutex_expire.fget is broker_fixes.sweep_lock_expiry
+    assert broker_fixes.written_for((5, 5, 0)) and broker_fixes.written_for((5, 7, 2))
+    assert not broker_fixes.written_for((5, 4, 2)) and not broker_fixes.written_for((5, 8, 0))
+    assert broker_fixes.redis_version("7.0.15") >= broker_fixes.CLAIMS_NEED_REDIS
+    assert broker_fixes.redis_version("6.0.9") < broker_fixes.CLAIMS_NEED_REDIS
+    assert broker_fixes.redis_version("7.2.0-rc1") == (7, 2, 0)
+    assert broker_fixes.redis_version("") < broker_fixes.CLAIMS_NEED_REDIS
