@@ -38,20 +38,22 @@ def _settings(args: argparse.Namespace) -> Settings:
                          agent=getattr(args, "agent", None))
 
 
-def _existing(settings: Settings) -> Settings:
+def _existing(settings: Settings, *, files_here: bool = False) -> Settings:
     """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist, or
-    :class:`MemoryDisabled` when the memory is turned off (``enabled = false``)."""
+    :class:`MemoryDisabled` when the memory is turned off (``enabled = false``).
+    ``files_here``: the command needs the files on this host even when the store is not."""
     if not settings.enabled:
         raise memory_disabled(settings.config_file)
-    return _with_workspace(settings)
+    return _with_workspace(settings, files_here=files_here)
 
 
-def _with_workspace(settings: Settings) -> Settings:
+def _with_workspace(settings: Settings, *, files_here: bool = False) -> Settings:
     """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist
-    (on the host that holds the memory's store: elsewhere its shard's host reads the files)."""
+    (on the host that holds the memory's store, or ``files_here``: elsewhere its shard's host
+    reads its own copy)."""
     from pipeline.placement import store_is_here
 
-    if not settings.workspace.is_dir() and store_is_here(settings):
+    if not settings.workspace.is_dir() and (files_here or store_is_here(settings)):
         raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
                                "--workspace, the config's workspace or the agent's; create the "
                                "folder first to start a new memory)")
@@ -521,7 +523,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
               f"{', '.join(s.agent_id for s in watched)} (Ctrl-C to stop; memories added to "
               "or removed from the configuration are followed)", file=sys.stderr)
     else:
-        watched = [_existing(_settings(args))]
+        watched = [_existing(_settings(args), files_here=True)]
         print(f"memq: watching {watched[0].workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
     run_watch(watched, polling=args.polling, debounce_s=debounce,
@@ -537,7 +539,7 @@ def _watch_reading(args: argparse.Namespace) -> Reading:
     from workers.watching import Reading
 
     catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
-    memories = _memories_of_config(args, catalog)
+    memories = _memories_of_config(args, catalog, files_here=True)
     absent = []
     for name, settings in memories:
         if isinstance(settings, str):
@@ -549,8 +551,8 @@ def _watch_reading(args: argparse.Namespace) -> Reading:
                    lambda: catalog.changed() or any(path.is_dir() for path in absent))
 
 
-def _memories_of_config(args: argparse.Namespace, catalog: MemoryCatalog | None = None
-                        ) -> list[tuple[str, Settings | str]]:
+def _memories_of_config(args: argparse.Namespace, catalog: MemoryCatalog | None = None,
+                        *, files_here: bool = False) -> list[tuple[str, Settings | str]]:
     """Every memory of the configuration (``--all``; its ``catalog`` when read already), in
     its order: its settings, or why it cannot be used (workspace gone, turned off, bad keys)."""
     from pipeline.catalog import MemoryCatalog
@@ -559,7 +561,7 @@ def _memories_of_config(args: argparse.Namespace, catalog: MemoryCatalog | None 
     out: list[tuple[str, Settings | str]] = []
     for name in catalog.names():
         try:
-            out.append((name, _existing(catalog.settings(name))))
+            out.append((name, _existing(catalog.settings(name), files_here=files_here)))
         except (MemqError, ConfigError) as exc:
             out.append((name, str(exc)))
     return out
@@ -708,6 +710,64 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print("memq: no broker configured; using redis://127.0.0.1:6379/0", file=sys.stderr)
     os.execv(argv[0], argv)
     return 0  # not reached
+
+
+def cmd_shard(args: argparse.Namespace) -> int:
+    """``memq shard copy|forget --shard N``: move a shard's stores to this host through the
+    broker, or say this host holds them no more."""
+    from pipeline.placement import unclaim
+
+    if args.action == "forget":
+        dropped = unclaim([args.shard])
+        _emit(args, {"shard": args.shard, "forgotten": bool(dropped)},
+              f"this host no longer claims shard {args.shard}" if dropped else
+              f"this host did not claim shard {args.shard}")
+        return 0
+    return _shard_copy(args)
+
+
+def _shard_copy(args: argparse.Namespace) -> int:
+    from pipeline.catalog import MemoryCatalog
+    from pipeline.fleet import require_broker
+    from pipeline.remote import ShardReader
+    from pipeline.routing import shard_of
+    from pipeline.shard_copy import pull_store
+
+    catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
+    names = [catalog.settings(args.agent).agent_id] if args.agent else catalog.names()
+    results, readers = [], {}
+    try:
+        for name in names:
+            settings = catalog.settings(name)
+            if settings.fleet.shard_of(name) != args.shard:
+                continue
+            pinned = settings.fleet.shard
+            source = (pinned if pinned is not None or not args.from_shards
+                      else shard_of(name, args.from_shards))
+            row: dict[str, Any] = {"memory": name, "from_shard": source,
+                                   "store": str(settings.store.path)}
+            if settings.store.path.exists() and not args.replace:
+                results.append({**row, "error": "a store is here already (--replace to "
+                                                "overwrite it)"})
+                continue
+            url = require_broker(settings.broker_url, "memq shard copy")
+            reader = readers.get(url) or readers.setdefault(url, ShardReader(url, args.timeout))
+            try:
+                results.append({**row, **pull_store(reader, name, source,
+                                                    settings.store.path)})
+            except MemqError as exc:
+                results.append({**row, "error": str(exc)})
+    finally:
+        for reader in readers.values():
+            reader.close()
+    lines = [f"{r['memory']}: " + (f"failed: {r['error']}" if "error" in r else
+                                   f"copied {_size(r['bytes'])} ({r['chunks']} chunks, "
+                                   f"{r['vectors']} vectors) from shard {r['from_shard']} in "
+                                   f"{r['seconds']:.1f}s" if r["bytes"] else "nothing indexed")
+             for r in results] or [f"no memory of the configuration is in shard {args.shard}"]
+    failed = sum("error" in r for r in results)
+    _emit(args, {"shard": args.shard, "memories": results}, "\n".join(lines))
+    return 1 if failed else 0
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
@@ -863,6 +923,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a shard this writer owns, or whose reads this reader answers (repeat "
                         "for several; default: all fleet.shards)")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("shard", parents=[common],
+                       help="move a shard's stores to this host (copy), or release them "
+                            "(forget)")
+    p.add_argument("action", choices=["copy", "forget"],
+                   help="copy: pull the shard's stores from the readers that serve them now; "
+                        "forget: this host no longer holds the shard")
+    p.add_argument("--shard", type=int, required=True, metavar="N")
+    p.add_argument("--from-shards", type=int, metavar="M",
+                   help="the shard count before a growth (the memories now in shard N are "
+                        "copied from their shard among M)")
+    p.add_argument("--replace", action="store_true", help="overwrite a store already here")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait for each answer of the old host's reader (120)")
+    p.set_defaults(func=cmd_shard)
 
     p = sub.add_parser("flower", parents=[common], help="Flower monitoring for the fleet")
     p.add_argument("--port", type=int, default=5555)

@@ -30,11 +30,13 @@ from pipeline.messages import (
     BatchUpdate,
     EmbedJob,
     EmbedResult,
+    FileChanges,
     IndexRequest,
     QmdJobRequest,
     Route,
 )
 from pipeline.routing import (
+    APPLY_TASK,
     BATCH_POLL_TASK,
     BATCH_SUBMIT_TASK,
     BATCH_UPDATE_TASK,
@@ -277,6 +279,11 @@ class FleetDispatcher:
         its job id (``job_id``, else a new one: :func:`pipeline.routing.new_job_id`)."""
         return self._send(INDEX_TASK, request.to_json(), control_queue(request.shard),
                           route=request.route, task_id=job_id or new_job_id(request.memory))
+
+    def file_changes(self, message: FileChanges) -> str:
+        """Send a producer's file changes to the memory's writer host, in its lane."""
+        return self._send(APPLY_TASK, message.to_json(), control_queue(message.shard),
+                          route=message.route)
 
     def rebuild_later(self, memory: str, countdown: float = 0.0, *, shard: int = 0) -> bool:
         """Queue the next step of a rebuild on the writer's queue."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +43,15 @@ from pipeline.errors import (
     memory_disabled,
 )
 from pipeline.ingest.append import append_note
-from pipeline.ingest.producer import IndexReport, index_once, stale_memory_paths, sync_files
+from pipeline.ingest.multimodal import ReceivedMedia
+from pipeline.ingest.producer import (
+    IndexReport,
+    Known,
+    index_once,
+    queue_pending,
+    stale_memory_paths,
+    sync_files,
+)
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale
 from pipeline.ingest.reindex import (
     RebuildProgress,
@@ -53,7 +62,8 @@ from pipeline.ingest.reindex import (
 )
 from pipeline.ingest.sessions import session_get
 from pipeline.ingest.sources import relative_path, resolve_memory_path
-from pipeline.messages import ProviderSpec
+from pipeline.ingest.transfer import apply_changes
+from pipeline.messages import FileChanges, ProviderSpec, Route
 from pipeline.placement import store_is_here
 from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
 from pipeline.qmd.jobs import QmdJobs, needs_boot
@@ -62,7 +72,7 @@ from pipeline.routing import embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.status import index_status
-from pipeline.store import batches, joblog, reads, schema
+from pipeline.store import batches, cache, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
 from pipeline.store.owner import check_owner, owner_of
 
@@ -436,16 +446,20 @@ class Memory:
 
     def _append_elsewhere(self, text: str, target: str) -> Appended:
         """``append`` of a memory whose store is on another host: with the workspace here,
-        the note is written here and an index job goes to the shard (the answer waits, up to
-        ``fleet.queryTimeoutMs``, until the shard's index reflects it); without it, the
-        shard's host appends and indexes the note."""
+        the note is written here and sent to the shard's writer (the answer waits, up to
+        ``fleet.queryTimeoutMs``, until the writer has written it); without it, the shard's
+        host appends and indexes the note."""
         if not self.workspace.is_dir():
             return self.remote.append(text, target)
         note = append_note(text, target, settings=self.settings)
         try:
-            job = self.remote.queue_index(interactive=True)
-            indexed = self.remote.wait_indexed(note.path,
-                                               self.settings.fleet.query_timeout_ms / 1000)
+            run = self._index_elsewhere(
+                wait=False, retry_failed=False, rebuild=None, on_progress=None, warn=None,
+                started=time.monotonic(), interactive=True,
+                paths=[Path(os.path.normpath(self.workspace / note.path))])
+            job = run.job_id
+            indexed = job is not None and self.remote.wait_ended(
+                job, self.settings.fleet.query_timeout_ms / 1000)
         except FleetError as exc:  # on disk already: report, never raise (see append)
             return replace(note, warning=f"saved, but indexing it failed: {exc}")
         return replace(note, indexed=indexed, vectors=VECTORS_QUEUED,
@@ -535,18 +549,42 @@ class Memory:
 
     def _index_elsewhere(self, *, wait: bool, retry_failed: bool, rebuild: str | None,
                          on_progress: Callable[[int, int], None] | None,
-                         warn: Callable[[str], None] | None, started: float) -> IndexRun:
-        """An index pass of a memory whose store is on another host: a job for its shard's
-        writer host, followed to the end (its vectors written) with ``wait``."""
-        job_id = self.remote.queue_index(retry_failed=retry_failed, rebuild=rebuild)
-        run = IndexRun(IndexReport(), MODE_REMOTE, None, None,
-                       f"the store is on shard {self.shard}'s host: sent as job {job_id}",
+                         warn: Callable[[str], None] | None, started: float,
+                         paths: list[Path] | None = None, interactive: bool = False
+                         ) -> IndexRun:
+        """An index pass of a memory whose store is on another host, followed to the end (its
+        vectors written) with ``wait``: with the files here, a pass here that sends what
+        changed to the shard's writer (nothing when nothing changed); without them, a job for
+        the shard's host, which reads its own copy."""
+        here = self.workspace.is_dir()
+        if here and rebuild is not None:
+            raise FleetError(f"a rebuild of memory {self.name!r} runs on the host of its "
+                             f"store (shard {self.shard}), which does not have its files: "
+                             "move the store aside there and index again from here")
+        if here:
+            job_id, report = self.remote.produce(paths=paths, interactive=interactive,
+                                                 retry_failed=retry_failed,
+                                                 origin="sync" if interactive else "remote")
+        else:
+            job_id, report = self.remote.queue_index(
+                retry_failed=retry_failed, rebuild=rebuild, interactive=interactive), None
+        sent = f"sent as job {job_id}" if job_id else "nothing changed"
+        run = IndexRun(report or IndexReport(), MODE_REMOTE, None, None,
+                       f"the store is on shard {self.shard}'s host: {sent}",
                        job_id=job_id, vectors=VECTORS_QUEUED)
-        if wait:
+        if wait and job_id is not None:
             job = self.follow_job(job_id, on_progress=on_progress, warn=warn)
-            run.report = IndexReport.from_counts(job.result)
             if job.state != "done":
                 raise FleetError(f"job {job_id} {job.state}: {job.error}")
+            counts = IndexReport.from_counts(job.result)
+            if report is None:
+                run.report = counts
+            else:  # what the writer made of what was sent
+                report.chunks_queued, report.chunks_cached, report.jobs = (
+                    counts.chunks_queued, counts.chunks_cached, counts.jobs)
+                report.errors += [e for e in job.result.get("errors", ()) if e not in
+                                  report.errors]
+        if wait:
             run.waited = True
             run.failed_chunks = int(self.remote.status().get("failed") or 0)
         run.seconds = time.monotonic() - started
@@ -564,11 +602,10 @@ class Memory:
         vectors embedded here or queued to the fleet (``run.vectors`` says which). For a
         memory whose store is on another host, an index job for its shard."""
         self._check_enabled()
-        if not self.here:  # a job for the shard: this host never creates the store
-            job_id = self.remote.queue_index(interactive=True)
-            return IndexRun(IndexReport(), MODE_REMOTE, None, None,
-                            f"the store is on shard {self.shard}'s host: sent as job {job_id}",
-                            job_id=job_id, vectors=VECTORS_QUEUED)
+        if not self.here:  # sent to the shard: this host never creates the store
+            return self._index_elsewhere(wait=False, retry_failed=False, rebuild=None,
+                                         on_progress=None, warn=None,
+                                         started=time.monotonic(), interactive=True)
         db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
@@ -845,6 +882,81 @@ class Memory:
             return self.remote.job_waiting(job_id)
         except Exception:  # a hint only: the broker may be down
             return False
+
+    # -- a shard's side of a producer on another host --------------------------------------
+
+    def manifest(self) -> dict[str, Known]:
+        """The store's files (path -> hash, mtime_ns, size, error): what a producer on another
+        host compares its files with. Empty when nothing is indexed (nothing is created)."""
+        db = self._open_store()
+        if db is None:
+            return {}
+        try:
+            return reads.known_files(db)
+        finally:
+            db.close()
+
+    def apply_changes(self, message: FileChanges, job_request: Any = None) -> IndexReport:
+        """Write one part of a producer pass that ran on another host (the host that holds
+        the files; :mod:`pipeline.ingest.transfer`), as a local pass would, and queue the
+        embedding work; recorded in the job log as job ``message.job`` (started by its first
+        part, done with its last)."""
+        self._check_enabled()
+        jobs = self.jobs
+        job = message.job
+        host = getattr(job_request, "hostname", None)
+        if message.part == 0:
+            meta = jobs.started(job, memory=self.name, origin=message.origin, host=host,
+                                request=job_request)
+            before = IndexReport()
+        else:
+            earlier = jobs.get(job)
+            meta = {"memory": self.name, "origin": message.origin,
+                    "host": host or socket.gethostname(),
+                    "startedAt": earlier.started_at if earlier else time.time()}
+            before = IndexReport.from_counts(earlier.result if earlier else {})
+        try:
+            report = self._apply_changes(message)
+        except BaseException as exc:
+            jobs.failed(job, f"{type(exc).__name__}: {exc}"[:1000], meta, job_request)
+            raise
+        counts = {name: before.counts()[name] + value
+                  for name, value in report.counts().items()}
+        counts["files"] = message.files
+        result = {**meta, **counts, "errors": report.errors[:20]}
+        if message.last:
+            jobs.finished(job, result, job_request)
+        else:
+            jobs.progress(job, result, job_request, force=True)
+        return report
+
+    def _apply_changes(self, message: FileChanges) -> IndexReport:
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
+        try:
+            schema.ensure_schema(db)
+            check_owner(db, self.owner, claim=True)
+            indexed = schema.get_meta(db, "index") is not None
+            choice = self._index_choice(db) if indexed else choose_provider(self.settings)
+            report, media = apply_changes(db, self.settings, choice, message.changes)
+            report.errors = [*message.errors, *report.errors]
+            if report.rebuild_needed:
+                raise FleetError(f"the index of memory {self.name!r} was built for another "
+                                 "configuration: rebuild it from the host of its files "
+                                 "(move the store aside on this host, then memq index there)")
+            if choice.spec is not None:
+                queue_pending(db, choice.spec, self.dispatcher.embed, memory=self.name,
+                              retry_failed=message.retry_failed, report=report,
+                              media=ReceivedMedia(media, self.settings.multimodal),
+                              route=Route(self.shard, message.interactive),
+                              use_cache=self.settings.cache.enabled)
+            with schema.transaction(db):
+                cache.prune_cache(db, self.settings.cache.max_entries)
+                schema.set_meta(db, "last_index_at", time.time())
+            return report
+        except db.operational_error as exc:
+            raise as_store_error(exc, db.path) or exc from exc
+        finally:
+            db.close()
 
     def forget_queued(self) -> None:
         """Jobs sent to a dispatcher that does not outlive this process died with it: let the

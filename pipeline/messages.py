@@ -18,6 +18,8 @@ float32.
   the writer (provider batch-file APIs, :mod:`pipeline.batch.workflow`);
 - :class:`IndexRequest` → the writer's ``control`` queue (``memq index --remote``).
 - :class:`QmdJobRequest` → the same ``control`` queue (a QMD backend's update job).
+- :class:`FileChanges` → the same ``control`` queue: what changed in a memory's files, sent
+  by the host that holds them when the store is on another host;
 - :class:`QueryRequest` → the shard's ``query`` queue, where a reader on the host that holds
   the memory's store answers with a :class:`QueryReply` (a search, a read, a status from any
   host).
@@ -774,10 +776,112 @@ class QmdJobRequest:
                    fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
 
 
+# -- files from a producer on another host ---------------------------------------------------
+
+#: What happened to a file: new or changed bytes (``write``), the same bytes under a new stat
+#: (``touch``), or gone (``delete``).
+FileOp = Literal["write", "touch", "delete"]
+FileSource = Literal["memory", "sessions"]
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _sha256(value: Any, where: str) -> str:
+    text = _text(value, where)
+    if text and not _SHA256.fullmatch(text):
+        raise _refuse(where, "a sha256 hex digest", value)
+    return text
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One memory file as the producer that holds it saw it change: its path relative to the
+    workspace (as the store keeps it), its source, its stat, the sha256 of its bytes, and the
+    bytes themselves for a ``write``: as ``text`` when they are UTF-8 text, else as base64
+    ``data`` (an image, bytes a local pass would refuse). ``error`` says why a file could not
+    be read at all (it then has no bytes)."""
+
+    path: str
+    source: FileSource
+    op: FileOp
+    mtime_ns: int = 0
+    size: int = 0
+    hash: str = ""
+    text: str | None = None
+    data: str | None = None
+    error: str | None = None
+
+    def raw(self) -> bytes | None:
+        """The file's bytes (None for a touch, a delete or an unreadable file)."""
+        if self.text is not None:
+            return self.text.encode("utf-8")
+        if self.data is not None:
+            return base64.b64decode(self.data)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "a file change") -> FileChange:
+        fields = MessageFields(data, where)
+        return cls(fields.text("path"), fields.choice("source", get_args(FileSource)),  # type: ignore[arg-type]
+                   fields.choice("op", get_args(FileOp)),  # type: ignore[arg-type]
+                   fields.whole("mtime_ns", 0), fields.whole("size", 0),
+                   fields.read("hash", _sha256, ""), fields.optional_text("text"),
+                   fields.read("data", _base64, None), fields.optional_text("error"))
+
+    @property
+    def weight(self) -> int:
+        """About how many bytes this change adds to a message."""
+        return len(self.path) + len(self.text or "") + len(self.data or "") + 200
+
+
+@dataclass(frozen=True)
+class FileChanges:
+    """Part ``part`` of a producer pass (job ``job``) over ``memory``'s files, for the writer
+    of its shard (``control.<shard>``), which applies them exactly as a local pass would; the
+    ``last`` part also queues the embedding work. ``files`` is how many files the pass looked
+    at, ``errors`` what it could not read (a folder it cannot list: its files are kept);
+    ``retry_failed`` queues the memory's failed chunks again."""
+
+    memory: str
+    job: str
+    changes: tuple[FileChange, ...] = ()
+    part: int = 0
+    last: bool = True
+    files: int = 0
+    errors: tuple[str, ...] = ()
+    origin: str = "remote"
+    shard: int = 0
+    interactive: bool = False
+    retry_failed: bool = False
+
+    @property
+    def route(self) -> Route:
+        return Route(self.shard, self.interactive)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "kind": "file-changes", "memory": self.memory, "job": self.job,
+                "changes": [c.to_json() for c in self.changes], "part": self.part,
+                "last": self.last, "files": self.files, "errors": list(self.errors),
+                "origin": self.origin, "route": self.route.to_json(),
+                "retry_failed": self.retry_failed}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FileChanges:
+        fields = _checked(data, "file changes", "file-changes")
+        route = fields.read("route", Route.from_json, DEFAULT_ROUTE)
+        return cls(fields.name("memory"), fields.text("job"),
+                   fields.each("changes", FileChange.from_json), fields.whole("part", 0),
+                   fields.flag("last", True), fields.whole("files", 0),
+                   fields.each("errors", _text, ()), fields.text("origin", "remote"),
+                   route.shard, route.interactive, fields.flag("retry_failed", False))
+
+
 # -- reads from any host ----------------------------------------------------------------------
 
 #: What a reader is asked (:class:`QueryRequest`).
-QueryOp = Literal["search", "get", "status", "stale", "append", "jobs"]
+QueryOp = Literal["search", "get", "status", "stale", "append", "jobs", "manifest", "export"]
 _OPTIONAL_WHOLE: Check[int | None] = lambda v, where: None if v is None else _whole(0)(v, where)  # noqa: E731
 
 
@@ -801,6 +905,9 @@ QUERY_ARGS: dict[str, dict[str, tuple[Check[Any], bool]]] = {
     "stale": {},
     "append": {"text": (_text, True), "target": (_text, False)},
     "jobs": {"limit": (_OPTIONAL_WHOLE, False), "id": (_optional_text, False)},
+    "manifest": {},
+    "export": {"token": (_optional_text, False), "offset": (_OPTIONAL_WHOLE, False),
+               "size": (_OPTIONAL_WHOLE, False), "close": (_flag, False)},
 }
 
 
@@ -818,8 +925,9 @@ def _query_args(op: str, args: Any, where: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class QueryRequest:
     """A read of one memory (:data:`QUERY_ARGS`: ``search``, ``get``, ``status``, ``stale``,
-    ``jobs``, or the ``append`` of a note to its files), sent to its shard's ``query`` queue and
-    answered by a reader on the host that holds the memory's store."""
+    ``jobs``, ``manifest``, ``export`` of a copy of its store, or the ``append`` of a note to
+    its files), sent to its shard's
+    ``query`` queue and answered by a reader on the host that holds the memory's store."""
 
     memory: str
     op: QueryOp

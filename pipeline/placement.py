@@ -49,6 +49,19 @@ def claim(shards: Iterable[int], node: str, role: str,
     return written
 
 
+def unclaim(shards: Iterable[int], env: Mapping[str, str] | None = None) -> list[int]:
+    """This host no longer holds the stores of ``shards`` (its shard was moved); the shards
+    it had claimed."""
+    dropped = []
+    for shard in sorted(set(shards)):
+        try:
+            (claims_dir(env) / f"{shard}.json").unlink()
+            dropped.append(shard)
+        except FileNotFoundError:
+            pass
+    return dropped
+
+
 def claimed(env: Mapping[str, str] | None = None) -> set[int]:
     """The shards this host's data dir claims."""
     try:

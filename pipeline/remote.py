@@ -1,9 +1,10 @@
 """Reaching a memory whose store is on another host: its shard's readers, over the broker.
 
 :class:`RemoteMemory` is what :class:`~pipeline.Memory` does with a memory whose store this
-host does not hold (:mod:`pipeline.placement`): every read goes to the shard's reader, every
-write (a sync, an index pass, a rebuild) becomes a job for the shard's writer host, and no
-store is ever created here.
+host does not hold (:mod:`pipeline.placement`): every read goes to the shard's reader, and no
+store is ever created here. When the memory's files are here, its index passes run here and
+send what changed to the shard's writer (:meth:`RemoteMemory.produce`); when they are not,
+they are jobs for the shard's host, which reads its own copy.
 
 A :class:`ShardReader` sends a :class:`~pipeline.messages.QueryRequest` to the memory's
 ``query.<shard>`` queue (the interactive lane, expiring with the wait) and waits for the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +37,8 @@ from pipeline.errors import (
     WorkspaceMissing,
 )
 from pipeline.fleet import FleetDispatcher, client_app
+from pipeline.ingest.producer import IndexReport, Known
+from pipeline.ingest.transfer import changes_since, packed, stale_against
 from pipeline.jobs import JobRecord
 from pipeline.messages import IndexRequest, QueryReply, QueryRequest
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -172,12 +176,17 @@ class RemoteMemory:
         """The reader's answer (the same hits, scores and notes the store host gives); a
         shard that does not answer gives ``mode == "unavailable"`` and why. With ``sync``
         (default ``sync.onSearch``), files the index does not reflect are counted
-        (``dirty``) and an index job for them is sent to the shard (``syncing``)."""
+        (``dirty``: against the files here when they are here, else on the shard's host)
+        and sent to the shard (``syncing``), never waited for."""
         want_sync = self.settings.sync.on_search if sync is None else sync
+        files_here = self.settings.workspace.is_dir()
         try:
             results = SearchResults.from_dict(self.ask("search", {
                 "query": query, "maxResults": max_results, "minScore": min_score,
-                "citations": citations, "stale": bool(want_sync)}))
+                "citations": citations, "stale": bool(want_sync) and not files_here}))
+            if want_sync and files_here:
+                stale = self.stale_files()
+                results.dirty = len(stale) or None
         except ShardUnreachable as exc:
             return SearchResults(mode="unavailable", citations=citations, error=str(exc),
                                  action=f"start `memq worker --role reader --shard "
@@ -189,7 +198,11 @@ class RemoteMemory:
                                         f"shard {self.shard}'s host")
         if want_sync and results.dirty:
             try:
-                self.queue_index(interactive=True)
+                if files_here:
+                    self.produce(interactive=True, origin="sync",
+                                 paths=[self.settings.workspace / path for path in stale])
+                else:
+                    self.queue_index(interactive=True)
                 results.syncing = True
             except FleetError as exc:
                 results.sync_error = str(exc)
@@ -199,10 +212,6 @@ class RemoteMemory:
         """Lines of a memory file, read by the shard's reader."""
         return MemoryText.from_dict(self.ask("get", {"path": path, "from": from_line,
                                                      "lines": lines}))
-
-    def stale_files(self) -> list[str]:
-        """The files the shard's index does not reflect yet (as its host sees them)."""
-        return list(self.ask("stale"))
 
     def status(self) -> dict[str, Any]:
         """The status of the memory's index, from its shard (``servedBy``: the reader)."""
@@ -215,6 +224,45 @@ class RemoteMemory:
     def append(self, text: str, target: str) -> Appended:
         """Append a note on the shard's host (the memory's files are there, not here)."""
         return Appended.from_dict(self.ask("append", {"text": text, "target": target}))
+
+    # -- a producer here, the store there -----------------------------------------------------
+
+    def manifest(self) -> dict[str, Known]:
+        """The store's files as its shard's reader lists them: path -> (hash, mtime_ns, size,
+        error)."""
+        listed = self.ask("manifest")
+        return {path: (row[0], int(row[1]), int(row[2]), row[3])
+                for path, row in dict(listed).items()}
+
+    def produce(self, *, paths: list[Path] | None = None, interactive: bool = False,
+                retry_failed: bool = False, origin: str = "remote"
+                ) -> tuple[str | None, IndexReport]:
+        """A producer pass over the memory's files on this host, against its store on the
+        shard's host: what changed is sent to the shard's writer (:mod:`pipeline.ingest.
+        transfer`); a pass that finds nothing sends nothing (job None)."""
+        changes, report = changes_since(self.settings, self.manifest(), paths)
+        report.changed = sum(1 for c in changes if c.op == "write")
+        report.deleted = sum(1 for c in changes if c.op == "delete")
+        if not changes and not retry_failed:
+            return None, report
+        job = new_job_id(self.name)
+        try:
+            for message in packed(changes, memory=self.name, job=job, files=report.files,
+                                  errors=report.errors, shard=self.shard,
+                                  interactive=interactive, origin=origin,
+                                  retry_failed=retry_failed):
+                self.fleet.file_changes(message)
+        except (OperationalError, OSError) as exc:
+            raise FleetError(f"the broker {redact_url(str(self.settings.broker_url))} did "
+                             f"not take the file changes: {exc}") from None
+        return job, report
+
+    def stale_files(self) -> list[str]:
+        """The files on this host the shard's store does not reflect yet, when the workspace
+        is here; else as the shard's host sees them."""
+        if self.settings.workspace.is_dir():
+            return stale_against(self.settings, self.manifest())
+        return list(self.ask("stale"))
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -257,12 +305,13 @@ class RemoteMemory:
                 check()
             time.sleep(POLL_S)
 
-    def wait_indexed(self, path: str, timeout_s: float) -> bool:
-        """Wait until the shard's index reflects ``path`` (at most ``timeout_s``)."""
+    def wait_ended(self, job_id: str, timeout_s: float) -> bool:
+        """Wait until job ``job_id`` ended on the shard's host (at most ``timeout_s``)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if path not in self.stale_files():
-                return True
+            job = self.job(job_id)
+            if job is not None and not job.running:
+                return job.state == "done"
             time.sleep(POLL_S)
         return False
 

@@ -34,6 +34,7 @@ BATCH_POLL_TASK = "memq.batch_poll"
 BATCH_UPDATE_TASK = "memq.batch_update"
 QMD_JOB_TASK = "memq.qmd_update"
 QUERY_TASK = "memq.query"
+APPLY_TASK = "memq.apply_changes"
 
 
 def embed_queue(provider: str) -> str:

@@ -41,6 +41,7 @@ from pipeline.memory import Memory
 from pipeline.messages import QueryReply, QueryRequest
 from pipeline.placement import claim
 from pipeline.routing import QUERY_PREFIX, QUERY_TASK, STORE_PREFIX, control_queue, shard_of_queue
+from pipeline.shard_copy import export_step
 from workers.app import app
 from workers.orphans import BROKER_DIR_ENV
 from workers.runtime import arrival_shard, runtime
@@ -61,7 +62,7 @@ def answer(memory: Memory, request: QueryRequest) -> Any:
         results = memory.search(args["query"], max_results=args.get("maxResults"),
                                 min_score=args.get("minScore"), citations=args.get("citations"),
                                 sync=False)  # never write in a read: a sync is a job
-        if args.get("stale"):
+        if args.get("stale") and memory.workspace.is_dir():  # files elsewhere: not known here
             results.dirty = len(memory.stale_files())
         return results.to_dict()
     if request.op == "get":
@@ -69,7 +70,14 @@ def answer(memory: Memory, request: QueryRequest) -> Any:
     if request.op == "status":
         return memory.status()
     if request.op == "stale":
+        if not memory.workspace.is_dir():
+            raise WorkspaceMissing(f"the files of memory {memory.name!r} are not on the host "
+                                   "of its store: compare them where they are")
         return memory.stale_files()
+    if request.op == "manifest":
+        return {path: list(row) for path, row in memory.manifest().items()}
+    if request.op == "export":
+        return export_step(memory.settings, dict(args))
     if request.op == "append":
         return memory.append(args["text"], args.get("target", "daily")).to_dict()
     if request.op == "jobs":

@@ -27,10 +27,11 @@ from pipeline.errors import (
     StoreBusy,
 )
 from pipeline.ingest.reindex import rebuild_step
-from pipeline.messages import EmbedJob, EmbedResult, IndexRequest, QmdJobRequest
+from pipeline.messages import EmbedJob, EmbedResult, FileChanges, IndexRequest, QmdJobRequest
 from pipeline.qmd import QmdBackend
 from pipeline.qmd.jobs import run_due
 from pipeline.routing import (
+    APPLY_TASK,
     EMBED_TASK,
     INDEX_TASK,
     QMD_JOB_TASK,
@@ -254,6 +255,22 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
                            origin="sync" if request.interactive else "remote",
                            host=self.request.hostname, job_request=self.request)
     return run.report.counts()
+
+
+@app.task(name=APPLY_TASK, bind=True)
+def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
+    """Part of a producer pass that ran on the host holding a memory's files, sent to the
+    writer host that holds its store (``control.<shard>``): applied as a local pass would
+    (:meth:`pipeline.Memory.apply_changes`); every path is checked against the memory's own
+    sources there."""
+    try:
+        changes = FileChanges.from_json(message)
+        runtime.served(changes.memory, arrival_shard(self))
+    except MessageRefused as exc:
+        return refused(message, exc)
+    with runtime.memory(changes.memory) as memory:
+        report = memory.apply_changes(changes, job_request=self.request)
+    return report.counts()
 
 
 @app.task(name=QMD_JOB_TASK, bind=True)

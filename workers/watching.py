@@ -34,6 +34,7 @@ from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
 from pipeline.ingest.watcher import Watcher
 from pipeline.memory import Memory
+from pipeline.placement import store_is_here
 from pipeline.qmd import QmdBackend
 from pipeline.qmd.jobs import QmdJobs
 from pipeline.routing import embed_queue, store_queue
@@ -178,6 +179,50 @@ class WatchService:
                 if progress.done:
                     log.warning("rebuilt index swapped in (%d chunks)", progress.chunks)
 
+
+
+class ProducerService(WatchService):
+    """``memq watch`` of a memory whose store is on another host, on the host that holds its
+    files: each batch of changes, and each reconcile, is a producer pass here that sends what
+    changed to the shard's writer (:meth:`pipeline.remote.RemoteMemory.produce`). This host
+    needs no model and creates no store; the shard's host embeds, rebuilds and requeues."""
+
+    def __init__(self, settings: Settings, *, reconcile_s: float,
+                 polling: bool | None = None, debounce_s: float | None = None) -> None:
+        from pipeline.remote import RemoteMemory  # Celery loads only when used
+
+        self.remote = RemoteMemory(settings)
+        super().__init__(settings, ProviderChoice(None, None, "the store is on another host"),
+                         None, reconcile_s=reconcile_s, polling=polling,
+                         debounce_s=debounce_s)
+        self.qmd = None  # the shard's host runs QMD's jobs
+
+    def _pass(self, paths: set[Path] | None, requeue_after_s: float = REQUEUE_AFTER_S
+              ) -> IndexReport:
+        _, report = self.remote.produce(paths=sorted(paths) if paths is not None else None,
+                                        interactive=paths is not None, origin="watch")
+        self.stats.last_report = report
+        return report
+
+    def queues_idle(self) -> bool:
+        return False  # the shard's writer requeues what was lost, as its passes run
+
+    def on_tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_reconcile:
+            self.reconcile()
+            self._next_reconcile = now + self.reconcile_s
+
+    def reconcile(self) -> IndexReport:
+        report = self._pass(None)
+        self.stats.reconciles += 1
+        return report
+
+    def record_mode(self) -> None:
+        return None  # the store is not here
+
+    def close(self) -> None:
+        self.remote.close()
 
 
 @dataclass(frozen=True)
@@ -399,9 +444,12 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
         dispatchers: dict[tuple[str, ...], FleetDispatcher] = {}
 
         def build(settings: Settings) -> WatchService:
-            choice = choose_provider(settings)
             minutes = (reconcile_minutes or settings.sync.interval_minutes
                        or DEFAULT_RECONCILE_MINUTES)
+            if not store_is_here(settings):
+                return ProducerService(settings, reconcile_s=minutes * 60, polling=polling,
+                                       debounce_s=debounce_s)
+            choice = choose_provider(settings)
             dispatcher: FleetDispatcher | None = None
             if choice.spec is not None:
                 key = ((settings.broker_url,) if settings.broker_url else

@@ -31,6 +31,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from pipeline.config import MultimodalSettings
 from pipeline.ingest.chunking import Chunk, hash_text
@@ -133,6 +134,16 @@ def read_media(file_path: str, rel_path: str, modality: str, size: int,
             raw = fh.read()
     except OSError as exc:
         return None, None, f"unreadable: {exc.strerror or exc}"
+    return check_media(raw, rel_path, modality, settings)
+
+
+def check_media(raw: bytes, rel_path: str, modality: str, settings: MultimodalSettings
+                ) -> tuple[bytes | None, MediaFile | None, str | None]:
+    """:func:`read_media`'s checks on bytes already read (a file sent by the producer that
+    holds it): (raw bytes, checked media, error)."""
+    if len(raw) > settings.max_file_bytes:
+        return None, None, (f"skipped: {len(raw)} bytes is over multimodal.maxFileBytes "
+                            f"({settings.max_file_bytes})")
     mime = sniff_mime(raw[:SNIFF_BYTES])
     if mime is None:
         return raw, None, f"skipped: the bytes are no known {modality} format (corrupt?)"
@@ -152,6 +163,37 @@ def read_media(file_path: str, rel_path: str, modality: str, size: int,
 def file_chunks(media: MediaFile) -> list[Chunk]:
     """The file's single chunk: its label on line 1."""
     return [Chunk(1, 1, media.label, media.chunk_hash)]
+
+
+class MediaParts(Protocol):
+    """Where the bytes of pending media chunks come from when their jobs are queued."""
+
+    def covers(self, rel_path: str) -> bool:
+        """Is this store path a media file (its chunk needs its bytes to be embedded)?"""
+        ...
+
+    def inline(self, rel_path: str, text_hash: str) -> MediaPart | None:
+        """The chunk's bytes (base64) and MIME type, or None when they are not at hand."""
+        ...
+
+
+@dataclass(frozen=True)
+class ReceivedMedia:
+    """A media source for files that arrived in a message (their producer is on another
+    host): the chunk of a file is embedded from the bytes that came with it, when they are
+    still the bytes of its chunk."""
+
+    files: dict[str, MediaFile]
+    settings: MultimodalSettings
+
+    def covers(self, rel_path: str) -> bool:
+        return classify(rel_path, self.settings) is not None
+
+    def inline(self, rel_path: str, text_hash: str) -> MediaPart | None:
+        media = self.files.get(rel_path)
+        if media is None or media.chunk_hash != text_hash:
+            return None
+        return MediaPart(media.mime_type, base64.b64encode(media.payload).decode("ascii"))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from pipeline.batch import workflow
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.errors import StoreError
+from pipeline.errors import StoreError, WorkspaceMissing
 from pipeline.ingest.chunking import CHUNKING_VERSION, chunk_markdown, enforce_input_limit
 from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.live_sessions import (
@@ -33,7 +33,14 @@ from pipeline.ingest.live_sessions import (
     live_sessions_at,
     read_live_session,
 )
-from pipeline.ingest.multimodal import MediaFile, MediaSource, classify, file_chunks, read_media
+from pipeline.ingest.multimodal import (
+    MediaFile,
+    MediaParts,
+    MediaSource,
+    classify,
+    file_chunks,
+    read_media,
+)
 from pipeline.ingest.sessions import read_session_file, session_files, session_files_at
 from pipeline.ingest.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
 from pipeline.ingest.transcripts import SESSIONS_SOURCE, needs_sync, transcript_chunks
@@ -156,6 +163,19 @@ def adopt_identity(db: Database, identity: dict[str, Any]) -> bool:
     return True
 
 
+def decoded(raw: bytes) -> tuple[str | None, str | None]:
+    """A text file's bytes as (text, error): Markdown and transcripts are UTF-8 without NUL;
+    anything else gets a reason instead of crashing the run."""
+    if len(raw) > MAX_FILE_BYTES:
+        return None, f"skipped: over the {MAX_FILE_BYTES} byte limit once decompressed"
+    if b"\x00" in raw:
+        return None, "skipped: contains NUL bytes (binary, not Markdown)"
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return None, f"skipped: not valid UTF-8 (byte {exc.start})"
+
+
 def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, str | None]:
     """Return (raw bytes, text, error). Bad files get a reason instead of crashing the run."""
     if size > MAX_FILE_BYTES:
@@ -170,18 +190,12 @@ def _read_text(file: SourceFile, size: int) -> tuple[bytes | None, str | None, s
         return None, None, f"unreadable: {exc.strerror or exc}"
     except zstandard.ZstdError as exc:
         return None, None, f"unreadable: a damaged zstd archive ({exc})"
-    if len(raw) > MAX_FILE_BYTES:
-        return None, None, f"skipped: over the {MAX_FILE_BYTES} byte limit once decompressed"
-    if b"\x00" in raw:
-        return raw, None, "skipped: contains NUL bytes (binary, not Markdown)"
-    try:
-        return raw, raw.decode("utf-8"), None
-    except UnicodeDecodeError as exc:
-        return raw, None, f"skipped: not valid UTF-8 (byte {exc.start})"
+    text, error = decoded(raw)
+    return (None if len(raw) > MAX_FILE_BYTES else raw), text, error
 
 
 @dataclass
-class _Read:
+class FileRead:
     """What one pass read of a memory file or live transcript, ready to be written."""
 
     path: str
@@ -194,60 +208,73 @@ class _Read:
     media: MediaFile | None = None  # a media file's checked bytes (multimodal)
 
 
-def _sync_file(batch: schema.WriteBatch, file: SourceFile,
-               known: tuple[str, int, int, str | None] | None, settings: Settings,
-               max_input_bytes: int | None, report: IndexReport) -> None:
+Known = tuple[str, int, int, str | None]  # a file's (hash, mtime_ns, size, error) in the store
+
+
+def _read_file(file: SourceFile, known: Known | None, settings: Settings) -> FileRead | None:
+    """What a memory file holds now, or None when its stat says it has not changed (or it
+    vanished between listing and stat: the next pass deletes it)."""
     try:
         stat = os.stat(file.file)
     except OSError:
-        return  # vanished between listing and stat: the next pass deletes it
+        return None
     if known is not None and known[1:3] == (stat.st_mtime_ns, stat.st_size):
-        return
-    read = _Read(file.path, file.source, stat.st_mtime_ns, stat.st_size, None)
+        return None
+    read = FileRead(file.path, file.source, stat.st_mtime_ns, stat.st_size, None)
     modality = classify(file.path, settings.multimodal)
     if modality is not None:
         read.raw, read.media, read.error = read_media(file.file, file.path, modality,
                                                       stat.st_size, settings.multimodal)
     else:
         read.raw, read.text, read.error = _read_text(file, stat.st_size)
-    _apply(batch, read, known, settings, max_input_bytes, report)
+    return read
 
 
-def _sync_live(batch: schema.WriteBatch, session: LiveSession,
-               known: tuple[str, int, int, str | None] | None, settings: Settings,
-               max_input_bytes: int | None, report: IndexReport) -> None:
-    """Like :func:`_sync_file`, for a live transcript of the agent database: its last change
+def _read_live(session: LiveSession, known: Known | None, settings: Settings,
+               report: IndexReport) -> FileRead | None:
+    """Like :func:`_read_file`, for a live transcript of the agent database: its last change
     and JSONL size stand for the stat; the records it reads are its bytes."""
     if session.cold or (known is not None
                         and known[1:3] == (session.mtime_ns, session.size)):
-        return  # unchanged, or in cold storage (what was indexed of it stays)
+        return None  # unchanged, or in cold storage (what was indexed of it stays)
     try:
         raw = read_live_session(settings, session)
     except StoreError as exc:  # busy now, or a damaged record: the next pass tries again
         report.errors.append(f"{session.path}: {exc}")
-        return
+        return None
     if raw is None:
-        return  # moved to cold storage since it was listed
+        return None  # moved to cold storage since it was listed
     text = raw.decode("utf-8", errors="replace")
-    _apply(batch, _Read(session.path, SESSIONS_SOURCE, session.mtime_ns, len(raw), raw, text),
-           known, settings, max_input_bytes, report)
+    return FileRead(session.path, SESSIONS_SOURCE, session.mtime_ns, len(raw), raw, text)
 
 
-def _apply(batch: schema.WriteBatch, read: _Read,
-           known: tuple[str, int, int, str | None] | None, settings: Settings,
-           max_input_bytes: int | None, report: IndexReport) -> None:
+def decide(read: FileRead, known: Known | None, settings: Settings) -> str:
+    """What a pass does with what it read: ``skip`` a transcript under its delta thresholds,
+    ``touch`` unchanged bytes under a new stat, else ``write``."""
+    raw = read.raw
+    if (read.source == SESSIONS_SOURCE and raw is not None and known is not None
+            and known[3] is None and not needs_sync(raw, known[0], known[2], settings)):
+        return "skip"  # a transcript that grew a little: wait for the delta thresholds
+    digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
+    if known is not None and read.error is None and known[0] == digest and known[3] is None:
+        return "touch"
+    return "write"
+
+
+def apply_read(batch: schema.WriteBatch, read: FileRead, known: Known | None,
+               settings: Settings, max_input_bytes: int | None, report: IndexReport) -> None:
     """Write what a pass read: nothing for a transcript under its delta thresholds, a touch
     for unchanged bytes, the error of an unreadable file, else its new chunks."""
     db = batch.db
     raw = read.raw
-    if (read.source == SESSIONS_SOURCE and raw is not None and known is not None
-            and known[3] is None and not needs_sync(raw, known[0], known[2], settings)):
-        return  # a transcript that grew a little: wait for the delta thresholds
-    digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
-    if known is not None and read.error is None and known[0] == digest and known[3] is None:
+    decision = decide(read, known, settings)
+    if decision == "skip":
+        return
+    if decision == "touch":
         with batch.unit():
             writer.touch_file(db, read.path, read.mtime_ns, read.size)
         return
+    digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
     record = writer.FileRecord(read.path, read.source, digest, read.mtime_ns, read.size,
                                read.error)
     report.changed += 1
@@ -272,24 +299,41 @@ def _in_scope(path: str, scopes: set[str]) -> bool:
     return path in scopes or any(path.startswith(s + "/") for s in scopes)
 
 
-def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
-               paths: Iterable[Path] | None = None) -> IndexReport:
-    """Bring chunk rows in line with the disk. Keyword search is complete when this returns.
+@dataclass
+class Scan:
+    """What a pass found of a memory's files: those to look at (``on_disk``, the live
+    transcripts ``live``), the known paths that are gone, and its report so far."""
 
-    With ``paths`` (what a watcher saw change: files or folders), only those are looked at;
-    without, every memory file is. A store built for another fingerprint is not touched:
-    ``report.rebuild_needed`` says a new index must be built (see :mod:`pipeline.ingest.reindex`).
-    """
-    schema.ensure_schema(db)
+    on_disk: list[SourceFile]
+    live: LiveScan | None
+    gone: set[str]
+    report: IndexReport
+
+    def reads(self, known: dict[str, Known], settings: Settings) -> Iterator[FileRead]:
+        """What changed since the store (``known``) saw it, read now."""
+        for file in self.on_disk:
+            read = _read_file(file, known.get(file.path), settings)
+            if read is not None:
+                yield read
+        for session in self.live.sessions if self.live else ():
+            read = _read_live(session, known.get(session.path), settings, self.report)
+            if read is not None:
+                yield read
+
+
+def scan_sources(settings: Settings, known: dict[str, Known],
+                 paths: Iterable[Path] | None = None) -> Scan:
+    """List a memory's files against what the store knows (``known``): every one, or with
+    ``paths`` (what a watcher saw change: files or folders) only those. A full scan of a
+    workspace that is not there raises :class:`~pipeline.errors.WorkspaceMissing`: its files
+    are unknown, not deleted."""
     report = IndexReport()
-    if not adopt_identity(db, index_identity(choice.spec, settings)):
-        report.rebuild_needed = True
-        return report
-    with schema.transaction(db):
-        schema.set_meta(db, "mode_reason", choice.reason)
-    max_input = choice.provider.max_input_bytes if choice.provider else None
-    known = reads.known_files(db)
     if paths is None:
+        if not settings.workspace.is_dir():
+            raise WorkspaceMissing(f"workspace {settings.workspace} of memory "
+                                   f"{settings.agent_id!r} is not on this host: its files "
+                                   "are indexed where they are (memq index / memq watch "
+                                   "there)")
         unreadable: list[tuple[str, str]] = []
         on_disk = memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
                                unreadable=unreadable, patterns=PathPatterns.of(settings))
@@ -320,12 +364,30 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
         gone = {p for p in known if p not in present and _in_scope(p, scopes)
                 and not _in_scope(p, hidden)}
     report.files = len(on_disk) + (len(live.sessions) if live else 0)
+    return Scan(on_disk, live, gone, report)
+
+
+def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
+               paths: Iterable[Path] | None = None) -> IndexReport:
+    """Bring chunk rows in line with the disk. Keyword search is complete when this returns.
+
+    With ``paths`` (what a watcher saw change: files or folders), only those are looked at;
+    without, every memory file is. A store built for another fingerprint is not touched:
+    ``report.rebuild_needed`` says a new index must be built (see :mod:`pipeline.ingest.reindex`).
+    """
+    schema.ensure_schema(db)
+    if not adopt_identity(db, index_identity(choice.spec, settings)):
+        return IndexReport(rebuild_needed=True)
+    with schema.transaction(db):
+        schema.set_meta(db, "mode_reason", choice.reason)
+    max_input = choice.provider.max_input_bytes if choice.provider else None
+    known = reads.known_files(db)
+    scan = scan_sources(settings, known, paths)
+    report = scan.report
     with schema.WriteBatch(db) as batch:
-        for file in on_disk:
-            _sync_file(batch, file, known.get(file.path), settings, max_input, report)
-        for session in live.sessions if live else ():
-            _sync_live(batch, session, known.get(session.path), settings, max_input, report)
-        for path in sorted(gone):
+        for read in scan.reads(known, settings):
+            apply_read(batch, read, known.get(read.path), settings, max_input, report)
+        for path in sorted(scan.gone):
             with batch.unit():
                 writer.delete_file(db, path)
             report.deleted += 1
@@ -387,7 +449,7 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
 
 def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: str,
                   retry_failed: bool = False, report: IndexReport | None = None,
-                  requeue_after_s: float = REQUEUE_AFTER_S, media: MediaSource | None = None,
+                  requeue_after_s: float = REQUEUE_AFTER_S, media: MediaParts | None = None,
                   batch: workflow.BatchRouting | None = None, route: Route = DEFAULT_ROUTE,
                   use_cache: bool = True) -> IndexReport:
     """Serve pending chunks from the cache and submit the rest as embedding jobs of ``memory``.

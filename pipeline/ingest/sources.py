@@ -41,18 +41,18 @@ class SourceFile:
 _Listed = tuple[str, str, str]
 
 
-def _is_markdown(name: str) -> bool:
+def is_markdown(name: str) -> bool:
     return name.lower().endswith(".md")
 
 
-def _extra_filter(multimodal: MultimodalSettings | None) -> Callable[[str], bool]:
+def extra_filter(multimodal: MultimodalSettings | None) -> Callable[[str], bool]:
     """Which file names count under an extra path: Markdown, plus media when multimodal is on."""
     if multimodal is None or not multimodal.active:
-        return _is_markdown
-    return lambda name: _is_markdown(name) or classify(name, multimodal) is not None
+        return is_markdown
+    return lambda name: is_markdown(name) or classify(name, multimodal) is not None
 
 
-def _markdown_under(root: Path, rel_root: str, wanted: Callable[[str], bool] = _is_markdown,
+def _markdown_under(root: Path, rel_root: str, wanted: Callable[[str], bool] = is_markdown,
                     unreadable: list[tuple[str, str]] | None = None) -> Iterator[_Listed]:
     """Every regular ``.md`` file (or ``wanted`` name) below ``root``, never entering symlinks
     or ignored folders.
@@ -103,7 +103,7 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
     extraPaths entries) leave out the files below a globbed folder that match none of its globs.
     """
     workspace = Path(workspace)
-    wanted = _extra_filter(multimodal)
+    wanted = extra_filter(multimodal)
     candidates: list[_Listed] = []
     upper, lower = workspace / "MEMORY.md", workspace / "memory.md"
     for root_file in (upper, lower):
@@ -167,7 +167,7 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Itera
     workspace = Path(workspace)
     extras = [e if e.is_absolute() else workspace / e for e in extra_paths]
     roots = [workspace / "memory", *[e for e in extras if not e.is_file()]]
-    in_extras = _extra_filter(multimodal)
+    in_extras = extra_filter(multimodal)
     found: dict[str, SourceFile] = {}
     scopes: set[str] = set()
     for raw in paths:
@@ -190,7 +190,7 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Itera
         scopes.add(rel)
         if path.is_symlink():
             continue
-        wanted = _is_markdown if root == roots[0] else in_extras
+        wanted = is_markdown if root == roots[0] else in_extras
         if path.is_dir():
             for listed, _, f_rel in _markdown_under(path, rel, wanted):
                 found[f_rel] = SourceFile(f_rel, listed, MEMORY_SOURCE)
@@ -247,3 +247,4 @@ def resolve_memory_path(settings: Settings, requested: str) -> Path:
     if candidate.exists() and not candidate.is_file():
         raise MemoryPathError(_PATH_REQUIRED)
     return candidate
+

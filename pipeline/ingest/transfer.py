@@ -1,0 +1,197 @@
+"""A producer pass across hosts: the files on one host, the store on another.
+
+The host that holds a memory's files but not its store (an agent's gateway) runs the sending
+half, :func:`changes_since`: it lists the memory's files as a local pass would, compares them
+with the store's manifest (what its shard's reader says the store holds: hash, stat, error of
+each file) and turns what changed into :class:`~pipeline.messages.FileChange` items (the bytes
+of new and changed files, the new stat of touched ones, the paths that are gone), packed into
+:class:`~pipeline.messages.FileChanges` messages of at most :data:`MESSAGE_MAX_BYTES`
+(:func:`packed`). A pass over unchanged files sends nothing.
+
+The shard's writer runs the receiving half, :func:`apply_changes`: each path is checked
+against the memory's own sources (:mod:`pipeline.ingest.admission`), and the rest is the
+local pass's own code (:func:`~pipeline.ingest.producer.apply_read`): the same chunks, the
+same fingerprint, the same cache hits. Files larger than :data:`FILE_MAX_BYTES` are not sent:
+the writer records them as skipped, as a local pass records a file over its limit.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline.config import Settings
+from pipeline.embeddings.registry import ProviderChoice
+from pipeline.ingest.admission import refused_path
+from pipeline.ingest.multimodal import MediaFile, check_media, classify
+from pipeline.ingest.producer import (
+    MAX_FILE_BYTES,
+    FileRead,
+    IndexReport,
+    Known,
+    adopt_identity,
+    apply_read,
+    decide,
+    decoded,
+    index_identity,
+    scan_sources,
+)
+from pipeline.ingest.transcripts import SESSIONS_SOURCE
+from pipeline.messages import FileChange, FileChanges
+from pipeline.store import reads, schema, writer
+from pipeline.store.engine import Database
+
+log = logging.getLogger(__name__)
+
+#: At most this much of a pass's file bytes travels in one message (a larger file travels
+#: alone, up to :data:`FILE_MAX_BYTES`).
+MESSAGE_MAX_BYTES = 4 * 1024 * 1024
+#: The largest file a producer sends to its shard (a local pass's limit too).
+FILE_MAX_BYTES = MAX_FILE_BYTES
+
+
+def _source_of(path: str) -> str:
+    return SESSIONS_SOURCE if path.startswith(f"{SESSIONS_SOURCE}/") else "memory"
+
+
+def _change(read: FileRead, decision: str) -> FileChange:
+    raw = read.raw
+    digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
+    if decision == "touch":
+        return FileChange(read.path, read.source, "touch", read.mtime_ns, read.size, digest)  # type: ignore[arg-type]
+    if raw is None:  # nothing could be read: the error travels instead
+        return FileChange(read.path, read.source, "write", read.mtime_ns, read.size,  # type: ignore[arg-type]
+                          error=read.error or "unreadable")
+    if len(raw) > FILE_MAX_BYTES:
+        return FileChange(read.path, read.source, "write", read.mtime_ns, read.size,  # type: ignore[arg-type]
+                          error=f"skipped: {len(raw)} bytes is over the {FILE_MAX_BYTES} "
+                                "bytes a file may carry to its shard")
+    text = read.text if read.text is not None and read.media is None else None
+    if text is not None and text.encode("utf-8") != raw:  # a live transcript's repairs
+        text = None
+    data = None if text is not None else base64.b64encode(raw).decode("ascii")
+    return FileChange(read.path, read.source, "write", read.mtime_ns, read.size, digest,  # type: ignore[arg-type]
+                      text=text, data=data)
+
+
+def changes_since(settings: Settings, manifest: dict[str, Known],
+                  paths: list[Path] | None = None) -> tuple[list[FileChange], IndexReport]:
+    """What changed in the memory's files on this host since its store saw them
+    (``manifest``: the store's files, as its shard's reader lists them), and the pass's report
+    so far (files looked at, what could not be read). ``paths`` limits the pass as a watcher's
+    batch does."""
+    scan = scan_sources(settings, manifest, paths)
+    changes = []
+    for read in scan.reads(manifest, settings):
+        decision = decide(read, manifest.get(read.path), settings)
+        if decision != "skip":
+            changes.append(_change(read, decision))
+    changes += [FileChange(path, _source_of(path), "delete")  # type: ignore[arg-type]
+                for path in sorted(scan.gone)]
+    return changes, scan.report
+
+
+def packed(changes: list[FileChange], *, memory: str, job: str, files: int,
+           errors: list[str], shard: int, interactive: bool, origin: str,
+           retry_failed: bool = False) -> Iterator[FileChanges]:
+    """``changes`` as the messages of one pass, each of at most :data:`MESSAGE_MAX_BYTES` of
+    file bytes (a larger file alone), in order; the last one says it is the last."""
+    groups: list[list[FileChange]] = [[]]
+    size = 0
+    for change in changes:
+        if groups[-1] and size + change.weight > MESSAGE_MAX_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(change)
+        size += change.weight
+    for part, group in enumerate(groups):
+        yield FileChanges(memory, job, tuple(group), part, part == len(groups) - 1, files,
+                          tuple(errors) if part == 0 else (), origin, shard, interactive,
+                          retry_failed)
+
+
+def _read_of(change: FileChange, settings: Settings) -> FileRead:
+    """The local pass's view of a file that came in a message."""
+    read = FileRead(change.path, change.source, change.mtime_ns, change.size, change.raw())
+    if read.raw is None:
+        read.error = change.error or "unreadable on its host"
+        return read
+    modality = classify(change.path, settings.multimodal) if change.source == "memory" else None
+    if modality is not None:
+        read.raw, read.media, read.error = check_media(read.raw, change.path, modality,
+                                                       settings.multimodal)
+    elif change.source == SESSIONS_SOURCE and change.path.count("/") == 2:
+        # a live transcript of the agent database: read as the local pass reads it
+        read.text = read.raw.decode("utf-8", errors="replace")
+    else:
+        read.text, read.error = decoded(read.raw)
+    return read
+
+
+def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:
+    """Memory files on this host that the store (``manifest``) does not reflect: new, gone,
+    or with another stat. Stat only, as :func:`~pipeline.ingest.producer.stale_memory_paths`
+    (session transcripts left out: they have their own thresholds)."""
+    scan = scan_sources(settings, manifest)
+    stale = []
+    for file in scan.on_disk:
+        if file.source != "memory":
+            continue
+        try:
+            stat = os.stat(file.file)
+        except OSError:
+            continue
+        known = manifest.get(file.path)
+        if known is None or known[1:3] != (stat.st_mtime_ns, stat.st_size):
+            stale.append(file.path)
+    return sorted([*stale, *(p for p in scan.gone if _source_of(p) == "memory")])
+
+
+def apply_changes(db: Database, settings: Settings, choice: ProviderChoice,
+                  changes: tuple[FileChange, ...]) -> tuple[IndexReport, dict[str, MediaFile]]:
+    """Write the changes a producer on another host sent, as a local pass would write what it
+    read. A path outside the memory's own files is refused (logged, counted in
+    ``report.errors``, nothing written); a file whose bytes do not match their hash is
+    refused too. Returns the report and the media files that came with the changes (their
+    chunks are embedded from these bytes)."""
+    schema.ensure_schema(db)
+    report = IndexReport()
+    if not adopt_identity(db, index_identity(choice.spec, settings)):
+        report.rebuild_needed = True
+        return report, {}
+    with schema.transaction(db):
+        schema.set_meta(db, "mode_reason", choice.reason)
+    max_input = choice.provider.max_input_bytes if choice.provider else None
+    known = reads.known_files(db)
+    media: dict[str, MediaFile] = {}
+    with schema.WriteBatch(db) as batch:
+        for change in changes:
+            why = refused_path(settings, change.path, change.source)
+            raw = change.raw()
+            if why is None and raw is not None and hashlib.sha256(raw).hexdigest() != change.hash:
+                why = "its bytes do not match their hash"
+            if why is not None:
+                log.warning("memory %s: refused a file change for %r: %s", settings.agent_id,
+                            change.path, why)
+                report.errors.append(f"{change.path}: refused: {why}")
+                continue
+            current = known.get(change.path)
+            if change.op == "delete":
+                if current is not None:
+                    with batch.unit():
+                        writer.delete_file(db, change.path)
+                    report.deleted += 1
+            elif change.op == "touch":
+                if current is not None and current[0] == change.hash and current[3] is None:
+                    with batch.unit():
+                        writer.touch_file(db, change.path, change.mtime_ns, change.size)
+            else:
+                read = _read_of(change, settings)
+                if read.media is not None:
+                    media[read.path] = read.media
+                apply_read(batch, read, current, settings, max_input, report)
+    return report, media
