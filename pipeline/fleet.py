@@ -295,7 +295,7 @@ class FleetDispatcher:
         """Queue a QMD update job on the memory's ``control.<shard>`` queue (the host that
         owns the memory runs it, one at a time)."""
         self._send(QMD_JOB_TASK, QmdJobRequest(memory, reason, shard).to_json(),
-                   control_queue(shard))
+                   control_queue(shard), task_id=new_job_id(memory))
         return True
 
     def batch_submit(self, msg: BatchSubmit) -> None:

@@ -386,9 +386,13 @@ class Memory:
 
     def _get_elsewhere(self, path: str, from_line: int | None, lines: int | None
                        ) -> MemoryText:
-        """``get`` of a memory whose store is on another host: a memory file is read here
-        when the workspace is here (the files are the truth), anything else (no workspace
-        here, a session or QMD document) by the shard's reader."""
+        """``get`` of a memory whose store is on another host: a memory file or a session
+        transcript is read here when it is here (the files are the truth), anything else (no
+        workspace here, a QMD document) by the shard's reader."""
+        if self.settings.sessions_dir.is_dir():  # the agent's transcripts are here too
+            session = session_get(self.settings, path, from_line, lines)
+            if session is not None:
+                return session
         if self.workspace.is_dir():
             try:
                 target = resolve_memory_path(self.settings, path)

@@ -152,7 +152,9 @@ class SimulatedFleet:
 
 def two_memories(root: Path, tiny_model: Path, files: int = 12) -> tuple[Path, dict[str, Path]]:
     """A memq.json of two memories, ``alpha`` on shard 0 and ``beta`` on shard 1, each with a
-    workspace of generated notes (no store path: each host keeps its stores in its data dir)."""
+    workspace of generated notes (no store path: each host keeps its stores in its data dir);
+    alpha's session transcripts are indexed too (session memory on; OpenClaw's folder of the
+    host, under its HOME)."""
     workspaces = {}
     for seed, name in enumerate(("alpha", "beta")):
         ws = root / "workspaces" / name
@@ -165,7 +167,8 @@ def two_memories(root: Path, tiny_model: Path, files: int = 12) -> tuple[Path, d
         "provider": "local", "local": {"modelPath": str(tiny_model)},
         "fleet": {"shards": 2},
         "memories": [{"name": "alpha", "workspace": str(workspaces["alpha"]),
-                      "fleet": {"shard": 0}},
+                      "fleet": {"shard": 0}, "experimental": {"sessionMemory": True},
+                      "sources": ["memory", "sessions"]},
                      {"name": "beta", "workspace": str(workspaces["beta"]),
                       "fleet": {"shard": 1}}],
     }, indent=2))

@@ -379,6 +379,16 @@ def test_update_jobs_go_to_the_owners_control_queue(tmp_path: Path, broker_url: 
     wait_for(lambda: "memq.qmd_update" in fleet.logs(None) and not needs_boot(backend),
              "the writer to run memq.qmd_update and boot QMD", fleet)
     assert [h.path for h in backend.search("kubernetes hetzner")] == ["qmd://notes-main/ops.md"]
+    # The job is in the job log, beside the index pass, with what it did.
+    from pipeline.jobs import JobLog
+
+    log = JobLog(load_settings(setup.config, env={**os.environ, **env}).result_backend)
+    qmd = wait_for(lambda: [j for j in log.recent(settings.agent_id) if j.origin
+                            and j.origin.startswith("qmd-") and not j.running],
+                   "the QMD job in the job log", fleet)
+    assert qmd[0].state == "done" and qmd[0].result["qmd"]["job"] == "boot"
+    assert qmd[0].host.startswith("writer@")
+    log.close()
 
 
 def test_a_broker_that_is_down_fails_neither_index_nor_search(

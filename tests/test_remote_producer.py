@@ -117,6 +117,29 @@ def test_a_host_with_the_files_indexes_and_watches_a_store_elsewhere(
     log.close()
 
 
+def test_session_transcripts_travel_to_the_shard(
+        split: tuple[SimulatedFleet, dict[str, Path]]) -> None:
+    """A transcript in A's sessions folder is indexed by the shard's writer (which has no
+    sessions folder) and found from A, with its JSONL lines."""
+    fleet, workspaces = split
+    a = fleet.hosts["hostA"]
+    folder = a.home / ".openclaw" / "agents" / "alpha" / "sessions"  # OpenClaw's, on A
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"type": "session", "id": "s1"}),
+             json.dumps({"type": "message", "message": {
+                 "role": "user", "content": "Where did we park the pelican drone?"}}),
+             json.dumps({"type": "message", "message": {
+                 "role": "assistant", "content": "The pelican drone is in hangar nine."}})]
+    (folder / "s1.jsonl").write_text("\n".join(lines) + "\n")
+    out = _json(a.memq("index", "--agent", "alpha", "--json"))
+    assert out["files"] == len(_hashes(workspaces["alpha"])) + 1
+    hits = _json(a.memq("search", "--agent", "alpha", "--json", "pelican drone hangar"))
+    top = hits["results"][0]
+    assert (top["path"], top["source"]) == ("sessions/s1.jsonl", "sessions")
+    text = _json(a.memq("get", "--agent", "alpha", "--json", "sessions/s1.jsonl"))["text"]
+    assert "hangar nine" in text  # read on A, where the transcript is
+
+
 def test_an_append_on_the_files_host_is_searchable_when_it_returns(
         split: tuple[SimulatedFleet, dict[str, Path]]) -> None:
     fleet, workspaces = split

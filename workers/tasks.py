@@ -277,7 +277,7 @@ def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
 def qmd_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """A QMD backend's update job (:func:`pipeline.qmd.jobs.run_due`), run by the host that
     owns the memory, on its ``control.<shard>`` queue; the home's write lock keeps two from
-    overlapping."""
+    overlapping. Recorded in the job log (kind ``qmd-<reason>``) as index jobs are."""
     try:
         request = QmdJobRequest.from_json(message)
         settings = runtime.served(request.memory, arrival_shard(self))
@@ -285,4 +285,13 @@ def qmd_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         return refused(message, exc)
     if settings.backend != "qmd":
         return {"skipped": "backend is not qmd"}
-    return run_due(QmdBackend(settings), request.reason)
+    jobs = runtime.jobs(settings)
+    meta = jobs.started(self.request.id, memory=request.memory, origin=f"qmd-{request.reason}",
+                        host=self.request.hostname, request=self.request, task=QMD_JOB_TASK)
+    out = run_due(QmdBackend(settings), request.reason)
+    if out.get("error"):
+        jobs.failed(self.request.id, f"qmd {out.get('kind')}: {out['error']}", meta,
+                    self.request)
+    else:
+        jobs.finished(self.request.id, {**meta, "qmd": out}, self.request)
+    return out
