@@ -61,8 +61,8 @@ from pipeline.ingest.reindex import (
     start_rebuild,
 )
 from pipeline.ingest.sessions import session_get
-from pipeline.ingest.sources import relative_path, resolve_memory_path
-from pipeline.ingest.transfer import apply_changes
+from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
+from pipeline.ingest.transfer import apply_changes, stats_digest
 from pipeline.messages import FileChanges, ProviderSpec, Route
 from pipeline.placement import store_is_here
 from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
@@ -897,6 +897,17 @@ class Memory:
             return {}
         try:
             return reads.known_files(db)
+        finally:
+            db.close()
+
+    def files_digest(self) -> str:
+        """:func:`~pipeline.ingest.transfer.stats_digest` of the memory files the store knows:
+        a host with the files compares it with its own, instead of fetching the manifest."""
+        db = self._open_store()
+        if db is None:
+            return stats_digest({})
+        try:
+            return stats_digest(reads.file_stats(db, MEMORY_SOURCE))
         finally:
             db.close()
 

@@ -38,7 +38,7 @@ from pipeline.errors import (
 )
 from pipeline.fleet import FleetDispatcher, client_app
 from pipeline.ingest.producer import IndexReport, Known
-from pipeline.ingest.transfer import changes_since, packed, stale_against
+from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
 from pipeline.jobs import JobRecord
 from pipeline.messages import IndexRequest, QueryReply, QueryRequest
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -180,11 +180,18 @@ class RemoteMemory:
         and sent to the shard (``syncing``), never waited for."""
         want_sync = self.settings.sync.on_search if sync is None else sync
         files_here = self.settings.workspace.is_dir()
+        args: dict[str, Any] = {"query": query, "maxResults": max_results,
+                                "minScore": min_score, "citations": citations,
+                                "stale": bool(want_sync) and not files_here}
+        stats = disk_stats(self.settings) if want_sync and files_here else None
+        if stats is not None:  # the reader says whether the store holds these very stats
+            args["filesDigest"] = stats_digest(stats)
         try:
-            results = SearchResults.from_dict(self.ask("search", {
-                "query": query, "maxResults": max_results, "minScore": min_score,
-                "citations": citations, "stale": bool(want_sync) and not files_here}))
-            if want_sync and files_here:
+            answer = dict(self.ask("search", args))
+            in_step = answer.pop("filesMatch", False) is True
+            results = SearchResults.from_dict(answer)
+            stale: list[str] = []
+            if want_sync and files_here and not in_step:  # what differs, from the manifest
                 stale = self.stale_files()
                 results.dirty = len(stale) or None
         except ShardUnreachable as exc:

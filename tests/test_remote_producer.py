@@ -87,6 +87,24 @@ def test_a_host_with_the_files_indexes_and_watches_a_store_elsewhere(
     assert again["job"] is None and again["changed"] == 0 and again["chunksQueued"] == 0
     assert len(log.recent("alpha")) == before
 
+    # A search from A while its files are in step asks for no manifest (a digest of the
+    # stats travels with the query); an edit is found, sent, and then in step again.
+    with Memory(settings=a.settings(fleet.config, "alpha"), local=False) as there:
+        asked: list[int] = []
+        fetch = there.remote.manifest
+        there.remote.manifest = lambda: asked.append(1) or fetch()  # type: ignore[method-assign]
+        assert there.search("which database", sync=True).dirty is None and asked == []
+        note = workspaces["alpha"] / "MEMORY.md"
+        note.write_text(note.read_text() + "\n- The heron left the pond in March.\n")
+        edited = there.search("heron pond", sync=True)
+        assert (edited.dirty, edited.syncing) == (1, True) and asked
+        wait_until(lambda: _manifest(fleet, "alpha") == _hashes(workspaces["alpha"]),
+                   "a sync on search", logs=fleet.logs)
+        seen = len(asked)
+        after = there.search("heron pond", sync=True)
+        assert after.dirty is None and not after.syncing and len(asked) == seen
+        assert after.hits and after.hits[0].path == "MEMORY.md"
+
     # memq watch --all on A: a saved note, an edit, a delete and a rename converge.
     a.spawn("watch", "watch", "--all", "--debounce-ms", "200")
     memory = workspaces["alpha"] / "memory"

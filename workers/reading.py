@@ -64,7 +64,10 @@ def answer(memory: Memory, request: QueryRequest) -> Any:
                                 sync=False)  # never write in a read: a sync is a job
         if args.get("stale") and memory.workspace.is_dir():  # files elsewhere: not known here
             results.dirty = len(memory.stale_files())
-        return results.to_dict()
+        reply = results.to_dict()
+        if args.get("filesDigest") is not None:  # the asking host has the files: in step?
+            reply["filesMatch"] = memory.files_digest() == args["filesDigest"]
+        return reply
     if request.op == "get":
         return memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
     if request.op == "status":

@@ -27,6 +27,7 @@ from pathlib import Path
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.admission import refused_path
+from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.multimodal import MediaFile, check_media, classify
 from pipeline.ingest.producer import (
     MAX_FILE_BYTES,
@@ -40,6 +41,7 @@ from pipeline.ingest.producer import (
     index_identity,
     scan_sources,
 )
+from pipeline.ingest.sources import memory_files
 from pipeline.ingest.transcripts import SESSIONS_SOURCE
 from pipeline.messages import FileChange, FileChanges
 from pipeline.store import reads, schema, writer
@@ -130,6 +132,31 @@ def _read_of(change: FileChange, settings: Settings) -> FileRead:
     else:
         read.text, read.error = decoded(read.raw)
     return read
+
+
+def disk_stats(settings: Settings) -> dict[str, tuple[int, int]] | None:
+    """The memory's files on this host (session transcripts left out): path -> (mtime_ns,
+    size); None when a folder could not be listed (its files are unknown, not gone)."""
+    unreadable: list[tuple[str, str]] = []
+    stats: dict[str, tuple[int, int]] = {}
+    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
+                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
+        try:
+            stat = os.stat(file.file)
+        except OSError:
+            continue
+        stats[file.path] = (stat.st_mtime_ns, stat.st_size)
+    return None if unreadable else stats
+
+
+def stats_digest(stats: dict[str, tuple[int, int]]) -> str:
+    """One hash of a set of files' stats: equal on both hosts exactly when the store reflects
+    every file here (the stat-only test of :func:`stale_against`) and holds no other."""
+    digest = hashlib.sha256()
+    for path in sorted(stats):
+        mtime_ns, size = stats[path]
+        digest.update(f"{path}\0{mtime_ns}\0{size}\n".encode())
+    return digest.hexdigest()
 
 
 def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:
