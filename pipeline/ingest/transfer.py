@@ -134,7 +134,7 @@ def _read_of(change: FileChange, settings: Settings) -> FileRead:
 
 def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:
     """Memory files on this host that the store (``manifest``) does not reflect: new, gone,
-    or with another stat. Stat only, as :func:`~pipeline.ingest.producer.stale_memory_paths`
+    or with another stat. Stat only, as :func:`~pipeline.ingest.refresh.stale_memory_paths`
     (session transcripts left out: they have their own thresholds)."""
     scan = scan_sources(settings, manifest)
     stale = []

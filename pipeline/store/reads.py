@@ -9,8 +9,16 @@ from typing import Any
 
 from pipeline.store.batches import LIVE_CHUNK_IDS
 from pipeline.store.engine import Database
-from pipeline.store.schema import transaction
+from pipeline.store.schema import get_meta, transaction
 from pipeline.store.writer import PendingChunk
+
+#: The live store's meta key naming the rebuild in progress (:mod:`pipeline.ingest.reindex`).
+REINDEX_META = "reindex"
+
+
+def rebuild_info(db: Database) -> dict[str, Any] | None:
+    """The rebuild in progress for the live store ``db``, if any."""
+    return get_meta(db, REINDEX_META)
 
 
 @dataclass(frozen=True)
