@@ -27,6 +27,7 @@ from pipeline.errors import (
 
 if TYPE_CHECKING:
     from pipeline.catalog import MemoryCatalog
+    from pipeline.embeddings.providers import ProviderPool
     from workers.watching import Reading
 
 ROLES = ("writer", "reader", "embed", "batch")
@@ -252,11 +253,27 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preloading(settings: Settings) -> ProviderPool:
+    """Providers for one search whose local model (when the search embeds with one here) is
+    already loading on another thread: llama.cpp reads it while this process imports the
+    pipeline and opens the store, instead of after."""
+    from pipeline.embeddings.providers import ProviderPool
+    from pipeline.placement import store_is_here
+
+    providers = ProviderPool()
+    if settings.backend == "builtin" and store_is_here(settings):
+        providers.preload(settings)
+    return providers
+
+
 def cmd_search(args: argparse.Namespace) -> int:
+    settings = _existing(_settings(args))
+    providers = _preloading(settings)
     from pipeline.memory import Memory
 
     # One query per process: vec0 and FTS5 answer faster than loading the store into memory.
-    with Memory(settings=_existing(_settings(args)), in_memory=False) as memory:
+    with contextlib.closing(providers), Memory(settings=settings, in_memory=False,
+                                               providers=providers) as memory:
         out = memory.search(args.query, max_results=args.max_results, min_score=args.min_score,
                             citations=args.citations).to_dict()
     lines = []

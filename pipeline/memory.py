@@ -148,18 +148,20 @@ class Memory:
     statistics in memory for fast repeated searches; pass False for a single search.
     ``local`` says whether this host holds the store (default: :mod:`pipeline.placement`
     decides); ``jobs`` is the job log to record index passes in (default: the one of
-    ``resultBackend``, opened on first use).
+    ``resultBackend``, opened on first use); ``providers`` the embedding providers to use
+    (default: its own, closed with it).
     """
 
     def __init__(self, workspace: str | os.PathLike[str] | None = None, *,
                  config: str | os.PathLike[str] | None = None, agent: str | None = None,
                  settings: Settings | None = None, dispatcher: Dispatcher | None = None,
                  in_memory: bool = True, local: bool | None = None,
-                 jobs: JobLog | None = None) -> None:
+                 jobs: JobLog | None = None, providers: ProviderPool | None = None) -> None:
         if settings is None:
             settings = load_settings(config_file=config, workspace=workspace, agent=agent)
         self.settings = settings
-        self._providers = ProviderPool()
+        self._own_providers = providers is None
+        self._providers = ProviderPool() if providers is None else providers
         self._held = HeldCopies() if in_memory else None
         self._dispatcher = dispatcher
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
@@ -1031,7 +1033,8 @@ class Memory:
         for part in (owned, remote, jobs):
             if part is not None:
                 part.close()
-        self._providers.close()
+        if self._own_providers:
+            self._providers.close()
         if self._held is not None:
             self._held.close()
 
