@@ -247,3 +247,20 @@ def test_in_process_commands_leave_garbage_collection_as_it_was(keyword_settings
         assert not gc.isenabled()
     assert gc.isenabled() and gc.get_freeze_count() > frozen  # the process would end now
     gc.unfreeze()
+
+
+def test_the_oneshot_benchmark_runs_at_a_tiny_size(tiny_model: Path) -> None:
+    done = subprocess.run([sys.executable, "bench/oneshot_latency.py", "--quick", "--model",
+                           str(tiny_model)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "local rows use local/tiny-bert" in out
+    assert "quiet pass:" in out and "loaded pass: 1 busy loops" in out
+    for row in ("memq --help", "memq search, local model", "memq search, keyword-only",
+                "model load (python -c)"):
+        line = next(x for x in out.splitlines() if x.strip().startswith(row + " "))
+        quiet, q_ratio, imports, loaded, l_ratio = line[len("  ") + 38:].split()
+        assert float(quiet) > 0 and float(imports) > 0 and float(loaded) > 0
+        assert q_ratio.endswith("x") and l_ratio.endswith("x")
+    assert "memq search, local model / memq --help: quiet " in out and "goal <= 3x quiet" in out
