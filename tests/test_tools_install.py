@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,13 @@ def _session(root: Path, tools: Path, **env: str) -> subprocess.Popen[str]:
 @pytest.mark.slow
 def test_two_sessions_fill_an_empty_tools_folder_once(tmp_path: Path) -> None:
     tools = tmp_path / "tools"  # does not exist yet
+    try:
+        _fill_once(tmp_path, tools)
+    finally:
+        shutil.rmtree(tools, ignore_errors=True)  # 1.7 GB: not kept with pytest's tmp dirs
+
+
+def _fill_once(tmp_path: Path, tools: Path) -> None:
     sessions = [_session(tmp_path / f"s{i}", tools) for i in range(2)]
     outputs = [s.communicate(timeout=900)[0] for s in sessions]
     pinned = _pinned()
