@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings, load_settings
-from pipeline.dispatch import Dispatcher, InlineDispatcher
-from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.embeddings.registry import ProviderChoice, choose_provider, fallback_note
 from pipeline.errors import (
@@ -42,42 +40,29 @@ from pipeline.errors import (
     UnknownJob,
     memory_disabled,
 )
-from pipeline.ingest.append import append_note
-from pipeline.ingest.multimodal import ReceivedMedia
-from pipeline.ingest.producer import (
-    IndexReport,
-    Known,
-    index_once,
-    queue_pending,
-    stale_memory_paths,
-    sync_files,
-)
-from pipeline.ingest.refresh import BackgroundRefresher, find_stale
-from pipeline.ingest.reindex import (
-    RebuildProgress,
-    progress_of,
-    rebuild_info,
-    rebuild_step,
-    start_rebuild,
-)
-from pipeline.ingest.sessions import session_get
+from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
 from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
-from pipeline.ingest.transfer import apply_changes, stats_digest
-from pipeline.messages import FileChanges, ProviderSpec, Route
 from pipeline.placement import store_is_here
-from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
-from pipeline.qmd.jobs import QmdJobs, needs_boot
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.hybrid import HeldCopies, search_store
-from pipeline.status import index_status
 from pipeline.store import batches, cache, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
 from pipeline.store.owner import check_owner, owner_of
+from pipeline.store.reads import rebuild_info
 
+# A one-shot search (``memq search``) imports this module: what only indexing, appending,
+# transcripts, the QMD backend or the fleet need is imported where it is used.
 if TYPE_CHECKING:
+    from pipeline.dispatch import Dispatcher
+    from pipeline.embeddings.base import EmbeddingProvider
+    from pipeline.ingest.producer import IndexReport, Known
+    from pipeline.ingest.reindex import RebuildProgress
     from pipeline.jobs import JobLog, JobRecord
+    from pipeline.messages import FileChanges, ProviderSpec
+    from pipeline.qmd import QmdBackend
+    from pipeline.qmd.jobs import QmdJobs
     from pipeline.remote import RemoteMemory
 
 log = logging.getLogger(__name__)
@@ -163,18 +148,20 @@ class Memory:
     statistics in memory for fast repeated searches; pass False for a single search.
     ``local`` says whether this host holds the store (default: :mod:`pipeline.placement`
     decides); ``jobs`` is the job log to record index passes in (default: the one of
-    ``resultBackend``, opened on first use).
+    ``resultBackend``, opened on first use); ``providers`` the embedding providers to use
+    (default: its own, closed with it).
     """
 
     def __init__(self, workspace: str | os.PathLike[str] | None = None, *,
                  config: str | os.PathLike[str] | None = None, agent: str | None = None,
                  settings: Settings | None = None, dispatcher: Dispatcher | None = None,
                  in_memory: bool = True, local: bool | None = None,
-                 jobs: JobLog | None = None) -> None:
+                 jobs: JobLog | None = None, providers: ProviderPool | None = None) -> None:
         if settings is None:
             settings = load_settings(config_file=config, workspace=workspace, agent=agent)
         self.settings = settings
-        self._providers = ProviderPool()
+        self._own_providers = providers is None
+        self._providers = ProviderPool() if providers is None else providers
         self._held = HeldCopies() if in_memory else None
         self._dispatcher = dispatcher
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
@@ -260,6 +247,8 @@ class Memory:
         fallback = None
         backend = self.qmd
         if backend is not None:
+            from pipeline.qmd import QmdUnavailable
+
             self._qmd_open()
             try:
                 hits = backend.search(str(query), max_results=max_results, min_score=min_score)
@@ -341,6 +330,8 @@ class Memory:
         stale = stale_memory_paths(db, self.settings)
         if not stale:
             return 0
+        from pipeline.ingest.producer import sync_files  # writes rows: only when files changed
+
         choice = ProviderChoice(provider, spec, schema.get_meta(db, "mode_reason"))
         report = sync_files(db, self.settings, choice, paths=stale)
         return report.changed + report.deleted
@@ -357,6 +348,8 @@ class Memory:
         open too: ``qmd://<collection>/<path>`` (or OpenClaw's ``qmd/<collection>/<path>``)
         from the collection's folder, and workspace files a collection covers.
         """
+        from pipeline.ingest.sessions import session_get
+
         self._check_enabled()
         if not self.here:
             return self._get_elsewhere(str(path), from_line, lines)
@@ -371,6 +364,8 @@ class Memory:
         except MemoryPathError as refused:
             if backend is None:
                 raise
+            from pipeline.qmd import QmdPathError
+
             try:  # a file of a QMD collection (its folder inside the workspace)
                 return backend.get(str(path), from_line, lines)
             except QmdPathError:
@@ -389,6 +384,8 @@ class Memory:
         """``get`` of a memory whose store is on another host: a memory file or a session
         transcript is read here when it is here (the files are the truth), anything else (no
         workspace here, a QMD document) by the shard's reader."""
+        from pipeline.ingest.sessions import session_get
+
         if self.settings.sessions_dir.is_dir():  # the agent's transcripts are here too
             session = session_get(self.settings, path, from_line, lines)
             if session is not None:
@@ -418,6 +415,8 @@ class Memory:
         (``servedBy`` names it)."""
         if not self.here:
             return self.remote.status()
+        from pipeline.status import index_status
+
         status = index_status(self.settings, self.jobs)
         backend = self.qmd
         status["backend"] = "builtin" if backend is None else "qmd"
@@ -436,6 +435,8 @@ class Memory:
         target. Once the note is on disk, a failure to index it is reported in ``warning``,
         never raised: a caller that retried would write the note twice.
         """
+        from pipeline.ingest.append import append_note
+
         self._check_enabled()
         if not self.here:
             return self._append_elsewhere(text, target)
@@ -453,6 +454,8 @@ class Memory:
         the note is written here and sent to the shard's writer (the answer waits, up to
         ``fleet.queryTimeoutMs``, until the writer has written it); without it, the shard's
         host appends and indexes the note."""
+        from pipeline.ingest.append import append_note
+
         if not self.workspace.is_dir():
             return self.remote.append(text, target)
         note = append_note(text, target, settings=self.settings)
@@ -491,6 +494,8 @@ class Memory:
         For a memory whose store is on another host (:attr:`here`), the pass is a job for the
         shard's writer host (``mode == "remote"``), followed to the end with ``wait``.
         """
+        from pipeline.ingest.producer import IndexReport
+
         self._check_enabled()
         started = time.monotonic()
         if not self.here:
@@ -560,6 +565,8 @@ class Memory:
         vectors written) with ``wait``: with the files here, a pass here that sends what
         changed to the shard's writer (nothing when nothing changed); without them, a job for
         the shard's host, which reads its own copy."""
+        from pipeline.ingest.producer import IndexReport
+
         here = self.workspace.is_dir()
         if here and rebuild is not None:
             raise FleetError(f"a rebuild of memory {self.name!r} runs on the host of its "
@@ -605,6 +612,8 @@ class Memory:
         switch, which would drop every vector): new text is keyword-searchable at once, its
         vectors embedded here or queued to the fleet (``run.vectors`` says which). For a
         memory whose store is on another host, an index job for its shard."""
+        from pipeline.ingest.producer import index_once
+
         self._check_enabled()
         if not self.here:  # sent to the shard: this host never creates the store
             return self._index_elsewhere(wait=False, retry_failed=False, rebuild=None,
@@ -648,6 +657,8 @@ class Memory:
         """The QMD backend (``backend: "qmd"``), built on first use; None for ``builtin``."""
         if self.settings.backend != "qmd":
             return None
+        from pipeline.qmd import QmdBackend
+
         with self._lock:
             if self._qmd is None:
                 self._qmd = QmdBackend(self.settings)
@@ -673,6 +684,8 @@ class Memory:
         backend = self.qmd
         if backend is None:
             return None
+        from pipeline.qmd.jobs import QmdJobs
+
         with self._lock:
             if self._qmd_jobs is None:
                 self._qmd_jobs = QmdJobs(backend, lambda reason: self.dispatcher.qmd_job(
@@ -684,6 +697,8 @@ class Memory:
         refresh it when due, in the background (before answering, with
         ``update.waitForBootSync``, when the home is not set up yet). Later: the intervals'
         jobs when due (looked at every 30 s at most)."""
+        from pipeline.qmd.jobs import needs_boot
+
         jobs = self._qmd_scheduler()
         if jobs is None:
             return
@@ -722,6 +737,8 @@ class Memory:
 
                     self._owned = FleetDispatcher(self.settings.broker_url)
                 else:
+                    from pipeline.dispatch import InlineDispatcher  # an index pass only
+
                     self._owned = InlineDispatcher(self.settings, self._providers)
             return self._owned
 
@@ -757,6 +774,8 @@ class Memory:
                  retry_failed: bool, rebuild: str | None,
                  on_progress: Callable[[int, int], None] | None,
                  warn: Callable[[str], None] | None) -> None:
+        from pipeline.ingest.producer import index_once
+
         settings = self.settings
         if choice.spec is None:
             run.report = index_once(db, settings, choice, None)
@@ -806,6 +825,13 @@ class Memory:
                  ) -> RebuildProgress:
         """Build a new index beside the live one; with ``wait`` (or a dispatcher that cannot
         take the steps), drive it to the swap here, else hand its steps to the writer."""
+        from pipeline.ingest.reindex import (
+            RebuildProgress,
+            progress_of,
+            rebuild_step,
+            start_rebuild,
+        )
+
         start_rebuild(self.settings, choice, reason)
         handed_off = (not wait and dispatcher is not None
                       and dispatcher.rebuild_later(self.name, shard=self.shard))
@@ -903,6 +929,8 @@ class Memory:
     def files_digest(self) -> str:
         """:func:`~pipeline.ingest.transfer.stats_digest` of the memory files the store knows:
         a host with the files compares it with its own, instead of fetching the manifest."""
+        from pipeline.ingest.transfer import stats_digest
+
         db = self._open_store()
         if db is None:
             return stats_digest({})
@@ -916,6 +944,8 @@ class Memory:
         the files; :mod:`pipeline.ingest.transfer`), as a local pass would, and queue the
         embedding work; recorded in the job log as job ``message.job`` (started by its first
         part, done with its last)."""
+        from pipeline.ingest.producer import IndexReport
+
         self._check_enabled()
         jobs = self.jobs
         job = message.job
@@ -946,6 +976,11 @@ class Memory:
         return report
 
     def _apply_changes(self, message: FileChanges) -> IndexReport:
+        from pipeline.ingest.multimodal import ReceivedMedia
+        from pipeline.ingest.producer import queue_pending
+        from pipeline.ingest.transfer import apply_changes
+        from pipeline.messages import Route
+
         db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
         try:
             schema.ensure_schema(db)
@@ -1011,7 +1046,8 @@ class Memory:
         for part in (owned, remote, jobs):
             if part is not None:
                 part.close()
-        self._providers.close()
+        if self._own_providers:
+            self._providers.close()
         if self._held is not None:
             self._held.close()
 

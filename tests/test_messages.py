@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import messages
+from pipeline import message_fields, messages
 from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_strict
 from pipeline.errors import MessageRefused
 from pipeline.messages import EmbedJob, EmbedResult
@@ -36,11 +36,12 @@ RELAXED = settings(deadline=None, max_examples=100,
 
 
 def discover() -> list[tuple[type, str, str]]:
-    """(class, encoder name, decoder name) of every message type in pipeline.messages."""
+    """(class, encoder name, decoder name) of every message type in pipeline.messages (some
+    defined in pipeline.message_fields: the values the store and providers use too)."""
     found = []
     for obj in vars(messages).values():
         if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)
-                and obj.__module__ == messages.__name__):
+                and obj.__module__ in (messages.__name__, message_fields.__name__)):
             continue
         for encode, decode in (("to_json", "from_json"), ("to_dict", "from_dict")):
             if callable(getattr(obj, encode, None)) and callable(getattr(obj, decode, None)):

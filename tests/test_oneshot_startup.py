@@ -1,25 +1,43 @@
 """What a one-shot ``memq search`` pays before it answers: the GGUF header read (a few keys
-instead of gguf.GGUFReader's whole-file parse), the imports it does not need, and the
+instead of gguf.GGUFReader's whole-file parse), the imports it does not need, the model loaded
+while the rest is imported (same vectors), no garbage collection at exit, and the
 single-threaded decode of a short query."""
 
 from __future__ import annotations
 
+import gc
+import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 
+from memq.cli import _answering_once, main
+from pipeline.config import Settings
 from pipeline.embeddings.gguf_header import (
     GGUFHeaderError,
     read_gguf_metadata,
     trained_context_length,
 )
 from pipeline.embeddings.local import QUERY_ONE_THREAD_TOKENS, LocalProvider
+from pipeline.embeddings.providers import ProviderPool
+from pipeline.embeddings.registry import chosen_local
+from pipeline.errors import ProviderUnavailable
+from tests.conftest import run_memq
 
 REPO = Path(__file__).resolve().parents[1]
+#: What a one-shot search must not import: the broker and job-log stacks, the GGUF converter,
+#: and the pipeline's indexing side (message classes, producer, batch workflow, dispatch,
+#: store writer, QMD backend, fleet).
+NOT_FOR_A_SEARCH = ("gguf", "redis", "celery", "kombu", "httpx", "sqlalchemy", "pydantic",
+                    "zstandard", "workers", "pipeline.messages", "pipeline.dispatch",
+                    "pipeline.batch", "pipeline.ingest.producer", "pipeline.ingest.transfer",
+                    "pipeline.ingest.reindex", "pipeline.qmd", "pipeline.store.writer",
+                    "pipeline.fleet", "pipeline.remote", "pipeline.jobs")
 
 
 def _write_gguf(path: Path, *, context: int | None = 256, vocab: int = 2000,
@@ -141,3 +159,108 @@ def test_a_short_query_is_decoded_on_one_thread(tiny_model: Path) -> None:
     provider.embed_query(long_query)
     assert ctx_threads() == 2
     provider.close()
+
+
+def _local_settings(workspace: Path, tiny_model: Path,
+                    make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings(workspace, provider="local",
+                         local={"modelPath": str(tiny_model), "threads": 1})
+
+
+def test_a_one_shot_memq_search_imports_only_what_it_uses(
+        workspace: Path, tiny_model: Path, make_settings: Callable[..., Settings]) -> None:
+    settings = _local_settings(workspace, tiny_model, make_settings)
+    config = str(settings.config_file)
+    done = run_memq("index", "--workspace", str(workspace), "--config", config, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # The command line itself (argv from sys.argv, as the `memq` script runs it); what it
+    # imported is read once it has answered.
+    code = ("import json, sys\n"
+            "import memq.cli\n"
+            "sys.argv = ['memq', 'search', 'Ana school', '--json', '--workspace', sys.argv[1],"
+            " '--config', sys.argv[2]]\n"
+            "status = memq.cli.main()\n"
+            f"heavy = {NOT_FOR_A_SEARCH!r}\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith(heavy))\n"
+            "print(json.dumps({'status': status, 'loaded': loaded}), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(workspace), config],
+                          capture_output=True, text=True, timeout=300, cwd=workspace)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = json.loads(proc.stdout)
+    assert answer["mode"] == "hybrid" and answer["results"]  # the model did embed the query
+    seen = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert seen == {"status": 0, "loaded": []}
+
+
+def test_a_preloaded_local_model_gives_the_same_vectors(
+        workspace: Path, tiny_model: Path, make_settings: Callable[..., Settings]) -> None:
+    settings = _local_settings(workspace, tiny_model, make_settings)
+    chosen = chosen_local(settings)
+    assert chosen is not None
+    spec = chosen[1]
+    pool = ProviderPool()
+    try:
+        pool.preload(settings)
+        preloaded = pool.get(spec, settings)
+        assert pool.get(spec, settings) is preloaded  # the one loading, not a second build
+        fresh = LocalProvider(tiny_model, threads=1)
+        for text in ("the cat sat", "", "会议纪要 and a longer query " * 3):
+            assert np.array_equal(preloaded.embed_query(text), fresh.embed_query(text))
+        fresh.close()
+    finally:
+        pool.close()
+
+
+def test_nothing_is_preloaded_unless_the_settings_index_with_a_local_model_on_disk(
+        workspace: Path, tiny_model: Path, tmp_path: Path,
+        make_settings: Callable[..., Settings]) -> None:
+    assert chosen_local(make_settings(workspace, provider="none")) is None
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + (3).to_bytes(4, "little"))
+    settings = make_settings(workspace, provider="local", local={"modelPath": str(broken)})
+    assert chosen_local(settings) is None
+    pool = ProviderPool()
+    pool.preload(settings)  # silent: the search that needs the model says what is wrong
+    with pytest.raises(ProviderUnavailable, match="not a readable GGUF"):
+        LocalProvider(broken, threads=1).embed_query("hello")
+    pool.close()
+
+
+def test_a_preload_that_fails_raises_where_the_model_is_needed(tmp_path: Path) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(b"GGUF" + (3).to_bytes(4, "little"))
+    provider = LocalProvider(path, threads=1)
+    provider.warm()
+    with pytest.raises(ProviderUnavailable, match="not a readable GGUF"):
+        provider.embed_query("hello")
+    provider.close()
+
+
+def test_in_process_commands_leave_garbage_collection_as_it_was(keyword_settings: Settings,
+                                                                capsys) -> None:
+    frozen = gc.get_freeze_count()
+    status = main(["search", "Ana", "--workspace", str(keyword_settings.workspace),
+                   "--config", str(keyword_settings.config_file)])
+    assert status == 0 and "[keyword-only]" in capsys.readouterr().out
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    with _answering_once(exiting=True):
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() > frozen  # the process would end now
+    gc.unfreeze()
+
+
+def test_the_oneshot_benchmark_runs_at_a_tiny_size(tiny_model: Path) -> None:
+    done = subprocess.run([sys.executable, "bench/oneshot_latency.py", "--quick", "--model",
+                           str(tiny_model)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "local rows use local/tiny-bert" in out
+    assert "quiet pass:" in out and "loaded pass: 1 busy loops" in out
+    for row in ("memq --help", "memq search, local model", "memq search, keyword-only",
+                "model load (python -c)"):
+        line = next(x for x in out.splitlines() if x.strip().startswith(row + " "))
+        quiet, q_ratio, imports, loaded, l_ratio = line[len("  ") + 38:].split()
+        assert float(quiet) > 0 and float(imports) > 0 and float(loaded) > 0
+        assert q_ratio.endswith("x") and l_ratio.endswith("x")
+    assert "memq search, local model / memq --help: quiet " in out and "goal <= 3x quiet" in out

@@ -28,7 +28,7 @@ def _rabbit_up() -> bool:
 @pytest.fixture
 def rabbit_fleet(tmp_path: Path) -> Fleet:
     if not _rabbit_up():
-        if os.environ.get("MEMQ_REQUIRE_TOOLS") == "1":
+        if os.environ.get("MEMQ_REQUIRE_SERVICES") == "1":
             pytest.fail("RabbitMQ is not reachable on 127.0.0.1:5672")
         pytest.skip("RabbitMQ is not reachable on 127.0.0.1:5672")
     from kombu import Connection

@@ -31,6 +31,7 @@ Facts this module is built around (measured with llama-cpp-python 0.3.36 on CPU)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -261,6 +262,18 @@ class LocalProvider:
                 vec = self._decode(self._prefix + ids[start:end] + self._suffix)
                 total += (end - start) * vec.astype(np.float64)
             return l2_normalise(total / len(ids))
+
+    def warm(self) -> None:
+        """Start loading the model on another thread (llama.cpp loads it without holding the
+        GIL, so the caller's work goes on); the first embedding waits for it. A load that
+        fails is tried again, and raises, where the model is needed."""
+        threading.Thread(target=self._warm, name="memq-model-load").start()
+
+    def _warm(self) -> None:
+        self._check_fork()
+        # A failure is not lost: the embedding that needs the model loads it again, and raises.
+        with self._lock, contextlib.suppress(Exception):
+            self._ensure_loaded()
 
     @property
     def dims(self) -> int:

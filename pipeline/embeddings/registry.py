@@ -41,7 +41,7 @@ from typing import Any
 from pipeline.config import ADAPTERS, NOT_YET, Settings, adapter_of
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.errors import EmbeddingError, MissingApiKey, ProviderUnavailable
-from pipeline.messages import ProviderSpec
+from pipeline.message_fields import ProviderSpec
 
 KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama", "lmstudio",
                    "deepinfra", "openai-compatible")
@@ -316,6 +316,19 @@ def _local_model_present(settings: Settings) -> bool:
     from pipeline.embeddings.default_model import default_model_available
 
     return default_model_available(settings.local.model_cache_dir)
+
+
+def chosen_local(settings: Settings) -> tuple[EmbeddingProvider, ProviderSpec] | None:
+    """The local provider and its spec when these settings index with it (``provider`` local,
+    or auto) and its model is on disk already; None otherwise. Builds the provider only:
+    nothing is fetched and no model is loaded."""
+    if (not settings.enabled or settings.provider not in ("local", "auto")
+            or not _local_model_present(settings)):
+        return None
+    try:
+        return _build("local", settings)
+    except EmbeddingError:
+        return None
 
 
 def _downloadable_local(settings: Settings) -> bool:

@@ -36,7 +36,7 @@ from typing import Protocol
 from pipeline.config import MultimodalSettings
 from pipeline.ingest.chunking import Chunk, hash_text
 from pipeline.ingest.transcode import NATIVE, TranscodeError, target_mime, transcode
-from pipeline.messages import MediaPart
+from pipeline.message_fields import MediaPart
 
 __all__ = ["MediaFile", "MediaSource", "classify", "file_chunks", "label", "media_chunk",
            "read_media", "sniff_mime"]

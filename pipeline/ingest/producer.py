@@ -42,7 +42,12 @@ from pipeline.ingest.multimodal import (
     read_media,
 )
 from pipeline.ingest.sessions import read_session_file, session_files, session_files_at
-from pipeline.ingest.sources import MEMORY_SOURCE, SourceFile, memory_files, memory_files_at
+from pipeline.ingest.sources import (
+    SourceFile,
+    in_scope,
+    memory_files,
+    memory_files_at,
+)
 from pipeline.ingest.transcripts import SESSIONS_SOURCE, needs_sync, transcript_chunks
 from pipeline.messages import (
     DEFAULT_ROUTE,
@@ -295,10 +300,6 @@ def apply_read(batch: schema.WriteBatch, read: FileRead, known: Known | None,
         writer.replace_file(db, record, chunks)
 
 
-def _in_scope(path: str, scopes: set[str]) -> bool:
-    return path in scopes or any(path.startswith(s + "/") for s in scopes)
-
-
 @dataclass
 class Scan:
     """What a pass found of a memory's files: those to look at (``on_disk``, the live
@@ -344,7 +345,7 @@ def scan_sources(settings: Settings, known: dict[str, Known],
         report.errors += [f"{folder}/: unreadable folder ({why}); files indexed from it before "
                           "are kept" for folder, why in unreadable]
         on_disk, hidden = _with_live(on_disk, hidden, live, known, report)
-        gone = {p for p in known.keys() - _present(on_disk, live) if not _in_scope(p, hidden)}
+        gone = {p for p in known.keys() - _present(on_disk, live) if not in_scope(p, hidden)}
     else:
         paths = list(paths)
         on_disk, scopes = memory_files_at(settings.workspace, settings.extra_paths, paths,
@@ -353,7 +354,7 @@ def scan_sources(settings: Settings, known: dict[str, Known],
         sessions, session_scopes = session_files_at(settings, paths)
         on_disk, scopes = on_disk + sessions, scopes | session_scopes
         live = live_sessions_at(settings, paths, _stats(known))
-        if live is None and (sessions or any(_in_scope(live_scope(settings), {s})
+        if live is None and (sessions or any(in_scope(live_scope(settings), {s})
                                              for s in scopes)):
             # a legacy copy, or the folder's scope covers them
             live = live_sessions(settings, _stats(known))
@@ -361,8 +362,8 @@ def scan_sources(settings: Settings, known: dict[str, Known],
             scopes.add(live.scope)
         on_disk, hidden = _with_live(on_disk, set(), live, known, report)
         present = _present(on_disk, live)
-        gone = {p for p in known if p not in present and _in_scope(p, scopes)
-                and not _in_scope(p, hidden)}
+        gone = {p for p in known if p not in present and in_scope(p, scopes)
+                and not in_scope(p, hidden)}
     report.files = len(on_disk) + (len(live.sessions) if live else 0)
     return Scan(on_disk, live, gone, report)
 
@@ -417,34 +418,9 @@ def _with_live(on_disk: list[SourceFile], hidden: set[str], live: LiveScan | Non
         report.errors.append(f"{live.scope}/: {live.error}; live transcripts indexed before "
                              "are kept")
         hidden = hidden | {live.scope}
-        names = {p.rsplit("/", 1)[1] for p in known if _in_scope(p, {live.scope})}
+        names = {p.rsplit("/", 1)[1] for p in known if in_scope(p, {live.scope})}
     legacy = {f"{SESSIONS_SOURCE}/{name}" for name in names}
     return [f for f in on_disk if f.path not in legacy], hidden
-
-
-def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
-    """Memory files that are new, gone, or whose stat moved since the store saw them.
-
-    Read-only and stat-only (no hashing): the cheap check a search makes before answering, so
-    a long-running reader can tell whether the index is behind the disk without syncing it.
-    Session transcripts are left out: they change on every turn and have their own delta
-    thresholds.
-    """
-    known = reads.file_stats(db, MEMORY_SOURCE)
-    stale: list[Path] = []
-    unreadable: list[tuple[str, str]] = []
-    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
-                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
-        try:
-            stat = os.stat(file.file)  # a str, not a Path: Path objects cost more than the stat
-        except OSError:
-            continue
-        if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):
-            stale.append(file.abs_path)
-    hidden = {folder for folder, _ in unreadable}  # their files are unknown, not gone
-    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known
-              if not _in_scope(path, hidden)]
-    return stale
 
 
 def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: str,

@@ -8,18 +8,45 @@ thread (:class:`BackgroundRefresher`, which runs :meth:`pipeline.Memory.sync`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from pipeline.config import Settings
 from pipeline.ingest.globs import PathPatterns
-from pipeline.ingest.producer import stale_memory_paths
-from pipeline.ingest.sources import memory_files, relative_path
-from pipeline.store import schema
+from pipeline.ingest.sources import MEMORY_SOURCE, in_scope, memory_files, relative_path
+from pipeline.store import reads, schema
+from pipeline.store.engine import Database
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
+    """Memory files that are new, gone, or whose stat moved since the store saw them.
+
+    Read-only and stat-only (no hashing): the cheap check a search makes before answering, so
+    a long-running reader can tell whether the index is behind the disk without syncing it.
+    Session transcripts are left out: they change on every turn and have their own delta
+    thresholds.
+    """
+    known = reads.file_stats(db, MEMORY_SOURCE)
+    stale: list[Path] = []
+    unreadable: list[tuple[str, str]] = []
+    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
+                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
+        try:
+            stat = os.stat(file.file)  # a str, not a Path: Path objects cost more than the stat
+        except OSError:
+            continue
+        if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):
+            stale.append(file.abs_path)
+    hidden = {folder for folder, _ in unreadable}  # their files are unknown, not gone
+    stale += [Path(os.path.normpath(settings.workspace / path)) for path in known
+              if not in_scope(path, hidden)]
+    return stale
 
 
 def find_stale(settings: Settings) -> list[str]:

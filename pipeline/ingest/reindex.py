@@ -37,8 +37,8 @@ from pipeline.ingest.producer import (
 )
 from pipeline.store import cache, reads, schema
 from pipeline.store.engine import Database, connect
+from pipeline.store.reads import REINDEX_META, rebuild_info
 
-REINDEX_META = "reindex"
 SIDE_FILES = ("-wal", "-shm")
 
 
@@ -92,11 +92,6 @@ def rebuild_lock(store_path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def rebuild_info(db: Database) -> dict[str, Any] | None:
-    """The rebuild in progress for the live store ``db``, if any."""
-    return schema.get_meta(db, REINDEX_META)
 
 
 def _open(settings: Settings, path: Path | str) -> Database:

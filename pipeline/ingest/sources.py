@@ -203,6 +203,11 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Itera
 _PATH_REQUIRED = "path required: a memory .md file (MEMORY.md, memory/…, or an extra path)"
 
 
+def in_scope(path: str, scopes: set[str]) -> bool:
+    """Whether relative ``path`` is one of ``scopes`` or inside one of them (folders)."""
+    return path in scopes or any(path.startswith(s + "/") for s in scopes)
+
+
 def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 

@@ -161,7 +161,7 @@ def stats_digest(stats: dict[str, tuple[int, int]]) -> str:
 
 def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:
     """Memory files on this host that the store (``manifest``) does not reflect: new, gone,
-    or with another stat. Stat only, as :func:`~pipeline.ingest.producer.stale_memory_paths`
+    or with another stat. Stat only, as :func:`~pipeline.ingest.refresh.stale_memory_paths`
     (session transcripts left out: they have their own thresholds)."""
     scan = scan_sources(settings, manifest)
     stale = []

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.store.engine import Database
 from pipeline.store.schema import transaction
-from pipeline.store.writer import PendingChunk
+
+if TYPE_CHECKING:
+    from pipeline.store.writer import PendingChunk
 
 #: Local states of a job that has not finished (``queued``: the row exists, the submit task has
 #: not yet created the remote job).
@@ -84,6 +86,8 @@ def job_chunks(db: Database, job_id: str) -> list[PendingChunk]:
         "SELECT chunks.rowid, chunks.id, chunks.hash, chunks.text FROM batch_chunks JOIN chunks "
         "ON chunks.id = batch_chunks.chunk_id WHERE batch_chunks.job_id = ? "
         "AND chunks.state = 'pending' ORDER BY chunks.rowid", (job_id,)).fetchall()
+    from pipeline.store.writer import PendingChunk  # an index pass's, not a search's
+
     return [PendingChunk(*row) for row in rows]
 
 

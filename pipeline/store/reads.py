@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.store.batches import LIVE_CHUNK_IDS
 from pipeline.store.engine import Database
-from pipeline.store.schema import transaction
-from pipeline.store.writer import PendingChunk
+from pipeline.store.schema import get_meta, transaction
+
+if TYPE_CHECKING:
+    from pipeline.store.writer import PendingChunk
+
+#: The live store's meta key naming the rebuild in progress (:mod:`pipeline.ingest.reindex`).
+REINDEX_META = "reindex"
+
+
+def rebuild_info(db: Database) -> dict[str, Any] | None:
+    """The rebuild in progress for the live store ``db``, if any."""
+    return get_meta(db, REINDEX_META)
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,8 @@ def pending_rows(db: Database, *, retry_failed: bool = False, queued_before: flo
         f"AND id NOT IN ({LIVE_CHUNK_IDS}) ORDER BY path, start_line",
         (*states, queued_before),
     ).fetchall()
+    from pipeline.store.writer import PendingChunk  # an index pass's, not a search's
+
     return [PendingRow(PendingChunk(*row[:4]), row[5], row[4] is not None) for row in rows]
 
 

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline.messages import ProviderSpec
+from pipeline.message_fields import ProviderSpec
 from pipeline.store.engine import Database, connect
 
 SCHEMA_VERSION = 5

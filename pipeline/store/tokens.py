@@ -11,6 +11,7 @@ The same tokens serve MMR's Jaccard similarity.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Han (with extensions and compatibility), Hiragana, Katakana (not the middle dot U+30FB, which
@@ -20,14 +21,21 @@ _CJK_CLASS = (
     "\uf900-\ufaff\uff66-\uff9f\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"
     "\U00020000-\U0002ffff"
 )
-_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
-_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+#: The lowest code point of the class (Hangul Jamo): text below it holds no CJK character.
+_CJK_FIRST = "\u1100"
 _WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@functools.cache
+def _cjk_run() -> re.Pattern[str]:
+    """Runs of CJK characters. Compiled on first use, not at import: the class's ranges take
+    milliseconds to compile, which a one-shot search of plain text never needs."""
+    return re.compile(f"[{_CJK_CLASS}]+")
 
 
 def is_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK character."""
-    return _CJK_CHAR.search(text) is not None
+    return bool(text) and max(text) >= _CJK_FIRST and _cjk_run().search(text) is not None
 
 
 def _bigrams(run: str) -> list[str]:
@@ -42,7 +50,7 @@ def _segment(text: str, *, with_tail: bool) -> str:
             grams.append(run[-1])
         return " " + " ".join(grams) + " "
 
-    return _CJK_RUN.sub(cut, text)
+    return _cjk_run().sub(cut, text)
 
 
 def index_text(text: str) -> str:
