@@ -43,6 +43,7 @@ from pipeline.errors import (
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
 from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
 from pipeline.placement import store_is_here
+from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.2
 #: How long a job may be neither in the job log nor waiting in its queue before a follower
 #: calls it unknown.
 UNKNOWN_JOB_AFTER_S = 15.0
@@ -883,6 +883,7 @@ class Memory:
         if memory_of_job(job_id) not in (None, self.name):
             raise UnknownJob(f"job {job_id} is not a job of memory {self.name!r}")
         started = time.monotonic()
+        poll = Poll()
         while True:
             job = self.job(job_id)
             if job is not None and not job.running:
@@ -891,7 +892,7 @@ class Memory:
                     and not self._job_waiting(job_id):
                 raise UnknownJob(f"unknown job {job_id}: in no job log memory {self.name!r} "
                                  f"can read, not waiting on 'control.{self.shard}'")
-            time.sleep(POLL_S)
+            poll.wait()
         if job.state == "done":
             if self.here:
                 # Opened now, not before the job ran: a rebuild may have swapped another file in.

@@ -41,10 +41,9 @@ from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
 from pipeline.jobs import JobRecord
 from pipeline.messages import IndexRequest, QueryReply, QueryRequest
+from pipeline.polling import Poll
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import QUERY_TASK, Lane, control_queue, new_job_id, query_queue
-
-POLL_S = 0.2
 
 #: The error a reply's kind stands for, raised again on the asking side.
 _RAISED: dict[str, type[Exception]] = {
@@ -300,6 +299,7 @@ class RemoteMemory:
                          check: Callable[[], None] | None = None) -> None:
         """Block until the shard's store has no chunk waiting for a vector."""
         total = None
+        poll = Poll()
         while True:
             status = self.status()
             left = int(status.get("pending") or 0)
@@ -310,16 +310,17 @@ class RemoteMemory:
                 return
             if check:
                 check()
-            time.sleep(POLL_S)
+            poll.wait()
 
     def wait_ended(self, job_id: str, timeout_s: float) -> bool:
         """Wait until job ``job_id`` ended on the shard's host (at most ``timeout_s``)."""
         deadline = time.monotonic() + timeout_s
+        poll = Poll()
         while time.monotonic() < deadline:
             job = self.job(job_id)
             if job is not None and not job.running:
                 return job.state == "done"
-            time.sleep(POLL_S)
+            poll.wait()
         return False
 
     def close(self) -> None:
