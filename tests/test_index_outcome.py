@@ -11,6 +11,7 @@ subprocess with its embedded broker and real worker processes, real Redis for ``
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -133,10 +134,12 @@ def test_no_wait_says_queued(tmp_path: Path, workspace: Path, broker_url: str) -
 
 def test_index_all_fails_on_a_memory_with_chunks_without_vectors(
         tmp_path: Path, workspace: Path) -> None:
+    other = tmp_path / "ws-bad"
+    shutil.copytree(workspace, other)
     with ProviderDouble("openai", api_key=SENTINEL) as double:
         listed = [{"id": "good", "default": True, "workspace": str(workspace),
                    "memorySearch": {"provider": "none"}},
-                  {"id": "bad", "workspace": str(workspace)}]
+                  {"id": "bad", "workspace": str(other)}]
         cfg = tmp_path / "openclaw.json"
         cfg.write_text(json.dumps({"agents": {
             "defaults": {"memorySearch": {
