@@ -163,12 +163,13 @@ def test_index_all_fails_on_a_memory_with_chunks_without_vectors(
 
 def test_a_key_for_another_destination_is_refused_before_any_request(
         tmp_path: Path, workspace: Path) -> None:
-    """The models.providers key belongs to api.openai.com, OPENAI_API_KEY too; remote.baseUrl
-    points elsewhere: refused with OpenClaw's message, no request sent, no key shown."""
+    """The models.providers key belongs to api.openai.com; remote.baseUrl points elsewhere and
+    no other credential is set: refused with OpenClaw's message, no request sent, no key
+    shown."""
     with ProviderDouble("openai", api_key=None) as double:
         cfg = _openclaw(tmp_path, workspace, {"openai": {"apiKey": SENTINEL}},
                         remote={"baseUrl": double.url})
-        env = {**_env(tmp_path, cfg), "OPENAI_API_KEY": SENTINEL}
+        env = _env(tmp_path, cfg)  # OPENAI_API_KEY empty
         done = run_memq("index", env=env, timeout=300)
         assert done.returncode == 1, done.stdout
         expected = (f"openai embedding credentials are not configured for {double.url}. "
@@ -182,9 +183,10 @@ def test_a_key_for_another_destination_is_refused_before_any_request(
 
 def test_which_credentials_apply_to_a_destination(tmp_path: Path, workspace: Path) -> None:
     """OpenClaw's rule (resolveRemoteEmbeddingBearerClient): remote.apiKey applies anywhere,
-    an Authorization header in remote.headers too; the environment and the models.providers
-    entry only where the entry's endpoint (or the default) is the destination, compared as
-    scheme://host:port/path (default ports, trailing slash and host case ignored)."""
+    an Authorization header in remote.headers too; the models.providers entry only where the
+    entry's endpoint (or the default) is the destination, compared as scheme://host:port/path
+    (default ports, trailing slash and host case ignored). memq's one difference: the
+    environment's key goes to a configured remote.baseUrl too (docs/providers.md)."""
     def choose(providers: dict, env: dict[str, str], **memory_search: object):
         cfg = _openclaw(tmp_path, workspace, providers, **memory_search)
         return choose_provider(load_settings(config_file=cfg, env={
@@ -193,7 +195,6 @@ def test_which_credentials_apply_to_a_destination(tmp_path: Path, workspace: Pat
     with ProviderDouble("openai", api_key=SENTINEL) as double:
         refused = [
             ({"openai": {"apiKey": SENTINEL}}, {}, {"baseUrl": double.url}),
-            ({}, {"OPENAI_API_KEY": SENTINEL}, {"baseUrl": double.url}),
             ({"openai": {"apiKey": SENTINEL, "headers": {"Authorization": "Bearer x"}}}, {},
              {"baseUrl": double.url}),  # the entry's headers stay with its endpoint too
         ]
@@ -212,6 +213,7 @@ def test_which_credentials_apply_to_a_destination(tmp_path: Path, workspace: Pat
             ({"openai": {"baseUrl": double.url}}, {"OPENAI_API_KEY": SENTINEL},
              {"baseUrl": double.url + "/"}),
             ({"openai": {"baseUrl": double.url, "apiKey": SENTINEL}}, {}, {}),
+            ({}, {"OPENAI_API_KEY": SENTINEL}, {"baseUrl": double.url}),  # memq, not OpenClaw
         ]
         for providers, env, remote in applies:
             double.requests.clear()
@@ -220,7 +222,7 @@ def test_which_credentials_apply_to_a_destination(tmp_path: Path, workspace: Pat
             assert [r.status for r in double.embed_requests()] == [200], (providers, remote)
     with ProviderDouble("gemini", api_key=SENTINEL) as double:
         with pytest.raises(CredentialsNotConfigured) as caught:
-            choose({"google": {"apiKey": SENTINEL}}, {"GEMINI_API_KEY": SENTINEL},
+            choose({"google": {"apiKey": SENTINEL}}, {},
                    provider="gemini", remote={"baseUrl": double.url})
         assert str(caught.value) == (f"Google embedding credentials are not configured for "
                                      f"{double.url}. Set memory.search.remote.apiKey for this "

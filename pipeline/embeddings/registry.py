@@ -209,8 +209,11 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     headers.update(options.get("headers") or {})
     refusing = adapter in REFUSING
     header_auth = adapter in HEADER_AUTH and has_authorization(headers)
-    # A custom id has no environment variable of its own (OpenClaw knows none for it).
-    env_keys = () if custom or (refusing and not owns) else cls.env_keys
+    # A custom id has no environment variable of its own (OpenClaw knows none for it). Unlike
+    # OpenClaw, memq lets the environment's key (OPENAI_API_KEY, ...) go to a configured
+    # remote.baseUrl, as it always has: a worker without the config builds the producer's
+    # provider from the job's endpoint and its own environment.
+    env_keys = () if custom else cls.env_keys
     try:
         api_key = None if header_auth else resolve_api_key(
             env_keys, configured=remote.api_key if primary else None,
