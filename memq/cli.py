@@ -106,6 +106,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         return _index_all(args)
     if args.remote:
         return _enqueue_index(args)
+    from pipeline.outcome import EXIT_NO_VECTOR
     from workers.indexing import run_index
 
     settings = _existing(_settings(args))
@@ -118,23 +119,38 @@ def cmd_index(args: argparse.Namespace) -> int:
             "files": r.files, "changed": r.changed, "deleted": r.deleted,
             "fileErrors": r.errors, "chunksFromCache": r.chunks_cached,
             "chunksQueued": r.chunks_queued, "jobs": r.jobs, "waited": run.waited,
-            "failedChunks": run.failed_chunks, "seconds": round(run.seconds, 3),
+            **run.outcome.to_dict(), "seconds": round(run.seconds, 3),
             "job": run.job_id, "batchJobs": r.batch_jobs, "batchResumed": run.batch_resumed}
     lines = [f"indexed {r.files} files ({r.changed} changed, {r.deleted} deleted) in "
              f"{run.seconds:.1f}s",
              f"mode: {run.mode}" + (f" ({run.provider}/{run.model})" if run.provider else "")
              + (f": {run.reason}" if run.mode in ("keyword-only", "remote") else ""),
-             f"chunks: {r.chunks_queued} embedded through the queue, {r.chunks_cached} from cache"]
+             f"chunks: {_chunks_line(run)}"]
     if r.batch_jobs:
         lines.append(f"batch: {r.batch_jobs} provider batch job(s) submitted "
                      "(`memq batch list`)")
     lines += [f"skipped {e}" for e in r.errors]
-    if run.failed_chunks:
-        lines.append(f"{run.failed_chunks} chunks have no vector (see `memq status`)")
     if not run.waited and (r.jobs or r.batch_jobs):
         lines.append(f"job {run.job_id}: embedding continues in the fleet (`memq status`)")
     _emit(args, data, "\n".join(lines))
+    problem = run.outcome.problem() if run.waited else None
+    if problem:
+        print(f"memq: error: {problem}", file=sys.stderr)
+        return EXIT_NO_VECTOR
     return 0
+
+
+def _chunks_line(run: Any) -> str:
+    """What became of the pass's chunks, as counted in the store (``chunks: …``)."""
+    r, written = run.report, run.outcome.written
+    cached = f"{r.chunks_cached} from cache"
+    if run.mode == "keyword-only":
+        return "no vectors (keyword-only index)"
+    if not run.waited:
+        return f"{r.chunks_queued} queued for embedding (none written yet), {cached}"
+    if written is None:  # followed on another host: its store says what is missing
+        return f"{r.chunks_queued} sent to the shard's writer, {cached}"
+    return f"{written} embedded of {r.chunks_queued}, {cached}"
 
 
 def _index_all(args: argparse.Namespace) -> int:
@@ -142,7 +158,8 @@ def _index_all(args: argparse.Namespace) -> int:
     ``--remote``: one index job per memory, queued on its shard's ``control`` queue, so each
     shard's writer runs its memories' passes beside the others'). A memory that cannot be
     indexed (workspace gone, turned off, no broker, a broken store) is reported and the rest go
-    on; the exit code is 1 when any failed."""
+    on; the exit code is 1 when any failed, else 4 when any left chunks without a vector."""
+    from pipeline.outcome import EXIT_NO_VECTOR
     from workers.jobs_api import JobError
 
     if args.agent:
@@ -163,25 +180,32 @@ def _index_all(args: argparse.Namespace) -> int:
     lines = [f"{r['memory']}: " + (f"failed: {r['error']}" if "error" in r else r["summary"])
              for r in results]
     failed = sum("error" in r for r in results)
+    incomplete = sum("problem" in r for r in results)
     lines.append(f"{len(results) - failed} of {len(results)} memories "
                  + ("queued" if args.remote else "indexed")
-                 + (f", {failed} failed" if failed else ""))
+                 + (f", {failed} failed" if failed else "")
+                 + (f"; {incomplete} of {len(results)} memories left chunks without a vector"
+                    if incomplete else ""))
     _emit(args, {"memories": [{k: v for k, v in r.items() if k != "summary"}
                               for r in results]}, "\n".join(lines))
-    return 1 if failed else 0
+    return 1 if failed else EXIT_NO_VECTOR if incomplete else 0
 
 
 def _index_one(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    """One memory's index pass, here (``memq index``)."""
+    """One memory's index pass, here (``memq index``); ``problem`` when it left chunks
+    without a vector."""
     from workers.indexing import run_index
 
     run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
                     warn=_warn)
     r = run.report
+    problem = run.outcome.problem() if run.waited else None
+    summary = (f"{r.files} files ({r.changed} changed, {r.deleted} deleted), "
+               f"chunks: {_chunks_line(run)}, {run.seconds:.1f}s")
     return {"job": run.job_id, "files": r.files, "changed": r.changed, "deleted": r.deleted,
-            "chunksQueued": r.chunks_queued, "failedChunks": run.failed_chunks,
-            "summary": f"{r.files} files ({r.changed} changed, {r.deleted} deleted), "
-                       f"{r.chunks_queued} chunks queued, {run.seconds:.1f}s"}
+            "chunksQueued": r.chunks_queued, **run.outcome.to_dict(),
+            **({"problem": problem} if problem else {}),
+            "summary": summary + (f"; {problem}" if problem else "")}
 
 
 class _RemoteIndexer:

@@ -17,7 +17,8 @@
   - :class:`ProviderRefused`: the provider refused the credentials (401/403): the chunks wait,
     pending, until the configuration is fixed;
   - :class:`ProviderUnavailable`: the provider cannot be built here (no model file, no API key:
-    :class:`MissingApiKey`); another one may be chosen;
+    :class:`MissingApiKey`; no credential for the configured endpoint:
+    :class:`CredentialsNotConfigured`); another one may be chosen;
   - :class:`BatchUnavailable`: the provider's batch API is not there; use the sync path.
 
 - :class:`StoreError`: the SQLite store cannot be used (corrupt, unwritable): move it aside and
@@ -132,6 +133,13 @@ class ProviderUnavailable(EmbeddingError):
 
 class MissingApiKey(ProviderUnavailable):
     """No API key for a remote provider: ``provider: auto`` skips it silently, like OpenClaw."""
+
+
+class CredentialsNotConfigured(ProviderUnavailable):
+    """No credential applies to the destination (``remote.baseUrl`` points where neither the
+    environment's key nor the ``models.providers`` entry's belongs, and neither
+    ``remote.apiKey`` nor an Authorization header is set): refused before any request, with
+    OpenClaw 2026.9.6's advice. The message names the endpoint, never a key."""
 
 
 class BatchUnavailable(EmbeddingError):

@@ -42,6 +42,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
 from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
+from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
 from pipeline.placement import store_is_here
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -101,6 +102,23 @@ class IndexRun:
     job_id: str | None = None
     batch_resumed: int = 0  # live batch jobs whose polling this run started again
     vectors: str | None = None  # VECTORS_EMBEDDED, VECTORS_QUEUED or VECTORS_NONE
+    #: The store after the pass: vectors written, chunks pending or failed, and why.
+    outcome: VectorOutcome = field(default_factory=VectorOutcome)
+
+    @property
+    def vectors_written(self) -> int | None:
+        """Vectors written during the pass (None when it did not wait for them)."""
+        return self.outcome.written
+
+    @property
+    def pending(self) -> int:
+        """Chunks still without a vector and not failed (queued, or held with a reason)."""
+        return self.outcome.pending
+
+    @property
+    def without_vector(self) -> tuple[WithoutVector, ...]:
+        """The chunks left without a vector, grouped by state and reason."""
+        return self.outcome.groups
 
 
 def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
@@ -497,7 +515,7 @@ class Memory:
         from pipeline.ingest.producer import IndexReport
 
         self._check_enabled()
-        started = time.monotonic()
+        started, began = time.monotonic(), time.time()
         if not self.here:
             return self._index_elsewhere(wait=wait, retry_failed=retry_failed,
                                          rebuild=rebuild, on_progress=on_progress, warn=warn,
@@ -517,7 +535,7 @@ class Memory:
             self._carry_old_job_log(db)
             self._logged(run, origin, host, job_request, lambda progress: self._produce(
                 run, db, choice, wait=wait, retry_failed=retry_failed, rebuild=rebuild,
-                on_progress=progress, warn=warn), on_progress)
+                on_progress=progress, warn=warn, began=began), on_progress)
             self._qmd_after(run.report)
             return run
         except db.operational_error as exc:
@@ -546,7 +564,8 @@ class Memory:
         except BaseException as exc:
             jobs.failed(run.job_id, f"{type(exc).__name__}: {exc}"[:1000], meta, request)
             raise
-        jobs.finished(run.job_id, {**meta, **run.report.counts()}, request)
+        jobs.finished(run.job_id, {**meta, **run.report.counts(), **run.outcome.to_dict()},
+                      request)
 
     def _carry_old_job_log(self, db: Database) -> None:
         """Hand the rows of memq's old job log (beside or inside the store) to the job log,
@@ -597,7 +616,12 @@ class Memory:
                                   report.errors]
         if wait:
             run.waited = True
-            run.failed_chunks = int(self.remote.status().get("failed") or 0)
+            status = self.remote.status()
+            run.outcome = VectorOutcome(
+                None, int(status.get("pending") or 0), int(status.get("failed") or 0),
+                tuple(WithoutVector(status.get("provider"), e["state"], e["error"], e["chunks"])
+                      for e in status.get("chunk_errors") or ()))
+            run.failed_chunks = run.outcome.failed
         run.seconds = time.monotonic() - started
         return run
 
@@ -773,7 +797,7 @@ class Memory:
     def _produce(self, run: IndexRun, db: Database, choice: ProviderChoice, *, wait: bool,
                  retry_failed: bool, rebuild: str | None,
                  on_progress: Callable[[int, int], None] | None,
-                 warn: Callable[[str], None] | None) -> None:
+                 warn: Callable[[str], None] | None, began: float) -> None:
         from pipeline.ingest.producer import index_once
 
         settings = self.settings
@@ -812,13 +836,20 @@ class Memory:
             if not dispatcher.durable:
                 self.forget_queued()
         if run.rebuild is None:  # no swap: ``db`` is the live store
-            run.failed_chunks = reads.failed_count(db)
+            self._count_outcome(run, db, began)
             return
         live = connect(settings.store.path, want_vectors=settings.store.want_vectors)
         try:  # after a swap the live store is another file than ``db``
-            run.failed_chunks = reads.failed_count(live)
+            self._count_outcome(run, live, began)
         finally:
             live.close()
+
+    @staticmethod
+    def _count_outcome(run: IndexRun, db: Database, began: float) -> None:
+        """What the pass that began at ``began`` left in the live store ``db``."""
+        run.outcome = read_outcome(db, run.provider, since=began,
+                                   cached=run.report.chunks_cached, waited=run.waited)
+        run.failed_chunks = run.outcome.failed
 
     def _rebuild(self, choice: ProviderChoice, dispatcher: Dispatcher | None, *, wait: bool,
                  reason: str, on_progress: Callable[[int, int], None] | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from pipeline import polling
@@ -16,7 +18,7 @@ def test_a_poll_doubles_from_its_first_wait_up_to_its_cap(monkeypatch: pytest.Mo
     for _ in range(7):
         poll.wait()
     assert slept[0] == FIRST_POLL_S and slept[-1] == POLL_S
-    assert all(b == min(a * 2, POLL_S) for a, b in zip(slept, slept[1:], strict=False))
+    assert all(b == min(a * 2, POLL_S) for a, b in itertools.pairwise(slept))
     capped = Poll(first_s=1.0, cap_s=0.5)
     capped.wait()
     assert slept[-1] == 0.5

@@ -14,7 +14,7 @@ import pytest
 from pipeline import Memory
 from pipeline.config import ConfigError, load_settings, settings_to_dict
 from pipeline.embeddings.registry import build_from_spec, choose_provider
-from pipeline.errors import MissingApiKey
+from pipeline.errors import CredentialsNotConfigured, MissingApiKey
 from pipeline.status import index_status
 from tests.fakes.provider_doubles import ProviderDouble
 from tests.secrets_scan import SENTINEL
@@ -93,13 +93,21 @@ def test_precedence_remote_then_environment_then_entry(tmp_path: Path, workspace
 
 
 def test_entry_key_and_headers_stay_with_their_endpoint(tmp_path: Path, workspace: Path) -> None:
-    """remote.baseUrl pointing elsewhere gets neither the entry's key nor its headers."""
+    """remote.baseUrl pointing elsewhere gets neither the entry's key nor its headers: with
+    no credential of its own it is refused before any request (OpenClaw 2026.9.6), with
+    remote.apiKey it gets that key and not the entry's headers."""
     with ProviderDouble("openai", api_key=None) as proxy:
         providers = {"openai": {"apiKey": SENTINEL, "headers": {"X-Team": "blue"}}}
         cfg = _openclaw(tmp_path, workspace, providers, remote={"baseUrl": proxy.url})
+        with pytest.raises(CredentialsNotConfigured, match="not configured for"):
+            choose_provider(_load(cfg, tmp_path), env={})
+        assert proxy.requests == []
+        cfg = _openclaw(tmp_path, workspace, providers,
+                        remote={"baseUrl": proxy.url, "apiKey": OTHER})
         choose_provider(_load(cfg, tmp_path), env={}).provider.embed_query("q")
         (seen,) = proxy.embed_requests()
-        assert "authorization" not in seen.headers and "x-team" not in seen.headers
+        assert seen.headers["authorization"] == f"Bearer {OTHER}"
+        assert "x-team" not in seen.headers
     with ProviderDouble("openai", api_key=SENTINEL) as double:
         providers = {"openai": {"apiKey": SENTINEL, "baseUrl": double.url + "/",
                                 "headers": {"X-Team": "blue"}}}

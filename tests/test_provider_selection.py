@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.embeddings.registry import build_from_spec, choose_provider
-from pipeline.errors import EmbeddingError, MissingApiKey
+from pipeline.errors import CredentialsNotConfigured, EmbeddingError, MissingApiKey
 from pipeline.messages import ProviderSpec
 from tests.secrets_scan import SENTINEL
 
@@ -111,7 +111,7 @@ def test_worker_rebuilds_with_its_own_key(make_settings, workspace, monkeypatch)
     assert provider.base_url == "http://127.0.0.1:9/v1" and provider.model == spec.model
     assert provider.provider_key == spec.provider_key
     monkeypatch.delenv("OPENAI_API_KEY")
-    with pytest.raises(MissingApiKey):
+    with pytest.raises(CredentialsNotConfigured, match=r"127\.0\.0\.1:9/v1"):  # not the default
         build_from_spec(spec, worker_settings)
     odd = make_settings(workspace, provider="openai", remote={"apiKey": "x",
                                                               "headers": {"X-Team": "red"}})

@@ -305,8 +305,15 @@ def test_credentials_in_the_base_url_never_show(make_settings, workspace) -> Non
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://user:pw-SENTINEL@127.0.0.1:{port}/v1?key=q-SENTINEL"
+    # Without a key of its own the destination is refused up front (OpenClaw 2026.9.6)...
+    with pytest.raises(EmbeddingError) as refused:
+        choose_provider(make_settings(workspace, provider="openai", remote={
+            "baseUrl": url}), env={})
+    assert "credentials are not configured" in str(refused.value)
+    assert "SENTINEL" not in str(refused.value)
+    # ... and with one, what a failed request says hides the URL's credentials too.
     choice = choose_provider(make_settings(workspace, provider="openai", remote={
-        "baseUrl": url}), env={})
+        "baseUrl": url, "apiKey": "sk-remote-0000000000"}), env={})
     with pytest.raises(EmbeddingError) as info:
         choice.provider.embed_query("x")
     assert "base_url" not in choice.spec.options  # workers take it from their own config

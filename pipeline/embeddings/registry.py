@@ -40,6 +40,13 @@ from typing import Any
 
 from pipeline.config import ADAPTERS, NOT_YET, Settings, adapter_of
 from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.embeddings.destination import (
+    HEADER_AUTH,
+    REFUSING,
+    check_credentials,
+    has_authorization,
+    owns_destination,
+)
 from pipeline.errors import EmbeddingError, MissingApiKey, ProviderUnavailable
 from pipeline.message_fields import ProviderSpec
 
@@ -191,21 +198,35 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     entry = settings.provider_entry(custom or adapter)
     base_url = (options.get("base_url") or (remote.base_url if primary else None)
                 or (entry.base_url if entry else None))
-    # OpenClaw: the models.providers entry's key and headers go only to its own destination.
-    if entry is not None and not _same_destination(cls, base_url, entry.base_url):
+    # OpenClaw: the environment's key and the models.providers entry's key and headers go only
+    # to the provider's own destination (see pipeline.embeddings.destination).
+    owns = owns_destination(base_url or cls.default_base_url,
+                            (entry.base_url if entry else None) or cls.default_base_url)
+    if entry is not None and not owns:
         entry = None
     headers = dict(entry.headers) if entry is not None else {}
     headers.update(remote.headers if primary else {})
     headers.update(options.get("headers") or {})
+    refusing = adapter in REFUSING
+    header_auth = adapter in HEADER_AUTH and has_authorization(headers)
+    # A custom id has no environment variable of its own (OpenClaw knows none for it). Unlike
+    # OpenClaw, memq lets the environment's key (OPENAI_API_KEY, ...) go to a configured
+    # remote.baseUrl, as it always has: a worker without the config builds the producer's
+    # provider from the job's endpoint and its own environment.
+    env_keys = () if custom else cls.env_keys
     try:
-        # A custom id has no environment variable of its own (OpenClaw knows none for it).
-        api_key = resolve_api_key(() if custom else cls.env_keys,
-                                  configured=remote.api_key if primary else None,
-                                  configured_env=remote.api_key_env if primary else None,
-                                  env=os.environ if env is None else env, entry=entry)
+        api_key = None if header_auth else resolve_api_key(
+            env_keys, configured=remote.api_key if primary else None,
+            configured_env=remote.api_key_env if primary else None,
+            env=os.environ if env is None else env, entry=entry)
     except MissingApiKey as exc:
         raise MissingApiKey(f"{name}: {exc}") from None
+    if refusing and not owns:
+        check_credentials(adapter, name, base_url or cls.default_base_url, api_key=api_key,
+                          headers=headers)
     kwargs: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "headers": headers}
+    if refusing:  # OpenClaw's requireApiKey where it owns the destination
+        kwargs["key_required"] = owns and not header_auth
     if custom:
         kwargs["provider_id"] = custom
     # Options that change the vectors come from the spec when it has them, so a worker builds
@@ -235,14 +256,6 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     if options.get("auth"):  # the producer used a key: a keyless worker must not try without
         kwargs["key_required"] = True
     return cls(model or None, **kwargs)
-
-
-def _same_destination(cls: type, base_url: str | None, entry_url: str | None) -> bool:
-    """Does ``base_url`` (None: the provider's default) reach the entry's endpoint (None: the
-    default)? Compared without trailing slashes, as the providers clean them."""
-    def norm(url: str | None) -> str:
-        return (url or cls.default_base_url).rstrip("/")
-    return norm(base_url) == norm(entry_url)
 
 
 def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderSpec:

@@ -474,8 +474,15 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
                                             (ChunkText(p.id, p.hash, p.text, part),),
                                             route=route)))
     for group, job in sync_jobs:
-        submit(job)
-        writer.mark_queued(db, [p.rowid for p in group])
+        rowids = [p.rowid for p in group]
+        # Marked before it is sent: an in-process dispatcher writes the job's verdict (a
+        # vector, or held with the reason) during ``submit``, and must not be overwritten.
+        writer.mark_queued(db, rowids)
+        try:
+            submit(job)
+        except BaseException:
+            writer.mark_unqueued(db, rowids)
+            raise
         report.jobs += 1
         report.chunks_queued += len(group)
     return report

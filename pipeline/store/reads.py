@@ -71,6 +71,21 @@ def failed_count(db: Database) -> int:
     return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
 
 
+def ready_since(db: Database, since: float) -> int:
+    """Chunks that got their vector at or after ``since`` (epoch seconds; cache hits too)."""
+    return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'ready' "
+                           "AND updated_at >= ?", (since,)).fetchone()[0]
+
+
+def without_vector(db: Database) -> list[tuple[str, str | None, int]]:
+    """(state, reason, chunks) of every chunk without a vector, grouped: ``failed`` ones and
+    ``pending`` ones (a reason: held until the configuration is fixed; none: still waiting),
+    the largest groups first."""
+    return [(s, e, n) for s, e, n in db.conn.execute(
+        "SELECT state, error, count(*) FROM chunks WHERE state IN ('failed', 'pending') "
+        "GROUP BY state, error ORDER BY count(*) DESC, state, error")]
+
+
 def forget_queued(db: Database) -> None:
     """Let the next pass queue every pending chunk again (their messages died with a private
     broker)."""

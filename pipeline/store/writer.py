@@ -206,6 +206,14 @@ def mark_queued(db: Database, rowids: Sequence[int]) -> None:
                          [(now, r) for r in rowids])
 
 
+def mark_unqueued(db: Database, rowids: Sequence[int]) -> None:
+    """Forget that chunks were handed to a queue (sending them failed): the next pass queues
+    them."""
+    with transaction(db) as conn:
+        conn.executemany("UPDATE chunks SET queued_at = NULL WHERE rowid = ? "
+                         "AND state = 'pending'", [(r,) for r in rowids])
+
+
 def mark_held(db: Database, items: Sequence[tuple[str, str]]) -> None:
     """Leave chunks (id, reason) pending with the reason shown, and no longer in flight, so
     the next producer pass queues them again (after the configuration was fixed)."""
