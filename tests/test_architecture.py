@@ -49,6 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline.jobs": {"pipeline.errors", "pipeline.config", "pipeline.routing",
                       "pipeline.store"},
     "pipeline.placement": {"pipeline.config"},
+    "pipeline.outcome": {"pipeline.store"},
     "pipeline.shard_copy": {"pipeline.errors", "pipeline.config", "pipeline.messages",
                             "pipeline.store"},
     "pipeline.status": {"pipeline.config", "pipeline.store", "pipeline.batch",
@@ -66,7 +67,8 @@ ALLOWED: dict[str, set[str]] = {
                         "pipeline.store", "pipeline.batch", "pipeline.search",
                         "pipeline.ingest", "pipeline.status", "pipeline.dispatch",
                         "pipeline.fleet", "pipeline.qmd", "pipeline.jobs",
-                        "pipeline.placement", "pipeline.polling", "pipeline.remote"},
+                        "pipeline.placement", "pipeline.polling", "pipeline.remote",
+                        "pipeline.outcome"},
     "pipeline.query": {"pipeline.config", "pipeline.memory"},
     "pipeline.catalog": {"pipeline.errors", "pipeline.config", "pipeline.store"},
     # The package itself only names its public parts (loaded on first use).

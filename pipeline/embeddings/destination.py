@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from pipeline.embeddings.http import shown_url
 from pipeline.errors import CredentialsNotConfigured
 
 #: The adapters OpenClaw refuses a destination without credentials for: the label its message
@@ -71,6 +70,8 @@ def check_credentials(adapter: str, provider_id: str, base_url: str, *, api_key:
         return
     if adapter in HEADER_AUTH and has_authorization(headers):
         return
+    from pipeline.embeddings.http import shown_url  # httpx: only when refusing
+
     label, advice = REFUSING[adapter]
     raise CredentialsNotConfigured(f"{label or provider_id} embedding credentials are not "
                                    f"configured for {shown_url(base_url)}. {advice}")
