@@ -10,18 +10,36 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from pipeline.config import Settings
 from pipeline.ingest.globs import PathPatterns
-from pipeline.ingest.sources import MEMORY_SOURCE, in_scope, memory_files, relative_path
+from pipeline.ingest.sources import (
+    MEMORY_SOURCE,
+    SourceFile,
+    in_scope,
+    memory_files,
+    relative_path,
+)
 from pipeline.store import reads, schema
 from pipeline.store.engine import Database
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def stat_memory_files(settings: Settings, unreadable: list[tuple[str, str]]
+                      ) -> Iterator[tuple[SourceFile, os.stat_result]]:
+    """Each memory file on disk (session transcripts left out) with its stat; a file gone
+    while listed is skipped, a folder that could not be listed is added to ``unreadable``."""
+    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
+                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
+        try:
+            yield file, os.stat(file.file)  # a str, not a Path: Path objects cost more
+        except OSError:
+            continue
 
 
 def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
@@ -35,12 +53,7 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
     known = reads.file_stats(db, MEMORY_SOURCE)
     stale: list[Path] = []
     unreadable: list[tuple[str, str]] = []
-    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
-                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
-        try:
-            stat = os.stat(file.file)  # a str, not a Path: Path objects cost more than the stat
-        except OSError:
-            continue
+    for file, stat in stat_memory_files(settings, unreadable):
         if known.pop(file.path, None) != (stat.st_mtime_ns, stat.st_size):
             stale.append(file.abs_path)
     hidden = {folder for folder, _ in unreadable}  # their files are unknown, not gone

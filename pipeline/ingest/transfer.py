@@ -27,7 +27,6 @@ from pathlib import Path
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.admission import refused_path
-from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.multimodal import MediaFile, check_media, classify
 from pipeline.ingest.producer import (
     MAX_FILE_BYTES,
@@ -41,7 +40,7 @@ from pipeline.ingest.producer import (
     index_identity,
     scan_sources,
 )
-from pipeline.ingest.sources import memory_files
+from pipeline.ingest.refresh import stat_memory_files
 from pipeline.ingest.transcripts import SESSIONS_SOURCE
 from pipeline.messages import FileChange, FileChanges
 from pipeline.store import reads, schema, writer
@@ -138,14 +137,8 @@ def disk_stats(settings: Settings) -> dict[str, tuple[int, int]] | None:
     """The memory's files on this host (session transcripts left out): path -> (mtime_ns,
     size); None when a folder could not be listed (its files are unknown, not gone)."""
     unreadable: list[tuple[str, str]] = []
-    stats: dict[str, tuple[int, int]] = {}
-    for file in memory_files(settings.workspace, settings.extra_paths, settings.multimodal,
-                             unreadable=unreadable, patterns=PathPatterns.of(settings)):
-        try:
-            stat = os.stat(file.file)
-        except OSError:
-            continue
-        stats[file.path] = (stat.st_mtime_ns, stat.st_size)
+    stats = {file.path: (stat.st_mtime_ns, stat.st_size)
+             for file, stat in stat_memory_files(settings, unreadable)}
     return None if unreadable else stats
 
 
