@@ -432,13 +432,17 @@ WRITER = """
 import { DatabaseSync } from "node:sqlite";
 const [path, sessionId, count] = process.argv.slice(2);
 const db = new DatabaseSync(path);
-db.exec("PRAGMA busy_timeout = 0");  // any lock memq held would fail this writer at once
+// Opening: OpenClaw's own busy timeout (OPENCLAW_SQLITE_BUSY_TIMEOUT_MS). The first read of a
+// WAL database builds its shared index, and whichever connection opens at the same moment
+// (memq's, or a second OpenClaw one) waits for that recovery: SQLITE_BUSY_RECOVERY.
+db.exec("PRAGMA busy_timeout = 5000");
 const next = db.prepare("SELECT max(seq) + 1 AS seq FROM transcript_events WHERE session_id = ?");
 const insert = db.prepare("INSERT INTO transcript_events (session_id, seq, event_json, " +
   "created_at, event_utf8_bytes) VALUES (?, ?, ?, ?, ?)");
 // OpenClaw moves transcript_updated_at strictly forward on every change.
 const touch = db.prepare("UPDATE session_windows SET transcript_updated_at = " +
   "max(?, coalesce(transcript_updated_at, -1) + 1) WHERE session_id = ?");
+db.exec("PRAGMA busy_timeout = 0");  // from here any lock memq held would fail a write at once
 const pause = new Int32Array(new SharedArrayBuffer(4));
 for (let i = 0; i < Number(count); i++) {
   const now = Date.now();

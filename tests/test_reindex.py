@@ -133,13 +133,18 @@ def test_reindex_no_wait_is_finished_by_the_writer(workspace: Path, make_setting
     settings = make_settings(workspace, provider="local", brokerUrl=broker_url,
                              local={"modelPath": str(tiny_model)})
     fleet.env.update(MEMQ_CONFIG=str(settings.config_file), MEMQ_WORKSPACE=str(workspace))
-    fleet.start(["store.0"], "writer")
+    writer = fleet.start(["store.0"], "writer")
     fleet.start(["embed.local"], "embed")
     run_index(settings, wait=True)
     before = os.path.realpath(settings.store.path)
+    # No writer while the job is queued: every chunk is in the cache, so a running writer
+    # could swap the rebuild in before the status below is read.
+    writer.terminate()
+    writer.wait(20)
     run = run_index(settings, wait=False, rebuild="test: no wait")
     assert not run.waited and run.rebuild is not None and not run.rebuild.done
     assert index_status(settings)["reindex"]["reason"] == "test: no wait"
+    fleet.start(["store.0"], "writer")
     deadline = time.monotonic() + 60
     while index_status(settings)["reindex"] is not None and time.monotonic() < deadline:
         time.sleep(0.3)

@@ -474,15 +474,13 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
                                             (ChunkText(p.id, p.hash, p.text, part),),
                                             route=route)))
     for group, job in sync_jobs:
-        rowids = [p.rowid for p in group]
-        # Marked before it is sent: an in-process dispatcher writes the job's verdict (a
-        # vector, or held with the reason) during ``submit``, and must not be overwritten.
-        writer.mark_queued(db, rowids)
-        try:
-            submit(job)
-        except BaseException:
-            writer.mark_unqueued(db, rowids)
-            raise
+        # Sent, then marked: a producer killed in between leaves the chunks unmarked, and the
+        # next pass sends them again (writes are idempotent); marked first, they would wait
+        # REQUEUE_AFTER_S for a job that was never sent. An in-process dispatcher writes
+        # the job's verdict during ``submit``: ``sent_at`` keeps it from being overwritten.
+        sent_at = time.time()
+        submit(job)
+        writer.mark_queued(db, [p.rowid for p in group], sent_at=sent_at)
         report.jobs += 1
         report.chunks_queued += len(group)
     return report

@@ -198,20 +198,21 @@ def attach_cached(db: Database, pending: Sequence[PendingChunk], cached: dict[st
     return [p for p in pending if p.hash not in cached]
 
 
-def mark_queued(db: Database, rowids: Sequence[int]) -> None:
-    """Remember when chunks were handed to a queue, so a later pass does not queue them twice."""
+def mark_queued(db: Database, rowids: Sequence[int], *, sent_at: float | None = None) -> None:
+    """Remember when chunks were handed to a queue, so a later pass does not queue them twice.
+
+    ``sent_at`` (epoch seconds, taken before the job was sent): a chunk whose row changed since
+    then already has its job's verdict (a vector, or held with a reason, written by an
+    in-process dispatcher) and is left as it is."""
     now = time.time()
     with transaction(db) as conn:
-        conn.executemany("UPDATE chunks SET queued_at = ? WHERE rowid = ?",
-                         [(now, r) for r in rowids])
-
-
-def mark_unqueued(db: Database, rowids: Sequence[int]) -> None:
-    """Forget that chunks were handed to a queue (sending them failed): the next pass queues
-    them."""
-    with transaction(db) as conn:
-        conn.executemany("UPDATE chunks SET queued_at = NULL WHERE rowid = ? "
-                         "AND state = 'pending'", [(r,) for r in rowids])
+        if sent_at is None:
+            conn.executemany("UPDATE chunks SET queued_at = ? WHERE rowid = ?",
+                             [(now, r) for r in rowids])
+        else:
+            conn.executemany("UPDATE chunks SET queued_at = ? WHERE rowid = ? "
+                             "AND state = 'pending' AND updated_at < ?",
+                             [(now, r, sent_at) for r in rowids])
 
 
 def mark_held(db: Database, items: Sequence[tuple[str, str]]) -> None:
