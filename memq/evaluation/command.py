@@ -17,7 +17,7 @@ from memq.evaluation import beir, locomo, report
 from memq.evaluation.workspace import MODES, EvalWorkspace, default_work_dir
 
 BEIR_MODES = list(MODES)
-LOCOMO_MODES = ["keyword", "vector", "hybrid", "rrf"]
+LOCOMO_MODES = ["keyword", "vector", "hybrid", "rrf", "hybrid+mmr", "hybrid+decay", "defaults"]
 
 
 def read_base(config: str | None) -> dict[str, Any]:

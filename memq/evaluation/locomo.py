@@ -47,11 +47,19 @@ class Conversation:
     files: dict[str, str]
     lines: dict[str, tuple[str, int]] = field(default_factory=dict)  # dia_id -> (path, line)
     questions: list[Question] = field(default_factory=list)
+    #: When the questions are asked (epoch seconds): the last session's time, so temporal
+    #: decay measures a note's age as the agent would have seen it then.
+    asked_at: float | None = None
+
+
+def session_time(stamp: str) -> dt.datetime:
+    """``"1:56 pm on 8 May, 2023"`` -> 2023-05-08 13:56 UTC."""
+    return dt.datetime.strptime(stamp.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=dt.UTC)
 
 
 def session_day(stamp: str) -> dt.date:
     """``"1:56 pm on 8 May, 2023"`` -> 2023-05-08."""
-    return dt.datetime.strptime(stamp.strip(), "%I:%M %p on %d %B, %Y").date()
+    return session_time(stamp).date()
 
 
 def evidence_ids(raw: list[str]) -> list[str]:
@@ -77,6 +85,8 @@ def conversation(sample: dict[str, Any]) -> Conversation:
     conv = Conversation(str(sample.get("sample_id", "")), {})
     for number, key in sessions:
         stamp = talk[f"{key}_date_time"]
+        asked = session_time(stamp).timestamp()
+        conv.asked_at = asked if conv.asked_at is None else max(conv.asked_at, asked)
         path = f"memory/{session_day(stamp).isoformat()}.md"
         lines = by_path.setdefault(path, [])
         if lines:
@@ -123,7 +133,7 @@ def run(work_dir: Path, base: dict[str, Any] | None, conversations: list[Convers
         try:
             for name, settings in mode_settings(work, modes).items():
                 for q in questions:
-                    hits = search(indexed, settings, name, q.text, max(KS))
+                    hits = search(indexed, settings, name, q.text, max(KS), now=conv.asked_at)
                     evidence = [conv.lines.get(t, ("", 0)) for t in q.evidence]
                     row = {f"R@{k}": found_share(hits[:k], evidence) for k in KS}
                     for group in (CATEGORIES.get(q.category, str(q.category)), "all"):

@@ -32,13 +32,25 @@ from pipeline.store import reads, schema
 from pipeline.store.engine import Database
 from workers.indexing import run_index
 
+
+def _hybrid(fusion: str = "weighted", *, enabled: bool = True, mmr: bool = False,
+            decay: bool = False) -> dict[str, Any]:
+    """memq.json keys of one retrieval mode, every ranking pass named (so a mode measures the
+    same thing whatever memq's defaults are)."""
+    return {"query": {"hybrid": {"enabled": enabled, "fusion": fusion,
+                                 "mmr": {"enabled": mmr}, "temporalDecay": {"enabled": decay}}}}
+
+
 #: memq.json keys per mode; every mode runs on the same store with no score floor.
+#: ``defaults`` is memq's own configuration, whatever it is (MMR and temporal decay on).
 MODES: dict[str, dict[str, Any]] = {
-    "keyword": {},
-    "vector": {"query": {"hybrid": {"enabled": False}}},
-    "hybrid": {"query": {"hybrid": {"fusion": "weighted"}}},
-    "rrf": {"query": {"hybrid": {"fusion": "rrf"}}},
-    "hybrid+mmr": {"query": {"hybrid": {"fusion": "weighted", "mmr": {"enabled": True}}}},
+    "keyword": _hybrid(),
+    "vector": _hybrid(enabled=False),
+    "hybrid": _hybrid(),
+    "rrf": _hybrid("rrf"),
+    "hybrid+mmr": _hybrid(mmr=True),
+    "hybrid+decay": _hybrid(decay=True),
+    "defaults": {},
 }
 KEYWORD_ONLY = "keyword"
 
@@ -159,13 +171,15 @@ def mode_settings(work: EvalWorkspace, modes: Iterable[str], fused: dict[str, An
     return out
 
 
-def search(indexed: Indexed, settings: Settings, mode: str, query: str, depth: int
-           ) -> list[dict[str, Any]]:
-    """The ``depth`` best chunks for ``query`` in ``mode`` (no minScore floor)."""
+def search(indexed: Indexed, settings: Settings, mode: str, query: str, depth: int,
+           now: float | None = None) -> list[dict[str, Any]]:
+    """The ``depth`` best chunks for ``query`` in ``mode`` (no minScore floor); ``now`` (epoch
+    seconds, default the clock) is when the question is asked, for temporal decay."""
     provider = None if mode == KEYWORD_ONLY else indexed.provider
     if provider is None and mode != KEYWORD_ONLY:
         raise RuntimeError("the store has no vectors (keyword-only index): only the keyword "
                            "mode can run")
     hits = search_store(indexed.db, settings, query, max_results=depth, min_score=0.0,
-                        provider=provider, held=indexed.held)  # type: ignore[arg-type]
+                        provider=provider, held=indexed.held,  # type: ignore[arg-type]
+                        now=now)
     return [hit.to_dict() for hit in hits]
