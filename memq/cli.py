@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from workers.watching import Reading
 
 ROLES = ("writer", "reader", "embed", "batch")
+#: memory_search's corpus values (pipeline.search.corpus.CORPORA, not imported by `--help`).
+SEARCH_CORPORA = ("memory", "wiki", "all", "sessions")
 #: Exit status when the memory's shard did not answer (its reader or the broker is down).
 EXIT_UNREACHABLE = 3
 
@@ -299,7 +301,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     with contextlib.closing(providers), Memory(settings=settings, in_memory=False,
                                                providers=providers) as memory:
         out = memory.search(args.query, max_results=args.max_results, min_score=args.min_score,
-                            citations=args.citations).to_dict()
+                            citations=args.citations, corpus=args.corpus).to_dict()
     lines = []
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())
@@ -322,7 +324,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                                                         if out.get("action") else ""))
         if args.json:
             _emit(args, out, "")
-        return EXIT_UNREACHABLE
+        from pipeline.search.corpus import SESSIONS_DISABLED
+
+        return 2 if out["error"] == SESSIONS_DISABLED else EXIT_UNREACHABLE
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0
@@ -896,6 +900,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-score", type=float)
     p.add_argument("--citations", choices=["auto", "on", "off"], default="auto",
                    help="add a Source: path#Ls-Le line to each snippet (default auto = on)")
+    p.add_argument("--corpus", choices=SEARCH_CORPORA,
+                   help="memory: notes only; sessions: transcripts only; all (default): "
+                        "every configured source; wiki: none (memq has no wiki)")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("get", parents=[common], help="read lines of a memory file")

@@ -43,6 +43,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
+from pipeline.search.corpus import CORPORA
 
 log = logging.getLogger("memq.mcp")
 
@@ -77,6 +78,9 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
                            "description": "how many snippets at most (default 6)"},
             "minScore": {"type": "number", "minimum": 0, "maximum": 1,
                          "description": "drop results scoring below this (default 0.35)"},
+            "corpus": {"type": "string", "enum": list(CORPORA),
+                       "description": "memory: notes only; sessions: past conversations only; "
+                                      "all (default): everything indexed"},
         }},
     ),
     "memory_get": (
@@ -159,7 +163,7 @@ class MemoryTools:
         # so), the background sync catches up.
         results = self.memory.search(
             args["query"], sync=False, max_results=args.get("maxResults"),
-            min_score=args.get("minScore"),
+            min_score=args.get("minScore"), corpus=args.get("corpus"),
             citations="on" if citations_on(self.settings) else "off")
         if stale:
             if self.settings.sync.on_search:

@@ -48,6 +48,7 @@ from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
+from pipeline.search.corpus import check_corpus, corpus_sources, refusal
 from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.store import batches, cache, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
@@ -243,7 +244,7 @@ class Memory:
 
     def search(self, query: str, *, max_results: int | None = None,
                min_score: float | None = None, sync: bool | None = None,
-               citations: str | None = None) -> SearchResults:
+               citations: str | None = None, corpus: str | None = None) -> SearchResults:
         """Search the memory by meaning and keywords; the hits, best first.
 
         Never raises for the content of ``query``: any text gives results or none. With
@@ -256,12 +257,22 @@ class Memory:
         server passes False and calls :meth:`sync_in_background` instead. ``citations`` (auto,
         on, off; default: the ``citations`` setting) adds a ``Source: path#Ls-Le`` line to each
         snippet. A store that cannot be opened gives ``mode == "unavailable"`` and the reason.
+        ``corpus`` (``memory``, ``sessions``, ``all``, ``wiki``: OpenClaw's ``memory_search``
+        argument) narrows the sources read (:mod:`pipeline.search.corpus`); any other value
+        raises RequestRefused.
         """
         self._check_enabled()
         citations = check_mode(citations or self.settings.citations)
+        corpus = check_corpus(corpus)
+        refused = refusal(self.settings, corpus)
+        if refused is not None:
+            refused.citations = citations
+            return refused
         if not self.here:
             return self.remote.search(str(query), max_results=max_results,
-                                      min_score=min_score, sync=sync, citations=citations)
+                                      min_score=min_score, sync=sync, citations=citations,
+                                      corpus=corpus)
+        sources = corpus_sources(self.settings, corpus)
         fallback = None
         backend = self.qmd
         if backend is not None:
@@ -273,17 +284,21 @@ class Memory:
             except QmdUnavailable as exc:  # the backend logged it (once per outage)
                 fallback = exc.as_dict()
             else:
+                if sources is not None:
+                    hits = [hit for hit in hits if hit.source in sources]
                 return SearchResults(hits=apply_citations(hits, citations), provider="qmd",
                                      model=backend.qmd.search_mode,
                                      mode=_QMD_MODES[backend.qmd.search_mode],
                                      citations=citations, backend="qmd")
-        results = self._search_builtin(str(query), max_results, min_score, sync, citations)
+        results = self._search_builtin(str(query), max_results, min_score, sync, citations,
+                                       sources)
         if backend is not None:
             results.backend, results.fallback = "builtin", fallback
         return results
 
     def _search_builtin(self, query: str, max_results: int | None, min_score: float | None,
-                        sync: bool | None, citations: str) -> SearchResults:
+                        sync: bool | None, citations: str, sources: tuple[str, ...] | None
+                        ) -> SearchResults:
         try:
             db = self._open_store()
         except StoreError as exc:  # OpenClaw's "unavailable" shape: the agent is told
@@ -294,12 +309,13 @@ class Memory:
             return SearchResults(warning=f"nothing indexed yet at {self.settings.store.path}: "
                                          "run `memq index`")
         try:
-            return self._search(db, query, max_results, min_score, sync, citations)
+            return self._search(db, query, max_results, min_score, sync, citations, sources)
         finally:
             db.close()
 
     def _search(self, db: Database, query: str, max_results: int | None,
-                min_score: float | None, sync: bool | None, citations: str) -> SearchResults:
+                min_score: float | None, sync: bool | None, citations: str,
+                sources: tuple[str, ...] | None) -> SearchResults:
         spec = schema.index_spec(db)
         provider, warning = None, None
         if spec is not None:
@@ -312,11 +328,13 @@ class Memory:
             synced = self._sync_rows(db, spec, provider)
         try:
             hits = search_store(db, self.settings, query, max_results=max_results,
-                                min_score=min_score, provider=provider, held=self._held)
+                                min_score=min_score, provider=provider, held=self._held,
+                                sources=sources)
         except EmbeddingError as exc:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
             hits = search_store(db, self.settings, query, max_results=max_results,
-                                min_score=min_score, provider=None, held=self._held)
+                                min_score=min_score, provider=None, held=self._held,
+                                sources=sources)
         if not db.fts_ok:
             warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "
                                                        f"{db.fts_error}"]))

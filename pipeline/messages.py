@@ -610,7 +610,8 @@ def _score(value: Any, where: str) -> float | None:
 QUERY_ARGS: dict[str, dict[str, tuple[Check[Any], bool]]] = {
     "search": {"query": (_text, True), "maxResults": (_OPTIONAL_WHOLE, False),
                "minScore": (_score, False), "citations": (_optional_text, False),
-               "stale": (_flag, False), "filesDigest": (_optional_text, False)},
+               "stale": (_flag, False), "filesDigest": (_optional_text, False),
+               "corpus": (_optional_text, False)},
     "get": {"path": (_text, True), "from": (_OPTIONAL_WHOLE, False),
             "lines": (_OPTIONAL_WHOLE, False)},
     "status": {},

@@ -171,7 +171,7 @@ class RemoteMemory:
     # -- reads -------------------------------------------------------------------------------
 
     def search(self, query: str, *, max_results: int | None, min_score: float | None,
-               sync: bool | None, citations: str) -> SearchResults:
+               sync: bool | None, citations: str, corpus: str | None = None) -> SearchResults:
         """The reader's answer (the same hits, scores and notes the store host gives); a
         shard that does not answer gives ``mode == "unavailable"`` and why. With ``sync``
         (default ``sync.onSearch``), files the index does not reflect are counted
@@ -181,7 +181,7 @@ class RemoteMemory:
         files_here = self.settings.workspace.is_dir()
         args: dict[str, Any] = {"query": query, "maxResults": max_results,
                                 "minScore": min_score, "citations": citations,
-                                "stale": bool(want_sync) and not files_here}
+                                "stale": bool(want_sync) and not files_here, "corpus": corpus}
         stats = disk_stats(self.settings) if want_sync and files_here else None
         if stats is not None:  # the reader says whether the store holds these very stats
             args["filesDigest"] = stats_digest(stats)

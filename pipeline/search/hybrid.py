@@ -16,6 +16,7 @@ same results faster; a one-shot caller passes none and SQLite answers.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,11 +96,11 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
 
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
-          provider: EmbeddingProvider | None, held: HeldCopies | None
-          ) -> tuple[list[Candidate], dict[int, float]]:
+          provider: EmbeddingProvider | None, held: HeldCopies | None,
+          wanted: Sequence[str]) -> tuple[list[Candidate], dict[int, float]]:
     """Fused candidates, best first, and the keyword side's hits (FTS5 ranks)."""
     hybrid = settings.query.hybrid
-    sources = source_filter(db, settings.sources)
+    sources = source_filter(db, wanted)
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
@@ -122,19 +123,23 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
 def search_store(db: Database, settings: Settings, query: str, *,
                  max_results: int | None = None, min_score: float | None = None,
                  provider: EmbeddingProvider | None = None, now: float | None = None,
-                 held: HeldCopies | None = None) -> list[SearchHit]:
+                 held: HeldCopies | None = None, sources: Sequence[str] | None = None
+                 ) -> list[SearchHit]:
     """Search an open store; the hits, best first.
 
     ``provider`` embeds the query (None: keyword-only; its errors are raised). ``now`` (epoch
     seconds) is the moment temporal decay measures ages from. ``held``: the caller's in-memory
     copies of the store, used when current (loaded in the background on first use and again
     whenever the store changed, vec0 and FTS5 answering meanwhile); the results are the same.
+    ``sources`` narrows the search to some of the configured sources (``memory_search``'s
+    ``corpus``); None reads them all.
     """
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
-    ranked, text = _rank(db, settings, query, candidates, provider, held)
+    ranked, text = _rank(db, settings, query, candidates, provider, held,
+                         settings.sources if sources is None else sources)
     if hybrid.temporal_decay.enabled and ranked:
         factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
                                     else now, hybrid.temporal_decay.half_life_days)

@@ -1,0 +1,48 @@
+"""``memory_search``'s ``corpus`` argument: which indexed sources one search reads.
+
+OpenClaw 2026.9's tool takes ``corpus`` (``memory``, ``wiki``, ``all``, ``sessions``) and
+refuses any other value rather than searching everything (a model-authored argument must fail
+closed). ``memory`` reads memory notes only, ``sessions`` session transcripts only (refused
+with OpenClaw's advice when session search is not configured), ``all`` (or no corpus) what
+``sources`` configures. memq has no wiki: ``wiki`` answers nothing, and says so.
+"""
+
+from __future__ import annotations
+
+from pipeline.config import Settings
+from pipeline.errors import RequestRefused
+from pipeline.results import SearchResults
+
+CORPORA = ("memory", "wiki", "all", "sessions")
+SESSIONS_DISABLED = "Session transcript search is not enabled."
+SESSIONS_ACTION = ("ask the operator to enable semantic session search by enabling "
+                   "memory.search.experimental.sessionMemory and adding \"sessions\" to "
+                   "memory.search.sources")
+NO_WIKI = ("Wiki corpus is not registered; results do not cover that requested corpus "
+           "(memq has no wiki).")
+
+
+def check_corpus(corpus: str | None) -> str | None:
+    """``corpus`` if it is one of :data:`CORPORA` (or None); RequestRefused otherwise."""
+    if corpus is None or corpus in CORPORA:
+        return corpus
+    raise RequestRefused(f"corpus must be one of: {', '.join(CORPORA)}")
+
+
+def refusal(settings: Settings, corpus: str | None) -> SearchResults | None:
+    """The answer when ``corpus`` cannot be searched at all (None when it can)."""
+    if corpus == "sessions" and "sessions" not in settings.sources:
+        return SearchResults(mode="unavailable", error=SESSIONS_DISABLED,
+                             warning="Session transcript search is unavailable for this "
+                                     "agent.", action=SESSIONS_ACTION)
+    if corpus == "wiki":
+        return SearchResults(warning=NO_WIKI)
+    return None
+
+
+def corpus_sources(settings: Settings, corpus: str | None) -> tuple[str, ...] | None:
+    """The sources a search of ``corpus`` reads: None for what ``sources`` configures (no
+    corpus, or ``all``)."""
+    if corpus in (None, "all") or settings.sources == (corpus,):
+        return None
+    return (corpus,)
