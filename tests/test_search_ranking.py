@@ -152,6 +152,33 @@ def test_keyword_hit_without_a_vector_survives_min_score_in_hybrid(ws: Path,
     db.close()
 
 
+def test_free_slots_are_filled_with_keyword_only_matches_below_min_score(
+        ws: Path, make_settings) -> None:
+    """OpenClaw 2026.9 (selectHybridSearchResults): what clears minScore first, then free slots
+    filled with keyword matches the vector side did not return, even below minScore; a chunk
+    the vector side returned with a low score is not a filler."""
+    notes = {**NOTES, "memory/b.md": "bravo boats boats boats about boats",
+             "memory/log.md": "a long log " + "of many unrelated words " * 40 + "boats",
+             "memory/d.md": "delta note about boats once and gardens"}
+    scores = {**SCORES, "memory/d.md": 0.01}  # log.md has no vector: keyword-only
+    db, settings = build(ws, make_settings, notes, scores)
+    out = search(db, settings, "boats", provider=QueryVector())
+    by_path = {r["path"]: r["score"] for r in out["results"]}
+    assert paths(out)[:2] == ["memory/a.md", "memory/b.md"]  # both clear 0.35
+    assert "memory/log.md" in by_path and by_path["memory/log.md"] < 0.35
+    assert paths(out)[-1] == "memory/log.md"  # fillers come after what cleared
+    assert "memory/d.md" not in by_path  # the vector side returned it: not a keyword-only match
+    assert "memory/c.md" not in by_path  # no keyword match at all
+    one = search(db, settings, "boats", provider=QueryVector(), max_results=2)
+    assert paths(one) == ["memory/a.md", "memory/b.md"]  # no free slot, no filler
+    keyword_only = search(db, settings, "boats", provider=None)
+    assert "memory/log.md" not in paths(keyword_only)  # OpenClaw's keyword path: no filling
+    # Nothing clears: every keyword match answers (2026.9 dropped the textWeight floor).
+    nothing = search(db, settings, "boats", provider=QueryVector(), min_score=0.99)
+    assert sorted(paths(nothing)) == ["memory/b.md", "memory/d.md", "memory/log.md"]
+    db.close()
+
+
 def test_rrf_mode_through_the_store(ws: Path, make_settings) -> None:
     db, settings = build(ws, make_settings, NOTES, SCORES, query={"hybrid": {"fusion": "rrf"}})
     out = search(db, settings, "boats", provider=QueryVector(), min_score=0)

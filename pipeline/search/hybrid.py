@@ -95,10 +95,20 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     return rescored(db, scan.result(), query_vector, matrix), text, matrix
 
 
+@dataclass
+class Ranking:
+    """What the retrievers found for one query, fused."""
+
+    ranked: list[Candidate]  # fused candidates, best first
+    text: dict[int, float]  # the keyword side's hits (FTS5 ranks)
+    #: The chunks the vector side returned; None when no vector search ran (keyword-only).
+    vector_side: frozenset[int] | None = None
+
+
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
           provider: EmbeddingProvider | None, held: HeldCopies | None,
-          wanted: Sequence[str]) -> tuple[list[Candidate], dict[int, float]]:
-    """Fused candidates, best first, and the keyword side's hits (FTS5 ranks)."""
+          wanted: Sequence[str]) -> Ranking:
+    """Fused candidates and what each retriever returned."""
     hybrid = settings.query.hybrid
     sources = source_filter(db, wanted)
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
@@ -108,16 +118,20 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     stats = held.text_stats.current(db) if held is not None and use_text else None
     if query_vector is None or not np.any(query_vector):
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
-        return fusion.weighted({}, fusion.relative(fusion.text_scores(text)), (0.0, 1.0)), text
+        return Ranking(fusion.weighted({}, fusion.relative(fusion.text_scores(text)), (0.0, 1.0)),
+                       text)
     vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
                                      held, stats)
+    vector_side = frozenset(vector)
     if not use_text:
-        return fusion.weighted(vector, {}, (1.0, 0.0)), text
+        return Ranking(fusion.weighted(vector, {}, (1.0, 0.0)), text, vector_side)
     weights = hybrid.normalized_weights()
     if hybrid.fusion == "rrf":
-        return fusion.rrf(vector, fusion.text_scores(text), weights, hybrid.rrf_k), text
+        return Ranking(fusion.rrf(vector, fusion.text_scores(text), weights, hybrid.rrf_k), text,
+                       vector_side)
     missing = cosine_for(db, [r for r in text if r not in vector], query_vector, matrix)
-    return fusion.weighted({**vector, **missing}, fusion.share_of_best(text), weights), text
+    return Ranking(fusion.weighted({**vector, **missing}, fusion.share_of_best(text), weights),
+                   text, vector_side)
 
 
 def search_store(db: Database, settings: Settings, query: str, *,
@@ -138,8 +152,9 @@ def search_store(db: Database, settings: Settings, query: str, *,
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
-    ranked, text = _rank(db, settings, query, candidates, provider, held,
-                         settings.sources if sources is None else sources)
+    found = _rank(db, settings, query, candidates, provider, held,
+                  settings.sources if sources is None else sources)
+    ranked = found.ranked
     if hybrid.temporal_decay.enabled and ranked:
         factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
                                     else now, hybrid.temporal_decay.half_life_days)
@@ -150,18 +165,33 @@ def search_store(db: Database, settings: Settings, query: str, *,
     for c in ranked:
         c.score = round(c.score, SCORE_DECIMALS)
     ranked.sort(key=lambda c: (-c.score, c.rowid))
-    picked = [c for c in ranked if c.score >= min_score]
-    if not picked and text:
-        # OpenClaw's relaxed fallback: when no fused score clears minScore, keyword hits whose
-        # own BM25 score clears min(minScore, textWeight) are still answers, not nothing.
-        floor = min(min_score, hybrid.normalized_weights()[1])
-        picked = [c for c in ranked if c.text_score >= floor]
-    rows = reads.chunk_rows(db, [c.rowid for c in picked])
+    picked, fill = _select(ranked, found, min_score, max_results)
+    rows = reads.chunk_rows(db, [c.rowid for c in picked + fill])
     picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
+    fill = [c for c in fill if c.rowid in rows]
     if hybrid.mmr.enabled:
         picked = mmr_order(picked, [c.score for c in picked],
                            [rows[c.rowid][3] for c in picked], hybrid.mmr.lambda_)
-    return [_hit(c, rows[c.rowid]) for c in picked[:max_results]]
+    return [_hit(c, rows[c.rowid]) for c in (picked + fill)[:max_results]]
+
+
+def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_results: int
+            ) -> tuple[list[Candidate], list[Candidate]]:
+    """OpenClaw 2026.9's choice among the ranked candidates: those that clear ``minScore``;
+    when none does, the keyword hits (its relaxed fallback: a keyword match is an answer,
+    not nothing); and when fewer than ``max_results`` do in a hybrid search, the free slots
+    filled, after them, with keyword-only matches (ones the vector side did not return)
+    below ``minScore``. A vector-only search keeps what clears, nothing else."""
+    picked = [c for c in ranked if c.score >= min_score]
+    if not found.text or len(picked) >= max_results:
+        return picked, []
+    if not picked:
+        return [c for c in ranked if c.rowid in found.text], []
+    if found.vector_side is None:
+        return picked, []
+    fill = [c for c in ranked if c.score < min_score and c.rowid in found.text
+            and c.rowid not in found.vector_side]
+    return picked, fill[:max_results - len(picked)]
 
 
 def _hit(c: Candidate, row: tuple[Any, ...]) -> SearchHit:
