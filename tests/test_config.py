@@ -86,8 +86,8 @@ def test_defaults_equal_openclaw(env: dict[str, str], ws: Path) -> None:
     assert (h.enabled, h.vector_weight, h.text_weight, h.candidate_multiplier) == (
         True, 0.7, 0.3, 4,
     )  # fmt: skip
-    assert (h.mmr.enabled, h.mmr.lambda_) == (False, 0.7)
-    assert (h.temporal_decay.enabled, h.temporal_decay.half_life_days) == (False, 30)
+    assert (h.mmr.enabled, h.mmr.lambda_) == (True, 0.7)  # on by default since 2026.9
+    assert (h.temporal_decay.enabled, h.temporal_decay.half_life_days) == (True, 30)
     assert s.query.candidates() == 24  # min(200, 6 x 4), as OpenClaw
     assert s.cache.enabled is True
     assert s.cache.max_entries == DEFAULT_CACHE_MAX_ENTRIES == 100_000  # memq's cap

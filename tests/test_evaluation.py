@@ -159,11 +159,16 @@ def test_memq_eval_on_a_tiny_beir_collection(tmp_path: Path, tiny_model) -> None
     out = json.loads(done.stdout)
     assert out["kind"] == "beir" and out["queries"] == 2 and out["chunks"] == 4
     figures = out["figures"]
-    assert list(figures) == ["keyword", "vector", "hybrid", "rrf", "hybrid+mmr"]
+    assert list(figures) == ["keyword", "vector", "hybrid", "rrf", "hybrid+mmr", "hybrid+decay",
+                             "defaults"]
     # Each query's words occur in its relevant document only: keyword search is perfect.
     assert figures["keyword"] == {"nDCG@10": 1.0, "R@10": 1.0, "R@100": 1.0, "MRR@10": 1.0}
-    for mode in ("vector", "hybrid", "rrf", "hybrid+mmr"):  # 4 documents: all ranked
+    for mode in ("vector", "hybrid", "rrf", "hybrid+mmr", "defaults"):  # 4 documents: all ranked
         assert figures[mode]["R@10"] == 1.0 and 0.0 < figures[mode]["nDCG@10"] <= 1.0
+    # Undated documents are evergreen: decay changes nothing, and memq's defaults are the
+    # weighted fusion with MMR.
+    assert figures["hybrid+decay"] == figures["hybrid"]
+    assert figures["defaults"] == figures["hybrid+mmr"]
     # Indexed by the real pipeline: one Markdown file per document, every chunk has a vector.
     assert sorted(p.name for p in (work / "workspace" / "memory" / "docs").iterdir()) == [
         "d1.md", "d2.md", "d3.md", "d4.md"]

@@ -18,7 +18,9 @@ from pipeline.search.mmr import jaccard, mmr_order
 from pipeline.store.vectors import put_vectors
 from tests.searchkit import QueryVector, build, vector_with_cosine
 
-VECTOR_ONLY = {"hybrid": {"enabled": False}}
+#: Plain ranking, MMR and temporal decay (on by default) off: what the fusion tests measure.
+PLAIN = {"mmr": {"enabled": False}, "temporalDecay": {"enabled": False}}
+VECTOR_ONLY = {"hybrid": {"enabled": False, **PLAIN}}
 
 #: The copies this module's searches hold, as a long-running reader's ``Memory`` does.
 HELD = HeldCopies()
@@ -226,7 +228,8 @@ def test_mmr_worked_example_drops_the_near_duplicate_from_the_top_3(ws: Path,
     assert plain[:3] == ["memory/2026-02-10.md", "memory/2026-02-08.md", "memory/network.md"]
     db.close()
     db, settings = build(ws, make_settings, NETWORK, NETWORK_SCORES, query={
-        "hybrid": {"enabled": False, "mmr": {"enabled": True, "lambda": 0.7}}})
+        "hybrid": {"enabled": False, "mmr": {"enabled": True, "lambda": 0.7},
+                   "temporalDecay": {"enabled": False}}})
     out = search(db, settings, "home network setup", provider=QueryVector())
     diverse = paths(out)
     assert diverse[:3] == ["memory/2026-02-10.md", "memory/network.md", "memory/2026-02-05.md"]
@@ -280,7 +283,8 @@ def test_decay_worked_example_sinks_the_148_day_old_note(ws: Path, make_settings
     assert paths(plain) == ["memory/2025-09-15.md", "memory/2026-02-10.md", "MEMORY.md"]
     db.close()
     db, settings = build(ws, make_settings, ROD, ROD_SCORES, query={
-        "hybrid": {"enabled": False, "temporalDecay": {"enabled": True, "halfLifeDays": 30}}})
+        "hybrid": {"enabled": False, "mmr": {"enabled": False},
+                   "temporalDecay": {"enabled": True, "halfLifeDays": 30}}})
     out = search(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY,
                        min_score=0)
     assert paths(out) == ["memory/2026-02-10.md", "MEMORY.md", "memory/2025-09-15.md"]

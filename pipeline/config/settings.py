@@ -93,17 +93,19 @@ class ChunkingSettings(_Validated):
 
 @dataclass(frozen=True)
 class MmrSettings(_Validated):
-    """``query.hybrid.mmr.*``: maximal-marginal-relevance re-ranking (off by default)."""
+    """``query.hybrid.mmr.*``: maximal-marginal-relevance re-ranking (on by default, as in
+    OpenClaw 2026.9)."""
 
-    enabled: bool = False
+    enabled: bool = True
     lambda_: float = 0.7  # config key "lambda"
 
 
 @dataclass(frozen=True)
 class TemporalDecaySettings(_Validated):
-    """``query.hybrid.temporalDecay.*``: exponential decay by note age (off by default)."""
+    """``query.hybrid.temporalDecay.*``: exponential decay by note age (on by default, as in
+    OpenClaw 2026.9)."""
 
-    enabled: bool = False
+    enabled: bool = True
     half_life_days: int = 30
 
 
