@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pipeline.ingest.annotations import strip_memory_annotation_carriers
-from pipeline.ingest.weights import estimate_string_chars, utf16_len
+from pipeline.ingest.weights import code_point_weights, estimate_string_chars, is_plain
 
 __all__ = ["CHUNKING_VERSION", "PER_ENTRY_PATHS", "Chunk", "chunk_markdown",
            "enforce_input_limit", "hash_text", "js_trim", "memory_chunks"]
@@ -87,18 +89,11 @@ def js_trim(text: str) -> str:
     return text.strip(_JS_WHITESPACE)
 
 
-def _longest_prefix(text: str, fits: Callable[[str], bool]) -> int:
-    """The largest ``k`` with ``fits(text[:k])``, for a ``fits`` that stays false once false."""
-    if fits(text):
-        return len(text)
-    lo, hi = 0, len(text)  # fits(text[:lo]) holds, fits(text[:hi]) does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(text[:mid]):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+def _prefix(values: np.ndarray) -> np.ndarray:
+    """Prefix sums with a leading 0: ``out[k]`` is the sum of the first ``k`` values."""
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=out[1:])
+    return out
 
 
 def _segments(line: str, max_chars: int) -> Iterator[tuple[str, int]]:
@@ -106,30 +101,29 @@ def _segments(line: str, max_chars: int) -> Iterator[tuple[str, int]]:
 
     A coarse piece is the longest run of whole code points of at most ``maxChars`` UTF-16 units
     (``truncateUtf16Safe``); if its weight is over ``maxChars`` (CJK), it is cut again into the
-    longest runs of code points whose weight fits. Weights are additive, so a prefix's weight is
-    counted with a few regex scans instead of walking it character by character.
+    longest runs of code points whose weight fits. Weights are additive, so both cuts are found
+    by a binary search in prefix sums of the line's code point units and weights.
     """
     if not line:
         yield "", 0
         return
-    if line.isascii():
+    if is_plain(line):
         for i in range(0, len(line), max_chars):
             piece = line[i : i + max_chars]
             yield piece, len(piece)
         return
-    start = 0
-    while start < len(line):
-        coarse = line[start : start + max_chars]
-        if utf16_len(coarse) > max_chars:
-            coarse = coarse[: _longest_prefix(coarse, lambda t: utf16_len(t) <= max_chars)]
-        start += len(coarse)
-        weight = estimate_string_chars(coarse)
-        while weight > max_chars:
-            k = _longest_prefix(coarse, lambda t: estimate_string_chars(t) <= max_chars)
-            part, coarse = coarse[:k], coarse[k:]
-            yield part, estimate_string_chars(part)
-            weight = estimate_string_chars(coarse)
-        yield coarse, weight
+    units, weights = code_point_weights(line)
+    u, w = _prefix(units), _prefix(weights)
+    start, n = 0, len(line)
+    while start < n:
+        end = int(np.searchsorted(u, u[start] + max_chars, side="right")) - 1
+        part = start
+        while w[end] - w[part] > max_chars:
+            cut = int(np.searchsorted(w, w[part] + max_chars, side="right")) - 1
+            yield line[part:cut], int(w[cut] - w[part])
+            part = cut
+        yield line[part:end], int(w[end] - w[part])
+        start = end
 
 
 def _weighted_tail(text: str, budget: int) -> str:
@@ -137,8 +131,11 @@ def _weighted_tail(text: str, budget: int) -> str:
     ``budget``."""
     if budget <= 0:
         return ""
-    reverse = text[::-1]
-    k = _longest_prefix(reverse, lambda t: estimate_string_chars(t) <= budget)
+    if is_plain(text):
+        return text[-budget:]
+    _, weights = code_point_weights(text)
+    from_end = np.cumsum(weights[::-1])
+    k = int(np.searchsorted(from_end, budget, side="right"))
     return text[len(text) - k :]
 
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["estimate_string_chars", "utf16_len"]
+import numpy as np
+
+__all__ = ["code_point_weights", "estimate_string_chars", "is_plain", "utf16_len"]
 
 # (surcharge, ranges) per bucket, copied from cjk-chars.ts's WEIGHTED_CJK_RANGES.
 _BUCKETS: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = (
@@ -50,6 +52,13 @@ _WEIGHTED = tuple((surcharge, re.compile(f"[{_class(ranges)}]")) for surcharge, 
 _ANY_WEIGHTED = re.compile("[" + "".join(_class(r) for _, r in _BUCKETS) + "]")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 
+# Surcharge by code point, for the vectorised weights of long lines.
+_TABLE_SIZE = max(b for _, ranges in _BUCKETS for _, b in ranges) + 2
+_SURCHARGE = np.zeros(_TABLE_SIZE, dtype=np.int64)
+for _surcharge, _ranges in _BUCKETS:
+    for _a, _b in _ranges:
+        _SURCHARGE[_a : _b + 1] = _surcharge
+
 
 def utf16_len(text: str) -> int:
     """JavaScript's ``text.length``: UTF-16 code units (an astral character counts 2)."""
@@ -68,3 +77,16 @@ def estimate_string_chars(text: str) -> int:
     for surcharge, pattern in _WEIGHTED:
         total += surcharge * len(pattern.findall(text))
     return total
+
+
+def is_plain(text: str) -> bool:
+    """True when every character of ``text`` weighs 1 (no astral and no weighted character),
+    so weights, UTF-16 units and Python indices all agree."""
+    return text.isascii() or (_ASTRAL.search(text) is None and _ANY_WEIGHTED.search(text) is None)
+
+
+def code_point_weights(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(UTF-16 units, weight) of each code point of ``text`` (no lone surrogates)."""
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)
+    units = 1 + (cps > 0xFFFF)
+    return units, units + _SURCHARGE[np.minimum(cps, _TABLE_SIZE - 1)]
