@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -236,17 +236,22 @@ def chunk_markdown(
     return chunks
 
 
-def memory_chunks(path: str, content: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+def memory_chunks(path: str, content: str, tokens: int = 400, overlap: int = 80, *,
+                  chunker: Callable[..., list[Chunk]] | None = None) -> list[Chunk]:
     """Chunks of a file of the ``memory`` source, as OpenClaw's indexer prepares them.
 
     Entry annotation comments are stripped first (:mod:`pipeline.ingest.annotations`; line
     numbers do not move). ``MEMORY.md`` and ``USER.md`` at the workspace root (``path`` exactly
     that, relative to the workspace) are chunked per entry: a chunk never spans two entries
-    and carries no overlap from the previous one.
+    and carries no overlap from the previous one. ``chunker`` replaces :func:`chunk_markdown`
+    (a benchmark comparing chunker versions swaps it); it gets ``per_entry=True`` only for
+    those two files.
     """
-    per_entry = path.replace("\\", "/") in PER_ENTRY_PATHS
-    return chunk_markdown(strip_memory_annotation_carriers(content), tokens, overlap,
-                          per_entry=per_entry)
+    chunk = chunker or chunk_markdown
+    text = strip_memory_annotation_carriers(content)
+    if path.replace("\\", "/") in PER_ENTRY_PATHS:
+        return chunk(text, tokens, overlap, per_entry=True)
+    return chunk(text, tokens, overlap)
 
 
 def _utf8_prefix_end(data: bytes, start: int, max_bytes: int) -> int:
