@@ -140,10 +140,11 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
                                               unreadable))
         elif extra.is_file() and wanted(extra.name):
             candidates.append(_single(workspace, extra))
-    seen: set[str] = set()
+    # The legacy file however it is reached (its own name is not resolved: it may be a link).
+    seen: set[str] = {os.path.join(os.path.realpath(workspace), LEGACY_ROOT_FILE)}
     found: list[SourceFile] = []
     for listed, real, rel in candidates:
-        if real in seen or rel == LEGACY_ROOT_FILE or (patterns and patterns.excludes(listed)):
+        if real in seen or (patterns and patterns.excludes(listed)):
             continue
         seen.add(real)
         found.append(SourceFile(rel, listed, MEMORY_SOURCE))
