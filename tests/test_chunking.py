@@ -464,3 +464,30 @@ def test_speed_10k_lines() -> None:
     chunks, elapsed = _timed(chunk_markdown, text)
     assert chunks[0].start_line == 1 and chunks[-1].end_line == 10_000
     assert elapsed < 2, elapsed
+
+
+# --- the goldens are what OpenClaw's installed code says -------------------------------------
+
+
+def test_generator_reproduces_the_goldens_from_the_installed_openclaw(tmp_path: Path) -> None:
+    """``tests/openclaw_chunking.mjs`` run now against the pinned package rewrites the four
+    golden files byte for byte: they are OpenClaw's output, not hand edits."""
+    import shutil
+    import subprocess
+
+    from tests.tools import tool, tools_dir
+
+    node = tool("node")
+    package = tools_dir() / "openclaw/node_modules/openclaw"
+    tool("openclaw")
+    names = ("chunk_cases.json", "chunk_fuzz_cases.json", "limit_cases.json", "index_cases.json")
+    for name in names:
+        shutil.copy(GOLDEN / name, tmp_path / name)
+    (tmp_path / "index_cases.json").unlink()  # written from the script's own case list
+    done = subprocess.run([str(node), str(Path(__file__).with_name("openclaw_chunking.mjs")),
+                           str(package), str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "chunking version 5" in done.stdout
+    for name in names:
+        assert (tmp_path / name).read_bytes() == (GOLDEN / name).read_bytes(), name
