@@ -15,6 +15,7 @@ import pytest
 from pipeline.errors import MemoryPathError
 from pipeline.ingest.admission import refused_path
 from pipeline.ingest.sources import memory_files, memory_files_at, resolve_memory_path
+from pipeline.query import memory_get
 from pipeline.search import decay
 from tests.searchkit import build
 from tests.test_search_ranking import search
@@ -149,3 +150,19 @@ def test_user_md_is_never_decayed(tmp_path: Path, make_settings) -> None:
     assert set(plain) == {"USER.md", "notes/old.md"}
     assert decayed["USER.md"] == plain["USER.md"]  # evergreen
     assert decayed["notes/old.md"] < plain["notes/old.md"] / 1000  # ages by mtime
+
+
+def test_dreams_md_is_readable_but_not_indexed(tmp_path: Path, make_settings) -> None:
+    """OpenClaw's ``isMemoryPath`` lets ``memory_get`` read dreams.md (any case) at the root;
+    ``listMemoryFiles`` never lists it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "DREAMS.md").write_text("- flying over Lisbon\n")
+    settings = make_settings(ws, provider="none")
+    assert _paths(ws) == []
+    assert memory_get("DREAMS.md", settings=settings)["text"] == "- flying over Lisbon\n"
+    assert refused_path(settings, "DREAMS.md", "memory") is not None
+    (ws / "sub").mkdir()
+    (ws / "sub" / "dreams.md").write_text("x")
+    with pytest.raises(MemoryPathError):
+        resolve_memory_path(settings, "sub/dreams.md")

@@ -33,6 +33,9 @@ IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv"
 MEMORY_SOURCE = "memory"
 #: The memory files at the workspace root, in listing order (exact names, regular files only).
 ROOT_FILES = ("MEMORY.md", "USER.md")
+#: A root file ``memory_get`` may read (any case) but that is never indexed (OpenClaw's
+#: ``isMemoryPath`` allows it; its ``listMemoryFiles`` does not list it).
+READABLE_ROOT_FILE = "dreams.md"
 #: OpenClaw's legacy root file, never memory since 2026.9 (``shouldSkipRootMemoryAuxiliaryPath``).
 LEGACY_ROOT_FILE = "memory.md"
 
@@ -238,7 +241,8 @@ def _could_be_memory(settings: Settings, path: Path) -> bool:
         return False
     if PathPatterns.of(settings).excludes(path):
         return False
-    if path.parent == workspace and path.name in ROOT_FILES:
+    if path.parent == workspace and (path.name in ROOT_FILES
+                                     or path.name.lower() == READABLE_ROOT_FILE):
         return True
     if path == workspace / LEGACY_ROOT_FILE:
         return False
