@@ -166,3 +166,22 @@ def test_dreams_md_is_readable_but_not_indexed(tmp_path: Path, make_settings) ->
     (ws / "sub" / "dreams.md").write_text("x")
     with pytest.raises(MemoryPathError):
         resolve_memory_path(settings, "sub/dreams.md")
+
+
+def test_a_pattern_on_the_workspace_keeps_user_md(tmp_path: Path, make_settings) -> None:
+    """USER.md is a plain root like MEMORY.md: a globbed extra path over the workspace (what
+    OpenClaw's doctor writes for QMD collections) does not filter it out."""
+    from pipeline.ingest.globs import PathPatterns
+
+    ws = tmp_path / "ws"
+    (ws / "notes").mkdir(parents=True)
+    (ws / "USER.md").write_text("- a\n")
+    (ws / "notes" / "n.md").write_text("- b\n")
+    (ws / "other.md").write_text("- c\n")
+    settings = make_settings(ws, provider="none",
+                             extraPaths=[{"path": str(ws), "pattern": "notes/*.md"}])
+    patterns = PathPatterns.of(settings)
+    assert not patterns.excludes(ws / "USER.md")
+    assert patterns.excludes(ws / "other.md")
+    listed = [f.path for f in memory_files(ws, settings.extra_paths, patterns=patterns)]
+    assert "USER.md" in listed and not any(p.endswith("other.md") for p in listed)
