@@ -112,6 +112,9 @@ def _segments(line: str, max_chars: int) -> Iterator[tuple[str, int]]:
             piece = line[i : i + max_chars]
             yield piece, len(piece)
         return
+    if len(line) <= max_chars // 16:  # fits however heavy its characters (16 at most)
+        yield line, estimate_string_chars(line)
+        return
     units, weights = code_point_weights(line)
     u, w = _prefix(units), _prefix(weights)
     start, n = 0, len(line)
