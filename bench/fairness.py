@@ -145,7 +145,9 @@ def main() -> None:
         broker = EmbeddedBroker()
         env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"),
                "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1",
-               "MEMQ_BROKER_URL": broker.url}
+               "MEMQ_BROKER_URL": broker.url,
+               # one host holds every shard's stores (this process too)
+               "MEMQ_LOCAL_SHARDS": "all"}
         (tmp / "logs").mkdir()
         procs = start_fleet(env, tmp / "logs", args.embed)
         a = load_settings(config_file=config, agent="alpha", env=env)

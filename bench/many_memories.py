@@ -132,7 +132,9 @@ def run_case(tmp: Path, broker: str, model: Path, agents: list[tuple[str, int]],
                                                             "{agentId}.sqlite")}}},
         "list": listed}}))
     env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"),
-           "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1", "MEMQ_BROKER_URL": broker}
+           "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1", "MEMQ_BROKER_URL": broker,
+           # one host holds every shard's stores (this process too)
+           "MEMQ_LOCAL_SHARDS": "all"}
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
     procs = start_fleet(env, logs, embed)

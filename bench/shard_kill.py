@@ -124,7 +124,9 @@ def main() -> None:
         broker = EmbeddedBroker()
         env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"),
                "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1",
-               "MEMQ_BROKER_URL": broker.url, "MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S)}
+               "MEMQ_BROKER_URL": broker.url, "MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S),
+               # one host holds every shard's stores (this process too)
+               "MEMQ_LOCAL_SHARDS": "all"}
         logs = tmp / "logs"
         logs.mkdir()
         writer1 = ["--role", "writer", "--shard", "1", "--name", "w1@%h"]
