@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, add_fleet_args, header, scratch
+from harness import add_common_args, add_fleet_args, add_quick_arg, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings
@@ -176,6 +176,7 @@ def main() -> None:
                     help="how the memories are asked to index: Memory.index per memory in "
                          "this process (library), or one `memq index --remote --all` (remote)")
     add_common_args(ap)
+    add_quick_arg(ap, memories=4, notes=3, timeout=120.0)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from tests.fakes.tiny_gguf import write_tiny_gguf
