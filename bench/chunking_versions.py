@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsets import add_data_arg, sub_collection
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_quick_arg, header, scratch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -93,14 +93,11 @@ def main() -> None:
     ap.add_argument("--collections", default="scifact:0:1000,nfcorpus:30:1500",
                     help="name:queries:docs,... under --data (queries 0 = all)")
     add_data_arg(ap)
-    ap.add_argument("--quick", action="store_true",
-                    help="scifact:5:40 only, a smoke run of every row")
+    add_quick_arg(ap, collections="scifact:5:40", threads=1)
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     ap.add_argument("--modes", default=",".join(MODES),
                     help="search modes to score (keyword alone indexes without embeddings)")
     args = ap.parse_args()
-    if args.quick:
-        args.collections = "scifact:5:40"
     modes = args.modes.split(",")
     if unknown := set(modes) - set(MODES):
         raise SystemExit(f"unknown mode(s): {', '.join(sorted(unknown))} (known: {MODES})")
