@@ -56,7 +56,7 @@ QUICK: dict[str, Quick] = {
                                  "- BM25 Anserini flat:"), slow=True, data=True),
     "fairness": Quick((), ("memory A backfill:", "fleet idle", "during A's backfill",
                            "ratio p95 busy/idle:"), slow=True),
-    "fusion_variants": Quick((), ("| keyword |", "| vector |", "| rrf k=60 v=0.7 |",
+    "fusion_variants": Quick((), ("| keyword (FTS5 BM25) |", "| vector |", "| rrf k=60 v=0.7 |",
                                   "| saturated/best v=0.5 |", "| bm25/best v=0.8 |",
                                   "| min-max v=0.8 |"), slow=True, data=True),
     "index_local": Quick((), ("(a) bare LocalProvider loop", "(b) memq pipeline (run_index)",
