@@ -140,6 +140,14 @@ def test_numbers_parse_figures_and_units() -> None:
     assert numbers("w0@%h shard-1 r2d2") == []
 
 
+def test_check_rows_fails_on_a_missing_row_or_figure() -> None:
+    out = "memq x benchmark\n  memq hybrid   3.99 ms\n  numpy   n/a\n  scan   nan ms 4\n"
+    check_rows(out, ("memq hybrid",))
+    for rows in (("memq vector-only",), ("numpy",), ("scan",)):
+        with pytest.raises(AssertionError):
+            check_rows(out, rows)
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_bench_module_imports(name: str) -> None:
     sys.path.insert(0, str(Path(REPO) / "bench"))
