@@ -1,13 +1,13 @@
 """``rerank.provider: "http"``: a Jina/Cohere-style ``/rerank`` endpoint.
 
 ``POST <rerank.baseUrl>/rerank`` (the URL as given when it already ends in ``/rerank``) with
-``{model, query, documents, top_n, return_documents: false}`` and ``Authorization: Bearer
-<rerank.apiKey>``; the answer is ``{results: [{index, relevance_score}]}`` (Jina, Cohere,
-llama.cpp's ``llama-server --reranking``) or ``{data: [...]}`` (Voyage). ``model`` is sent
+``{model, query, documents, top_n}`` and ``Authorization: Bearer <rerank.apiKey>``; the answer
+is ``{results: [{index, relevance_score}]}`` (Jina, Cohere, llama.cpp's ``llama-server
+--reranking``; :func:`~pipeline.search.rerank_wire.scores_from_answer`). ``model`` is sent
 only when set (llama.cpp's server has one model).
 
 The key lives only in the client's headers. Every failure becomes a
-:class:`~pipeline.search.rerank.RerankFailed` whose reason names the endpoint without its
+:class:`~pipeline.search.rerank_wire.RerankFailed` whose reason names the endpoint without its
 user-info or query string, and never the key: a refused key (401/403) says so without the
 server's text, and other error text is scrubbed of the key and of key-looking strings.
 """
@@ -23,7 +23,7 @@ from pipeline.config import RerankSettings
 from pipeline.embeddings.http import Scrubber, shown_url
 from pipeline.embeddings.remote import resolve_api_key
 from pipeline.errors import MissingApiKey
-from pipeline.search.rerank import RerankFailed, scores_from_answer
+from pipeline.search.rerank_wire import RerankFailed, scores_from_answer
 
 MAX_REASON_CHARS = 200
 
@@ -73,7 +73,7 @@ class HttpScorer:
     def scores(self, query: str, documents: Sequence[str]) -> list[float]:
         """One relevance score per document (see :func:`scores_from_answer`)."""
         body: dict[str, object] = {"query": query, "documents": list(documents),
-                                   "top_n": len(documents), "return_documents": False}
+                                   "top_n": len(documents)}
         if self.model:
             body["model"] = self.model
         where = f"POST {shown_url(self.url)}"
