@@ -22,6 +22,7 @@ from pipeline.search.fusion import Candidate
 from pipeline.search.hybrid import HeldCopies, search, search_store
 from pipeline.search.rerank import Reranker, build_reranker
 from pipeline.search.rerank_wire import RerankFailed, scores_from_answer
+from tests.conftest import run_memq
 from tests.fakes.provider_doubles import Fault
 from tests.fakes.rerank_double import RerankDouble, overlap
 from tests.searchkit import QueryVector, build
@@ -321,3 +322,29 @@ def test_config_from_openclaw_memory_search(tmp_path: Path) -> None:
     s = load_settings(cfg, workspace=tmp_path, env={"HOME": str(tmp_path)})
     assert (s.rerank.enabled, s.rerank.top_n, s.rerank.api_key_env) == (True, 40, "JINA_API_KEY")
     assert s.rerank.api_key is None and s.rerank.timeout_ms == 5000
+
+
+def test_cli_search_reranks_and_says_so(tmp_path: Path, make_settings) -> None:
+    """The one-shot ``memq search``: reranked through the real CLI (httpx imported only now
+    that a reranker is configured), with the note in ``--json`` and in the text footer; the
+    key is in neither, nor in stderr."""
+    ws = tmp_path / "ws"
+    for rel, text in NOTES.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text, encoding="utf-8")
+    with RerankDouble() as double:
+        settings = make_settings(ws, provider="none", query={"minScore": 0.0},
+                                 rerank={"enabled": True, "baseUrl": double.url,
+                                         "apiKey": "${MEMQ_TEST_RERANK_KEY}"})
+        env = {"MEMQ_TEST_RERANK_KEY": double.api_key, "MEMQ_CONFIG": str(settings.config_file)}
+        common = ("--workspace", str(ws), "--config", str(settings.config_file))
+        assert run_memq("index", *common, env=env, timeout=120).returncode == 0
+        as_json = run_memq("search", *common, "--json", QUERY, env=env, timeout=120)
+        as_text = run_memq("search", *common, QUERY, env=env, timeout=120)
+    assert as_json.returncode == 0, as_json.stderr
+    out = json.loads(as_json.stdout)
+    assert out["rerank"] == {"provider": "http", "model": None, "reranked": 3}
+    assert [r["path"] for r in out["results"]] == ["memory/e.md", "memory/c.md", "memory/d.md"]
+    assert "rerank http: 3 reranked" in as_text.stdout
+    for text in (as_json.stdout, as_json.stderr, as_text.stdout, as_text.stderr):
+        assert double.api_key not in text
