@@ -16,13 +16,12 @@ Faults come as a script, one per coming request: ``Fault("stall", seconds=…)``
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.provider_doubles import Fault, Seen, _Handler, _json, _Server
+from tests.fakes.provider_doubles import Fault, Seen, _Handler, _json, _Server, record
 
 __all__ = ["Fault", "RerankDouble", "overlap"]
 
@@ -78,15 +77,10 @@ class RerankDouble:
     def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes
                ) -> tuple[int, dict[str, str], bytes, float]:
         """(status, headers, body, delay) for one request (called by the shared handler)."""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        seen = Seen(method, path, headers, body)
+        seen = record(self.requests, self._lock, method, path, headers, raw)
         with self._lock:
-            self.requests.append(seen)
             fault = self.script.pop(0) if self.script else None
-        seen.status, out_headers, payload, delay = self._answer(path, headers, body, fault)
+        seen.status, out_headers, payload, delay = self._answer(path, headers, seen.body, fault)
         return seen.status, out_headers, payload, delay
 
     def _answer(self, path: str, headers: dict[str, str], body: Any, fault: Fault | None
