@@ -184,6 +184,7 @@ def test_refused_key_falls_back_without_leaking_it(ws: Path, make_settings,
     assert "rerank.apiKey" in out["rerank"]["reason"]
     assert wrong not in json.dumps(out)
     assert wrong not in caplog.text
+    assert wrong.encode() not in settings.store.path.read_bytes()
     assert "refused" in caplog.text  # the warning was logged, without the key
 
 
@@ -348,3 +349,29 @@ def test_cli_search_reranks_and_says_so(tmp_path: Path, make_settings) -> None:
     assert "rerank http: 3 reranked" in as_text.stdout
     for text in (as_json.stdout, as_json.stderr, as_text.stdout, as_text.stderr):
         assert double.api_key not in text
+
+
+def test_mmr_runs_on_the_reranked_scores_and_keeps_the_rest_behind(ws: Path,
+                                                                   make_settings) -> None:
+    """MMR after the reranker: a near-copy of the best reranked note gives way to a different
+    one; and MMR stays among the reranked, the candidates beyond topN following in the fused
+    order (their fused scores are another scale: e's 0.75 would otherwise jump ahead)."""
+    notes = {**NOTES, "memory/f.md": NOTES["memory/e.md"] + " Signed."}
+    scores = {**SCORES, "memory/f.md": 0.7}
+    mmr = {**VECTOR_ONLY, "maxResults": 6,
+           "hybrid": {"enabled": False, "mmr": {"enabled": True, "lambda": 0.5}}}
+    with RerankDouble() as double:
+        db, settings = build(ws, make_settings, notes, scores, query=mmr,
+                             rerank={"enabled": True, "baseUrl": double.url,
+                                     "apiKey": double.api_key, "topN": 6})
+        every = search(db, settings, QUERY, provider=QueryVector(),
+                       reranker=build_reranker(settings.rerank))
+        db2, few = build(ws, make_settings, notes, scores, query=mmr,
+                         rerank={"enabled": True, "baseUrl": double.url,
+                                 "apiKey": double.api_key, "topN": 3})
+        head = search(db2, few, QUERY, provider=QueryVector(), reranker=build_reranker(few.rerank))
+    # reranked e, f (1.0), c (0.67), d (0.33), a, b (0): MMR puts c before e's near-copy f
+    assert _paths(every.hits)[:2] == ["memory/e.md", "memory/c.md"]
+    assert _paths(every.hits).index("memory/f.md") > 1
+    assert set(_paths(head.hits)[:3]) == {"memory/a.md", "memory/b.md", "memory/c.md"}
+    assert _paths(head.hits)[3:] == ["memory/d.md", "memory/e.md", "memory/f.md"]
