@@ -259,6 +259,8 @@ class Memory:
         server passes False and calls :meth:`sync_in_background` instead. ``citations`` (auto,
         on, off; default: the ``citations`` setting) adds a ``Source: path#Ls-Le`` line to each
         snippet. A store that cannot be opened gives ``mode == "unavailable"`` and the reason.
+        With ``rerank.enabled`` a cross-encoder re-orders the best candidates, and ``rerank``
+        says what it did or why the fused order stands (:mod:`pipeline.search.rerank`).
         """
         self._check_enabled()
         citations = check_mode(citations or self.settings.citations)

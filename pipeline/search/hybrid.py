@@ -2,7 +2,8 @@
 
 A vec0 k-nearest-neighbour query and an FTS5 BM25 query (:mod:`pipeline.search.retrievers`),
 merged by weighted fusion or reciprocal rank fusion (:mod:`pipeline.search.fusion`), then
-temporal decay, sort, MMR, ``minScore`` and ``maxResults``. Unlike OpenClaw, decay and MMR apply
+temporal decay, sort, ``minScore``, the optional reranker (:mod:`pipeline.search.rerank`,
+``rerank.*``), MMR and ``maxResults``. Unlike OpenClaw, decay and MMR apply
 in every mode (hybrid, vector-only and keyword-only), keyword search covers
 Chinese/Japanese/Korean, and a keyword hit without a vector is not capped below ``minScore``.
 On a SQLite without FTS5 (``Database.fts_ok`` False) the keyword side is empty: vector-only.
