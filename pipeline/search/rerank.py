@@ -1,6 +1,6 @@
 """The reranker stage: a cross-encoder re-orders the best fused candidates (``rerank.*``).
 
-Off by default. When on, :func:`pipeline.search.hybrid.search_store` hands it the candidates
+Off by default. When on, :func:`pipeline.search.hybrid.search` hands it the candidates
 that survived fusion, temporal decay and ``minScore``, best first; the first ``topN`` of them
 go to the cross-encoder with the query, and come back in its order, each scored by its
 relevance (a probability in 0..1: an answer holding any score outside 0..1 is read as logits,
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 #: How long a failed reranker is left alone before it is asked again.
 RETRY_S = 30.0
 SCORE_DECIMALS = 6
+
+
 class Scorer(Protocol):
     """A cross-encoder: one relevance score per document, in the documents' order."""
 
