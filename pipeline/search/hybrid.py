@@ -2,7 +2,8 @@
 
 A vec0 k-nearest-neighbour query and an FTS5 BM25 query (:mod:`pipeline.search.retrievers`),
 merged by weighted fusion or reciprocal rank fusion (:mod:`pipeline.search.fusion`), then
-temporal decay, sort, MMR, ``minScore`` and ``maxResults``. Unlike OpenClaw, decay and MMR apply
+temporal decay, sort, ``minScore``, the optional reranker (:mod:`pipeline.search.rerank`,
+``rerank.*``), MMR and ``maxResults``. Unlike OpenClaw, decay and MMR apply
 in every mode (hybrid, vector-only and keyword-only), keyword search covers
 Chinese/Japanese/Korean, and a keyword hit without a vector is not capped below ``minScore``.
 On a SQLite without FTS5 (``Database.fts_ok`` False) the keyword side is empty: vector-only.
@@ -28,6 +29,7 @@ from pipeline.results import SearchHit
 from pipeline.search import decay, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
+from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     cosine_for,
     keyword_hits,
@@ -119,22 +121,43 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     return fusion.weighted({**vector, **missing}, fusion.share_of_best(text), weights), text
 
 
+@dataclass
+class Answer:
+    """:func:`search`'s hits, best first, and the reranker's note (None when none is
+    configured; see :mod:`pipeline.search.rerank`)."""
+
+    hits: list[SearchHit]
+    rerank: dict[str, Any] | None = None
+
+
 def search_store(db: Database, settings: Settings, query: str, *,
                  max_results: int | None = None, min_score: float | None = None,
                  provider: EmbeddingProvider | None = None, now: float | None = None,
                  held: HeldCopies | None = None) -> list[SearchHit]:
-    """Search an open store; the hits, best first.
+    """Search an open store; the hits, best first (:func:`search` without a reranker).
 
     ``provider`` embeds the query (None: keyword-only; its errors are raised). ``now`` (epoch
     seconds) is the moment temporal decay measures ages from. ``held``: the caller's in-memory
     copies of the store, used when current (loaded in the background on first use and again
     whenever the store changed, vec0 and FTS5 answering meanwhile); the results are the same.
     """
+    return search(db, settings, query, max_results=max_results, min_score=min_score,
+                  provider=provider, now=now, held=held).hits
+
+
+def search(db: Database, settings: Settings, query: str, *, max_results: int | None = None,
+           min_score: float | None = None, provider: EmbeddingProvider | None = None,
+           now: float | None = None, held: HeldCopies | None = None,
+           reranker: Reranker | None = None) -> Answer:
+    """As :func:`search_store`, with the ``reranker`` stage (``rerank.*``) when one is given:
+    fusion, temporal decay, ``minScore``, then the reranker re-orders the best ``topN``, then
+    MMR and ``maxResults``."""
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
     ranked, text = _rank(db, settings, query, candidates, provider, held)
+    factors: dict[int, float] = {}
     if hybrid.temporal_decay.enabled and ranked:
         factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
                                     else now, hybrid.temporal_decay.half_life_days)
@@ -153,10 +176,16 @@ def search_store(db: Database, settings: Settings, query: str, *,
         picked = [c for c in ranked if c.text_score >= floor]
     rows = reads.chunk_rows(db, [c.rowid for c in picked])
     picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
+    note, head = None, len(picked)
+    if reranker is not None:
+        picked, reranked, note = reranker.apply(query, picked,
+                                                [rows[c.rowid][3] for c in picked], factors)
+        head = reranked or head  # MMR stays among the reranked: their scores are another scale
     if hybrid.mmr.enabled:
-        picked = mmr_order(picked, [c.score for c in picked],
-                           [rows[c.rowid][3] for c in picked], hybrid.mmr.lambda_)
-    return [_hit(c, rows[c.rowid]) for c in picked[:max_results]]
+        picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
+                           [rows[c.rowid][3] for c in picked[:head]],
+                           hybrid.mmr.lambda_) + picked[head:]
+    return Answer([_hit(c, rows[c.rowid]) for c in picked[:max_results]], note)
 
 
 def _hit(c: Candidate, row: tuple[Any, ...]) -> SearchHit:
