@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import add_common_args, header, scratch
+from bench.harness import add_common_args, add_quick_arg, header, scratch
 from pipeline.batch import workflow
 from pipeline.batch.api import batch_api_for
 from pipeline.config import load_settings
@@ -96,6 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=10_000)
     add_common_args(ap)
+    add_quick_arg(ap, chunks=200)
     args = ap.parse_args()
     os.environ["OPENAI_API_KEY"] = KEY
     print(header("batch requests", chunks=args.chunks))

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, add_fleet_args, header, scratch
+from harness import add_common_args, add_fleet_args, add_quick_arg, header, scratch
 from many_memories import spawn_worker, stop_fleet, write_notes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,6 +155,7 @@ def main() -> None:
                     help="the broker that is killed: redis (default) or rabbitmq")
     add_fleet_args(ap)
     add_common_args(ap)
+    add_quick_arg(ap, restarts=2, notes=20)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
 

@@ -15,7 +15,6 @@ embed on 2 cores in minutes, with the same relevant documents as the full collec
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -24,13 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import add_common_args, header, scratch
+from evalsets import add_data_arg, sub_collection
+from harness import add_common_args, add_quick_arg, header, scratch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 BEFORE = "a6700ca~1"  # the parent of "chunking: cap the overlap carried from a long line"
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
 MODES = ["keyword", "vector", "hybrid"]
 
 
@@ -63,39 +62,6 @@ def chunker(module: types.ModuleType | None):
         producer.chunk_markdown = today
 
 
-def sub_collection(source: Path, target: Path, queries: int, docs: int) -> tuple[int, int]:
-    """Write a BEIR folder at ``target``: the first ``queries`` judged test queries (0: all),
-    their relevant documents, then corpus order up to ``docs``. Returns (queries, documents)."""
-    qrels_lines = (source / "qrels" / "test.tsv").read_text().splitlines()
-    head, rows = qrels_lines[0], [line.split("\t") for line in qrels_lines[1:] if line.strip()]
-    kept_queries: list[str] = []
-    for qid, _, _ in rows:
-        if qid not in kept_queries:
-            kept_queries.append(qid)
-    if queries:
-        kept_queries = kept_queries[:queries]
-    wanted = set(kept_queries)
-    rows = [r for r in rows if r[0] in wanted]
-    relevant = {doc for _, doc, score in rows if int(score) > 0}
-    corpus = [json.loads(line) for line in (source / "corpus.jsonl").read_text().splitlines()
-              if line.strip()]
-    chosen = [d for d in corpus if d["_id"] in relevant]
-    for d in corpus:
-        if len(chosen) >= max(docs, len(relevant)):
-            break
-        if d["_id"] not in relevant:
-            chosen.append(d)
-    (target / "qrels").mkdir(parents=True, exist_ok=True)
-    (target / "qrels" / "test.tsv").write_text(
-        "\n".join([head, *("\t".join(r) for r in rows)]) + "\n")
-    (target / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in chosen))
-    all_queries = [json.loads(line) for line in
-                   (source / "queries.jsonl").read_text().splitlines() if line.strip()]
-    (target / "queries.jsonl").write_text(
-        "".join(json.dumps(q) + "\n" for q in all_queries if q["_id"] in wanted))
-    return len(kept_queries), len(chosen)
-
-
 def measure(collection: Path, work: Path, threads: int, modes: list[str]) -> dict[str, Any]:
     """Index ``collection`` into ``work`` with the chunker in effect; chunk figures, index
     time and nDCG@10 per mode (keyword alone: no embeddings, ``provider: none``)."""
@@ -125,7 +91,9 @@ def main() -> None:
     add_common_args(ap)
     ap.add_argument("--before", default=BEFORE, help="git commit of the old chunker")
     ap.add_argument("--collections", default="scifact:0:1000,nfcorpus:30:1500",
-                    help="name:queries:docs,... under ../shared/eval (queries 0 = all)")
+                    help="name:queries:docs,... under --data (queries 0 = all)")
+    add_data_arg(ap)
+    add_quick_arg(ap, collections="scifact:5:40", threads=1)
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     ap.add_argument("--modes", default=",".join(MODES),
                     help="search modes to score (keyword alone indexes without embeddings)")
@@ -140,7 +108,7 @@ def main() -> None:
         for spec in args.collections.split(","):
             name, queries, docs = spec.split(":")
             folder = root / name
-            n_queries, n_docs = sub_collection(EVAL / name, folder, int(queries), int(docs))
+            n_queries, n_docs = sub_collection(args.data / name, folder, int(queries), int(docs))
             print(f"\n{name} test: {n_queries} queries, {n_docs} documents")
             print(f"{'chunker':<12}{'chunks':>8}{'chars':>11}{'longest':>9}{'index s':>9}"
                   + "".join(f"{'nDCG ' + m:>15}" for m in modes))

@@ -10,7 +10,10 @@ given split: use ``--split train`` for SciFact and ``--split dev`` for NFCorpus;
 
     .venv/bin/python bench/eval_retrieval.py [--dataset scifact|nfcorpus] [--split test]
         [--modes keyword,vector,hybrid,rrf,hybrid+mmr] [--sweep] [--limit N]
-        [--vector-weight W] [--rrf-k K] [--data /work/shared/eval]
+        [--vector-weight W] [--rrf-k K] [--data ../shared/eval] [--quick]
+
+``--quick`` scores a 5-query, 40-document slice of the split in a scratch folder (a smoke
+run of every row; its figures mean nothing).
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evalsets import add_data_arg, quick_collection
+from harness import scratch
+
 from memq.evaluation import beir, report
 from memq.evaluation.command import evaluate, fused_keys
 from memq.evaluation.workspace import EvalWorkspace, default_work_dir
 
-DEFAULT_DATA = Path("/work/shared/eval")
-
-#: Published nDCG@10 on the test split (see /work/shared/eval/README.md for sources).
+#: Published nDCG@10 on the test split (see ../shared/eval/README.md for sources).
 PUBLISHED: dict[str, list[tuple[str, float]]] = {
     "scifact": [("BM25 (BEIR paper .. OpenSearch)", 0.665), ("BM25 Anserini flat", 0.6789),
                 ("BM25 OpenSearch", 0.691), ("all-MiniLM-L6-v2 (MTEB)", 0.6451),
@@ -44,9 +48,11 @@ SWEEP: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def sweep(folder: Path, split: str, limit: int) -> str:
+def sweep(folder: Path, split: str, limit: int, work_dir: Path | None = None) -> str:
+    """nDCG@10 and the other figures of every :data:`SWEEP` row on ``split`` (``work_dir``:
+    where the workspace and store go, default ``memq eval``'s cached one)."""
     data = beir.load_collection(folder, split, limit)
-    work = EvalWorkspace(default_work_dir(folder))
+    work = EvalWorkspace(work_dir or default_work_dir(folder))
     files, ids = beir.memory_files(data.corpus)
     work.sync_files(files)
     indexed = work.index(warn=print)
@@ -54,7 +60,7 @@ def sweep(folder: Path, split: str, limit: int) -> str:
     for label, mode, keys in SWEEP:
         rows[label] = beir.score_modes(work, indexed, data, ids, [mode], keys)[mode]
         print(f"  {label}: {rows[label]['nDCG@10']:.4f}", file=sys.stderr)
-    indexed.db.close()
+    indexed.close()
     return f"{data.name} {split} ({len(data.qrels)} queries): sweep\n\n{report.beir_table(rows)}"
 
 
@@ -64,18 +70,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="test")
     ap.add_argument("--modes")
     ap.add_argument("--sweep", action="store_true", help="grid of weights / RRF k on --split")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    add_data_arg(ap)
     ap.add_argument("--limit", type=int, default=0, help="only the first N queries")
     ap.add_argument("--vector-weight", type=float, help="vectorWeight of the fused modes")
     ap.add_argument("--rrf-k", type=int, help="rrfK of the rrf mode (default 60)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a 5-query, 40-document slice in a scratch folder: a smoke run")
+    ap.add_argument("--keep", action="store_true", help="keep --quick's scratch folder")
     args = ap.parse_args(argv)
-    folder = args.data / args.dataset
-    if args.sweep:
-        print(sweep(folder, args.split, args.limit))
-        return 0
-    out = evaluate(folder, split=args.split, limit=args.limit,
-                   modes=args.modes.split(",") if args.modes else None,
-                   fused=fused_keys(args.vector_weight, args.rrf_k))
+    with scratch("memq-bench-eval-", args.keep) as tmp:
+        folder, work_dir = args.data / args.dataset, None
+        if args.quick:
+            folder, work_dir = quick_collection(folder, tmp, args.split), tmp / "work"
+        if args.sweep:
+            print(sweep(folder, args.split, args.limit, work_dir))
+            return 0
+        out = evaluate(folder, split=args.split, limit=args.limit, work_dir=work_dir,
+                       modes=args.modes.split(",") if args.modes else None,
+                       fused=fused_keys(args.vector_weight, args.rrf_k))
     print(out["text"])
     print("\nPublished nDCG@10 (test split):\n")
     for label, value in PUBLISHED[args.dataset]:

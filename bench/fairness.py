@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, add_fleet_args, header, scratch
+from harness import add_common_args, add_fleet_args, add_quick_arg, header, scratch
 from many_memories import start_fleet, stop_fleet
 from notes import bullet
 
@@ -115,6 +115,7 @@ def main() -> None:
     ap.add_argument("--saves", type=int, default=20, help="saves in memory B per phase (20)")
     add_fleet_args(ap)
     add_common_args(ap)
+    add_quick_arg(ap, chunks=200, saves=3, timeout=120.0)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from pipeline.config import load_settings
@@ -145,7 +146,9 @@ def main() -> None:
         broker = EmbeddedBroker()
         env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"),
                "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1",
-               "MEMQ_BROKER_URL": broker.url}
+               "MEMQ_BROKER_URL": broker.url,
+               # one host holds every shard's stores (this process too)
+               "MEMQ_LOCAL_SHARDS": "all"}
         (tmp / "logs").mkdir()
         procs = start_fleet(env, tmp / "logs", args.embed)
         a = load_settings(config_file=config, agent="alpha", env=env)

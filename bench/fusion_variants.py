@@ -14,7 +14,10 @@ the same hits, so the comparison costs one retrieval pass:
 Tune on SciFact ``train`` and NFCorpus ``dev`` only; the test split is for the report.
 
     .venv/bin/python bench/fusion_variants.py --dataset scifact --split train
-        [--weights 0.5,0.6,0.7,0.8] [--data /work/shared/eval] [--limit N]
+        [--weights 0.5,0.6,0.7,0.8] [--data ../shared/eval] [--limit N] [--quick]
+
+``--quick`` indexes a 5-query, 40-document slice of the split in a scratch folder (a smoke run
+of every row; its figures mean nothing).
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from evalsets import add_data_arg, quick_collection
+from harness import add_common_args, scratch
+
 from memq.evaluation import beir
 from memq.evaluation.metrics import beir_metrics, mean
 from memq.evaluation.report import beir_table
 from memq.evaluation.workspace import EvalWorkspace, default_work_dir
 from pipeline.search import fusion
 from pipeline.search.retrievers import cosine_for, keyword_hits, matrix_hits
-from pipeline.store.matrix import MATRICES
 
 CANDIDATES = 200
 Hits = tuple[dict[int, float], dict[int, float], dict[int, float]]  # vector, FTS5 ranks, cosines
@@ -67,17 +72,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="scifact")
     ap.add_argument("--split", default="train")
-    ap.add_argument("--data", type=Path, default=Path("/work/shared/eval"))
+    add_data_arg(ap)
     ap.add_argument("--weights", default="0.5,0.6,0.7,0.8", help="vector weights to score")
     ap.add_argument("--limit", type=int, default=0, help="first N judged queries only")
+    ap.add_argument("--quick", action="store_true",
+                    help="a 5-query, 40-document slice in a scratch folder: a smoke run")
+    add_common_args(ap)
     args = ap.parse_args()
-    folder = args.data / args.dataset
-    data = beir.load_collection(folder, args.split, args.limit)
-    work = EvalWorkspace(default_work_dir(folder))
+    with scratch("memq-bench-fusion-", args.keep) as tmp:
+        folder, work_dir = args.data / args.dataset, None
+        if args.quick:
+            folder, work_dir = quick_collection(folder, tmp, args.split), tmp / "work"
+        print(report(folder, args.split, args.limit, args.weights, work_dir))
+
+
+def report(folder: Path, split: str, limit: int, weights: str, work_dir: Path | None) -> str:
+    """The table of every normalisation and weight on ``split`` of the collection at
+    ``folder`` (indexed in ``work_dir``, default ``memq eval``'s cached work folder)."""
+    data = beir.load_collection(folder, split, limit)
+    work = EvalWorkspace(work_dir or default_work_dir(folder))
     files, ids = beir.memory_files(data.corpus)
     work.sync_files(files)
     indexed = work.index(warn=print)
-    matrix = MATRICES.get(indexed.db)
+    matrix = indexed.held.matrices.get(indexed.db)
     paths = dict(indexed.db.conn.execute("SELECT rowid, path FROM chunks"))
     hits = {qid: retrieve(indexed, matrix, data.queries[qid]) for qid in data.qrels}
     rows: dict[str, dict[str, float]] = {}
@@ -89,13 +106,13 @@ def main() -> None:
     score("keyword", lambda h: fusion.weighted({}, fusion.share_of_best(h[1]), (0.0, 1.0)))
     score("vector", lambda h: fusion.weighted(h[0], {}, (1.0, 0.0)))
     score("rrf k=60 v=0.7", lambda h: fusion.rrf(h[0], fusion.text_scores(h[1]), (0.7, 0.3), 60))
-    for w in (float(x) for x in args.weights.split(",")):
+    for w in (float(x) for x in weights.split(",")):
         for name, normalise in NORMALISERS.items():
             score(f"{name} v={w}",
                   lambda h, n=normalise, w=w: fusion.weighted(h[2], n(h[1]), (w, 1.0 - w)))
-    print(f"{data.name} {args.split} ({len(data.qrels)} queries, {indexed.chunks} chunks): "
-          f"keyword normalisations\n\n{beir_table(rows)}")
-    indexed.db.close()
+    indexed.close()
+    return (f"{data.name} {split} ({len(data.qrels)} queries, {indexed.chunks} chunks): "
+            f"keyword normalisations\n\n{beir_table(rows)}")
 
 
 if __name__ == "__main__":

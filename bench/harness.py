@@ -17,6 +17,29 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
 
 
+class _Quick(argparse.Action):
+    """``--quick``: sets the sizes it was made with (flags given after it still apply)."""
+
+    def __init__(self, option_strings: list[str], dest: str, sizes: dict[str, object],
+                 **kwargs: object) -> None:
+        self.sizes = sizes
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, True)
+        for name, value in self.sizes.items():
+            setattr(namespace, name, value)
+
+
+def add_quick_arg(ap: argparse.ArgumentParser, **sizes: object) -> None:
+    """``--quick``: a smoke run of every row at the tiny ``sizes`` (argument dests and values),
+    for the test suite (tests/test_bench_scripts.py); its figures mean nothing."""
+    shown = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in sizes.items())
+    ap.add_argument("--quick", action=_Quick, sizes=sizes,
+                    help=f"a smoke run of every row: {shown} (flags after it still apply)")
+
+
 def add_fleet_args(ap: argparse.ArgumentParser) -> None:
     """The flags of the benchmarks that start a fleet of ``memq worker`` processes."""
     ap.add_argument("--embed", type=int, default=2, help="embed workers (2)")

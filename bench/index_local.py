@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_quick_arg, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--order", choices=["pipeline-first", "bare-first"],
                     default="pipeline-first")
     add_common_args(ap)
+    add_quick_arg(ap, notes=5)
     args = ap.parse_args()
     if not 1 <= args.notes <= 365:
         ap.error("--notes must be 1..365 (one note per day of 2026)")

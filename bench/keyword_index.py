@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_quick_arg, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
@@ -123,6 +123,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3,
                     help="no-op re-sync rounds; the median is reported (3)")
     add_common_args(ap)
+    add_quick_arg(ap, files=200, repeat=1)
     args = ap.parse_args()
 
     with scratch("memq-bench-kw-", args.keep) as tmp:

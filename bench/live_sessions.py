@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import zstandard
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_quick_arg, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
@@ -152,6 +152,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
     add_common_args(ap)
+    add_quick_arg(ap, sessions=5, records=10, repeat=1)
     args = ap.parse_args()
     with scratch("memq-bench-live-", args.keep) as tmp:
         convs = conversations(args.sessions, args.records, args.seed)

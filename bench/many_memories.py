@@ -22,8 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, add_fleet_args, header, scratch
+from harness import add_common_args, add_fleet_args, add_quick_arg, header, scratch
 from notes import bullet
+
+from pipeline.config import Settings
+from pipeline.jobs import JobLog
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,26 +44,23 @@ class PendingWatch:
     one connection per store kept open, and each round stops at the first store still
     pending (stores finish roughly in the order they were asked to index)."""
 
-    def __init__(self, paths: list[Path]) -> None:
-        self.waiting = list(paths)
+    def __init__(self, memories: list[Settings]) -> None:
+        self.waiting = list(memories)
+        self.jobs = JobLog(memories[0].result_backend)
         self.conns: dict[Path, sqlite3.Connection] = {}
 
-    def pending(self, path: Path) -> int | None:
-        """Chunks of the store at ``path`` not yet ready; None until its index pass has
-        finished (a pass queued with ``--remote`` runs on a writer after the caller returned,
-        and its chunk rows appear while it runs)."""
+    def pending(self, memory: Settings) -> int | None:
+        """Chunks of ``memory``'s store not yet ready; None until an index pass of it has
+        finished (the job log, Celery's result backend, says so: a pass queued with
+        ``--remote`` runs on a writer after the caller returned, and its chunk rows appear
+        while it runs)."""
+        path = memory.store.path
         if path not in self.conns:
-            jobs = path.with_name(f"{path.name}.jobs")
-            if not (path.exists() and jobs.exists()):
+            if not path.exists() or not any(
+                    job.state == "done" for job in self.jobs.recent(memory.agent_id, limit=5)):
                 return None
-            conn = sqlite3.connect(path, timeout=30)
-            conn.execute("ATTACH DATABASE ? AS jobs", (str(jobs),))
-            self.conns[path] = conn
+            self.conns[path] = sqlite3.connect(path, timeout=30)
         try:
-            done = self.conns[path].execute(
-                "SELECT count(*) FROM jobs.index_jobs WHERE state = 'done'").fetchone()[0]
-            if not done:
-                return None
             return self.conns[path].execute(
                 "SELECT count(*) FROM chunks WHERE state != 'ready'").fetchone()[0]
         except sqlite3.OperationalError:
@@ -69,12 +69,13 @@ class PendingWatch:
     def poll(self) -> int:
         """One round; how many stores are still waiting."""
         while self.waiting and self.pending(self.waiting[0]) == 0:
-            self.conns.pop(self.waiting.pop(0)).close()
+            self.conns.pop(self.waiting.pop(0).store.path).close()
         return len(self.waiting)
 
     def close(self) -> None:
         for conn in self.conns.values():
             conn.close()
+        self.jobs.close()
 
 
 def spawn_worker(role_args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -132,7 +133,9 @@ def run_case(tmp: Path, broker: str, model: Path, agents: list[tuple[str, int]],
                                                             "{agentId}.sqlite")}}},
         "list": listed}}))
     env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"),
-           "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1", "MEMQ_BROKER_URL": broker}
+           "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1", "MEMQ_BROKER_URL": broker,
+           # one host holds every shard's stores (this process too)
+           "MEMQ_LOCAL_SHARDS": "all"}
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
     procs = start_fleet(env, logs, embed)
@@ -150,7 +153,7 @@ def run_case(tmp: Path, broker: str, model: Path, agents: list[tuple[str, int]],
                     with Memory(settings=s, dispatcher=dispatcher) as memory:
                         memory.index(wait=False)
         sent = time.perf_counter() - t0
-        watch = PendingWatch([s.store.path for s in settings])
+        watch = PendingWatch(settings)
         deadline = time.monotonic() + timeout
         try:
             while (left := watch.poll()):
@@ -173,6 +176,7 @@ def main() -> None:
                     help="how the memories are asked to index: Memory.index per memory in "
                          "this process (library), or one `memq index --remote --all` (remote)")
     add_common_args(ap)
+    add_quick_arg(ap, memories=4, notes=3, timeout=120.0)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from tests.fakes.tiny_gguf import write_tiny_gguf

@@ -27,7 +27,7 @@ import threading
 import time
 
 import psutil
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_quick_arg, header, scratch
 from index_local import make_workspace
 
 from pipeline.config import load_settings
@@ -102,6 +102,7 @@ def main() -> None:
     ap.add_argument("--notes", type=int, default=40, help="daily notes to index (40)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads (2)")
     add_common_args(ap)
+    add_quick_arg(ap, notes=5)
     args = ap.parse_args()
     with scratch("memq-bench-rss-", args.keep) as tmp:
         broker = EmbeddedBroker()

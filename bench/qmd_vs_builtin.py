@@ -19,7 +19,9 @@ quality: nDCG@10, R@100 and the share of queries with at least one result, from 
 each asked for 100 documents with no score floor (``memq.evaluation`` metrics).
 
     .venv/bin/python bench/qmd_vs_builtin.py [--collection ../shared/eval/scifact] [--limit 0]
-                                             [--cli-queries 20] [--keep]
+                                             [--cli-queries 20] [--keep] [--quick]
+
+``--quick``: a 5-query, 40-document slice of the collection, 2 CLI queries (a smoke run).
 
 Needs the qmd CLI and Node 24 from ``.ci/tools`` (``$MEMQ_TOOLS``, default
 ``~/.cache/memq-tools``).
@@ -36,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from evalsets import EVAL, quick_collection
 from harness import add_common_args, header, scratch
 
 from memq.evaluation.beir import DEPTH, load_collection, memory_files, rank_documents
@@ -59,22 +62,28 @@ def percentiles(seconds: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--collection", type=Path, default=REPO.parent / "shared/eval/scifact")
+    ap.add_argument("--collection", type=Path, default=EVAL / "scifact",
+                    help="a BEIR folder (default: ../shared/eval/scifact beside the repo)")
     ap.add_argument("--split", default="test")
     ap.add_argument("--limit", type=int, default=0, help="first N judged queries (0: all)")
     ap.add_argument("--cli-queries", type=int, default=20,
                     help="queries timed as fresh `memq search` processes (default 20)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a 5-query, 40-document slice and 2 CLI queries: a smoke run")
     add_common_args(ap)
     args = ap.parse_args()
     if not QMD.exists():
         sys.exit(f"qmd not found at {QMD}: run .ci/tools")
-    coll = load_collection(args.collection, args.split, args.limit)
-    files, ids = memory_files(coll.corpus)
-    queries = [(qid, coll.queries[qid]) for qid in coll.qrels]
     env = dict(os.environ, PATH=f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    print(header("qmd vs builtin keyword", collection=coll.name, docs=len(files),
-                 queries=len(queries)))
     with scratch("memq-qmd-bench-", args.keep) as tmp:
+        if args.quick:
+            args.collection = quick_collection(args.collection, tmp, args.split)
+            args.cli_queries = 2
+        coll = load_collection(args.collection, args.split, args.limit)
+        files, ids = memory_files(coll.corpus)
+        queries = [(qid, coll.queries[qid]) for qid in coll.qrels]
+        print(header("qmd vs builtin keyword", collection=coll.name, docs=len(files),
+                     queries=len(queries)))
         ws = tmp / "workspace"
         for rel, text in files.items():
             (ws / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -7,10 +7,10 @@ one run times, over the same queries:
   memq vector-only   ``search_store`` with hybrid off (vectors held in memory, result rows)
   memq keyword-only  ``search_store`` with no provider (BM25 from the statistics held in
                      memory, result rows)
-  memq keyword-only, FTS5  the same with ``in_memory=False``: FTS5 ranks every match
+  memq keyword-only, FTS5  the same without ``held=HeldCopies()``: FTS5 ranks every match
   memq hybrid        ``search_store`` with hybrid on (in-memory scan beside in-memory BM25,
                      fusion, result rows): what the MCP server and library callers run
-  memq hybrid, vec0  the same with ``in_memory=False``: vec0 KNN and FTS5 instead of the
+  memq hybrid, vec0  the same without ``held=HeldCopies()``: vec0 KNN and FTS5 instead of the
                      in-memory copies, what a one-shot ``memq search`` runs
   vec0 KNN alone     ``pipeline.store.vectors.knn`` (the k-nearest query vec0 answers)
   numpy brute force  ``matrix @ q`` + ``argpartition`` over the same vectors already in RAM,
@@ -31,7 +31,7 @@ and ratios to numpy.
 
     .venv/bin/python bench/query_latency.py [--sizes 10000,100000] [--queries 100]
                                             [--scan-queries 5] [--seed 7] [--keep]
-                                            [--json timings.json]
+                                            [--json timings.json] [--quick]
 """
 
 from __future__ import annotations
@@ -55,12 +55,10 @@ from harness import add_common_args, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
-from pipeline.search.hybrid import search_store
+from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.search.retrievers import keyword_hits
 from pipeline.store import schema
 from pipeline.store.engine import Database, connect
-from pipeline.store.matrix import MATRICES
-from pipeline.store.postings import TEXT_STATS
 from pipeline.store.vectors import knn, put_vectors, to_blob
 
 DIMS = 384
@@ -170,14 +168,15 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
     stub = FixedQueryVector(dict(zip(texts, qvecs, strict=True)))
     hybrid, vector_only = settings_for(tmp, store, True), settings_for(tmp, store, False)
     k = hybrid.query.candidates()
+    held = HeldCopies()
     t0 = time.perf_counter()
-    MATRICES.get(db)
+    held.matrices.get(db)
     print(f"  loaded the vectors into memory in {time.perf_counter() - t0:.2f} s (once per "
           "process and vectors version)", flush=True)
     t0 = time.perf_counter()
-    TEXT_STATS.current(db)
-    TEXT_STATS.wait()
-    stats = TEXT_STATS.current(db)
+    held.text_stats.current(db)
+    held.text_stats.wait()
+    stats = held.text_stats.current(db)
     print(f"  loaded the BM25 row lengths in {time.perf_counter() - t0:.2f} s (once per "
           "process and text version)", flush=True)
     first, fts = [], []
@@ -192,29 +191,31 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
           f"{np.median(first) * 1000:.1f} ms; FTS5 for the same word: "
           f"{np.median(fts) * 1000:.1f} ms", flush=True)
     for i in range(10):
-        checked = search_store(db, hybrid, texts[i], provider=stub, min_score=-1.0)["results"]
+        checked = search_store(db, hybrid, texts[i], provider=stub, min_score=-1.0, held=held)
         if len(checked) != hybrid.query.max_results:
             raise SystemExit(f"hybrid search returned {len(checked)} results")
-        if checked != search_store(db, hybrid, texts[i], provider=stub, min_score=-1.0,
-                                   in_memory=False)["results"]:
+        if checked != search_store(db, hybrid, texts[i], provider=stub, min_score=-1.0):
             raise SystemExit("hybrid search differs between the in-memory copies and SQLite")
     exact = set(numpy_topk(matrix, qvecs[0], k) + 1)
     if {r for r, _ in knn(db, qvecs[0], k)} != exact:
         raise SystemExit("vec0 KNN and numpy disagree on the nearest chunks")
     q = args.queries
     rows = interleaved([
-        ("memq vector-only", lambda i: search_store(db, vector_only, texts[i], provider=stub), q),
-        ("memq keyword-only", lambda i: search_store(db, hybrid, texts[i], provider=None), q),
-        ("memq keyword-only, FTS5",
-         lambda i: search_store(db, hybrid, texts[i], provider=None, in_memory=False), q),
-        ("memq hybrid", lambda i: search_store(db, hybrid, texts[i], provider=stub), q),
+        ("memq vector-only",
+         lambda i: search_store(db, vector_only, texts[i], provider=stub, held=held), q),
+        ("memq keyword-only",
+         lambda i: search_store(db, hybrid, texts[i], provider=None, held=held), q),
+        ("memq keyword-only, FTS5", lambda i: search_store(db, hybrid, texts[i], provider=None),
+         q),
+        ("memq hybrid", lambda i: search_store(db, hybrid, texts[i], provider=stub, held=held), q),
         ("memq hybrid, vec0 (one-shot CLI path)",
-         lambda i: search_store(db, hybrid, texts[i], provider=stub, in_memory=False), q),
+         lambda i: search_store(db, hybrid, texts[i], provider=stub), q),
         ("vec0 KNN alone (knn)", lambda i: knn(db, qvecs[i], k), q),
         ("numpy brute force (in RAM)", lambda i: numpy_topk(matrix, qvecs[i], k), q),
         ("OpenClaw ORDER BY vec_distance_cosine", lambda i: openclaw_scan(db, qvecs[i], k),
          args.scan_queries),
     ])
+    held.close()
     db.close()
     return rows
 
@@ -226,8 +227,12 @@ def main() -> None:
     ap.add_argument("--scan-queries", type=int, default=5,
                     help="queries for the slow OpenClaw full scan (5)")
     ap.add_argument("--json", type=Path, help="also write the timings (ms) to this JSON file")
+    ap.add_argument("--quick", action="store_true",
+                    help="2000 chunks, 20 queries, 2 full scans: a smoke run of every row")
     add_common_args(ap)
     args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.queries, args.scan_queries = "2000", 20, 2
     sizes = [int(s) for s in args.sizes.split(",")]
     print(header("query latency", dims=DIMS, queries=args.queries,
                  full_scan_queries=args.scan_queries), flush=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.batch_requests import make_workspace
-from bench.harness import add_common_args, header, scratch
+from bench.harness import add_common_args, add_quick_arg, header, scratch
 from pipeline.config import load_settings
 from pipeline.routing import embed_queue, store_queue
 from pipeline.status import index_status
@@ -47,7 +47,7 @@ def run_setup(tmp: Path, ws: Path, broker: EmbeddedBroker, url: str, workers: in
     name = f"w{workers}c{concurrency}{tag}"
     cfg = tmp / f"{name}.json"
     cfg.write_text(json.dumps({"provider": "openai", "brokerUrl": broker.url,
-                               "remote": {"baseUrl": url},
+                               "remote": {"baseUrl": url, "apiKey": KEY},
                                "store": {"path": str(tmp / name / "memq.sqlite")}}))
     settings = load_settings(config_file=cfg, workspace=ws, env={"OPENAI_API_KEY": KEY})
     env = {**os.environ, "OPENAI_API_KEY": KEY, "MEMQ_BROKER_URL": broker.url, CHECK_ENV: "off"}
@@ -94,6 +94,7 @@ def main() -> None:
                     help="requests per second the double serves in the second table (20; 0: "
                          "skip it)")
     add_common_args(ap)
+    add_quick_arg(ap, chunks=40)
     args = ap.parse_args()
     print(header("remote throughput", chunks=args.chunks, latency=args.latency,
                  rate_limit=args.rate_limit))

@@ -20,7 +20,7 @@ import argparse
 import random
 
 import numpy as np
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_quick_arg, header, scratch
 from keyword_index import floor_stat, make_settings, make_workspace
 from query_latency import QUERY_WORDS, interleaved
 
@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=2000, help="memory files (2000)")
     ap.add_argument("--queries", type=int, default=40, help="queries per row (40)")
     add_common_args(ap)
+    add_quick_arg(ap, files=100, queries=5)
     args = ap.parse_args()
     print(header("search overhead", files=args.files, queries=args.queries), flush=True)
     with scratch("memq-bench-so-", args.keep) as tmp:

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import add_common_args, add_fleet_args, header, scratch
+from harness import add_common_args, add_fleet_args, add_quick_arg, header, scratch
 from many_memories import spawn_worker, stop_fleet, write_notes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--down", type=float, default=10, help="seconds the writer stays dead (10)")
     add_fleet_args(ap)
     add_common_args(ap)
+    add_quick_arg(ap, per_shard=1, notes=10, down=1.0, timeout=120.0)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from pipeline.config import load_settings
@@ -124,7 +125,9 @@ def main() -> None:
         broker = EmbeddedBroker()
         env = {"MEMQ_CONFIG": str(config), "MEMQ_HOME": str(tmp / "home"),
                "MEMQ_FLEET_SHARDS": "2", "MEMQ_LOCAL_THREADS": "1",
-               "MEMQ_BROKER_URL": broker.url, "MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S)}
+               "MEMQ_BROKER_URL": broker.url, "MEMQ_VISIBILITY_TIMEOUT": str(VISIBILITY_S),
+               # one host holds every shard's stores (this process too)
+               "MEMQ_LOCAL_SHARDS": "all"}
         logs = tmp / "logs"
         logs.mkdir()
         writer1 = ["--role", "writer", "--shard", "1", "--name", "w1@%h"]

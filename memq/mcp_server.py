@@ -70,7 +70,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         "call memory_get for just the lines you need. `mode` says hybrid or keyword-only; "
         "`pending` (chunks without vectors yet) or `dirty` (files changed since the last "
         "index, a sync is running) mean results may be incomplete. With the QMD backend, "
-        "`backend` says which engine answered (`fallback`: why memq's own index did).",
+        "`backend` says which engine answered (`fallback`: why memq's own index did). With "
+        "a reranker configured, `rerank` says whether it re-ordered the results.",
         {"type": "object", "additionalProperties": False, "required": ["query"], "properties": {
             "query": {"type": "string", "maxLength": MAX_QUERY_CHARS,
                       "description": "what to recall, in natural language"},

@@ -49,7 +49,8 @@ from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.corpus import check_corpus, corpus_sources, refusal
-from pipeline.search.hybrid import HeldCopies, search_store
+from pipeline.search.hybrid import HeldCopies, search
+from pipeline.search.rerank import build_reranker
 from pipeline.store import batches, cache, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
 from pipeline.store.owner import check_owner, owner_of
@@ -182,6 +183,8 @@ class Memory:
         self._own_providers = providers is None
         self._providers = ProviderPool() if providers is None else providers
         self._held = HeldCopies() if in_memory else None
+        #: ``rerank.*``: the cross-encoder stage and its outage state (None when off).
+        self._reranker = build_reranker(self.settings.rerank)
         self._dispatcher = dispatcher
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
         self._local = local
@@ -259,7 +262,9 @@ class Memory:
         snippet. A store that cannot be opened gives ``mode == "unavailable"`` and the reason.
         ``corpus`` (``memory``, ``sessions``, ``all``, ``wiki``: OpenClaw's ``memory_search``
         argument) narrows the sources read (:mod:`pipeline.search.corpus`); any other value
-        raises RequestRefused.
+        raises RequestRefused. With ``rerank.enabled`` a cross-encoder re-orders the best
+        candidates, and ``rerank`` says what it did or why the fused order stands
+        (:mod:`pipeline.search.rerank`).
         """
         self._check_enabled()
         citations = check_mode(citations or self.settings.citations)
@@ -327,14 +332,15 @@ class Memory:
         if self.settings.sync.on_search if sync is None else sync:
             synced = self._sync_rows(db, spec, provider)
         try:
-            hits = search_store(db, self.settings, query, max_results=max_results,
-                                min_score=min_score, provider=provider, held=self._held,
-                                sources=sources)
+            answer = search(db, self.settings, query, max_results=max_results,
+                            min_score=min_score, provider=provider, held=self._held,
+                            reranker=self._reranker, sources=sources)
         except EmbeddingError as exc:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
-            hits = search_store(db, self.settings, query, max_results=max_results,
-                                min_score=min_score, provider=None, held=self._held,
-                                sources=sources)
+            answer = search(db, self.settings, query, max_results=max_results,
+                            min_score=min_score, provider=None, held=self._held,
+                            reranker=self._reranker, sources=sources)
+        hits = answer.hits
         if not db.fts_ok:
             warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "
                                                        f"{db.fts_error}"]))
@@ -347,7 +353,7 @@ class Memory:
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
             warning=warning, synced=synced,
-            fallback=fallback_note(spec, self.settings, reason),
+            fallback=fallback_note(spec, self.settings, reason), rerank=answer.rerank,
             # answered from the live index while its successor is built
             rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)
 
@@ -1100,6 +1106,8 @@ class Memory:
             self._providers.close()
         if self._held is not None:
             self._held.close()
+        if self._reranker is not None:
+            self._reranker.close()
 
     def __enter__(self) -> Memory:
         return self

@@ -42,7 +42,7 @@ class SearchHit:
 _NOTES = (("reason", "reason"), ("pending", "pending"), ("warning", "warning"),
           ("synced", "synced"), ("rebuilding", "rebuilding"), ("fallback", "fallback"),
           ("dirty", "dirty"), ("syncing", "syncing"), ("sync_error", "syncError"),
-          ("backend", "backend"))
+          ("backend", "backend"), ("rerank", "rerank"))
 _COUNTS = ("pending", "synced", "dirty")  # shown only when not zero
 
 
@@ -55,7 +55,9 @@ class SearchResults:
     ``reason`` (why keyword-only), ``pending`` (chunks still without a vector), ``warning``
     (the query could not be embedded), ``synced`` (files brought up to date first),
     ``rebuilding`` (answered from the live index while a new one is built), ``dirty`` and
-    ``syncing`` (a long-running server's files changed since the last index; a sync runs).
+    ``syncing`` (a long-running server's files changed since the last index; a sync runs),
+    ``rerank`` (with ``rerank.enabled``: what the reranker did, or why the fused order stands:
+    :mod:`pipeline.search.rerank`).
     """
 
     hits: list[SearchHit] = field(default_factory=list)
@@ -73,6 +75,7 @@ class SearchResults:
     syncing: bool | None = None
     sync_error: str | None = None
     backend: str | None = None
+    rerank: dict[str, Any] | None = None
     error: str | None = None
     action: str | None = None
 

@@ -44,14 +44,15 @@ def test_longterm_note_completes_a_missing_final_newline(workspace: Path, make_s
     assert memory.read_text() == "# Memory\n- last line without newline\n- Prefers tea.\n"
 
 
-def test_lowercase_memory_md_is_the_longterm_file_when_it_is_the_only_one(
+def test_longterm_notes_go_to_memory_md_even_beside_a_legacy_lowercase_file(
         tmp_path: Path, make_settings) -> None:
+    """The legacy memory.md is no longer memory (OpenClaw 2026.9): it is left alone."""
     ws = tmp_path / "lower"
     ws.mkdir()
     (ws / "memory.md").write_text("old\n")
     out = append_note("new", "longterm", settings=make_settings(ws, provider="none"))
-    assert out.path == "memory.md" and (ws / "memory.md").read_text() == "old\nnew\n"
-    assert not (ws / "MEMORY.md").exists()
+    assert out.path == "MEMORY.md" and (ws / "MEMORY.md").read_text() == "new\n"
+    assert (ws / "memory.md").read_text() == "old\n"
 
 
 @pytest.mark.parametrize("text", ["", "  \n\n", None, 3, "a\x00b", "\ud800", "x" * 70_000])

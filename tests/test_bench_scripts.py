@@ -1,18 +1,151 @@
-"""Every bench/ script still imports on the current API and answers ``--help``, so a benchmark
-can never silently rot."""
+"""Every bench/ script still imports on the current API, answers ``--help`` and runs end to end
+at its ``--quick`` size, printing every row it promises with numbers in it, so a benchmark can
+never silently rot (issue 27). Timings are never asserted: only row labels and that the
+figures parse.
+
+The scripts build everything in their own scratch folder; the ones with a fleet start a
+private broker of their own (``workers.embedded.EmbeddedBroker`` or a private redis-server on a
+unix socket), never a database of the machine's shared Redis. The ones on SciFact read it from
+``../shared/eval`` beside the repository (``MEMQ_EVAL_DATA`` points elsewhere); qmd comes from
+``.ci/tools`` (tests/tools.py).
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.tools import tool, tools_dir
 
 SCRIPTS = sorted(p.stem for p in (Path(REPO) / "bench").glob("*.py"))
+#: Modules the scripts share (no command line of their own).
+LIBRARIES = {"harness", "notes", "evalsets"}
+EVAL_DATA = Path(os.environ.get("MEMQ_EVAL_DATA") or Path(REPO).parent / "shared" / "eval")
+_FIGURE = r"(?<![\w.-])[-+]?\d[\d,]*(?:\.\d+)?"
+NUMBER = re.compile(rf"{_FIGURE}(?![\w.])|{_FIGURE}(?=(?:x|ms|s|%)\b)")
+
+
+@dataclass(frozen=True)
+class Quick:
+    """One script's ``--quick`` run: extra arguments, whether it takes over 15 s, whether it
+    needs the evaluation data or qmd, and the rows it promises (each a line starting with the
+    label, after indentation, and holding at least one number)."""
+
+    args: tuple[str, ...]
+    rows: tuple[str, ...]
+    slow: bool = False
+    data: bool = False
+    qmd: bool = False
+
+
+QUICK: dict[str, Quick] = {
+    "batch_requests": Quick((), ("sync", "batch", "batch mode sends")),
+    "broker_restarts": Quick((), ("memq (kombu repaired)", "kombu as shipped"), slow=True),
+    "chunking_versions": Quick((), ("scifact test:", "before", "version 2", "after/before:"),
+                               slow=True, data=True),
+    "eval_retrieval": Quick((), ("| keyword (FTS5 BM25) |", "| vector |", "| hybrid, weighted |",
+                                 "| hybrid, RRF |", "| hybrid, weighted + MMR |",
+                                 "- BM25 Anserini flat:"), slow=True, data=True),
+    "fairness": Quick((), ("memory A backfill:", "fleet idle", "during A's backfill",
+                           "ratio p95 busy/idle:"), slow=True),
+    "fusion_variants": Quick((), ("| keyword (FTS5 BM25) |", "| vector |", "| rrf k=60 v=0.7 |",
+                                  "| saturated/best v=0.5 |", "| bm25/best v=0.8 |",
+                                  "| min-max v=0.8 |"), slow=True, data=True),
+    "index_local": Quick((), ("(a) bare LocalProvider loop", "(b) memq pipeline (run_index)",
+                              "ratio pipeline/bare:", "pipeline phases"), slow=True),
+    "keyword_index": Quick((), ("(a) memq run_index, provider none", "(b) floor:",
+                                "(c) memq run_index, nothing changed", "(d) floor:",
+                                "(e) naive:", "full index: memq/floor")),
+    "live_sessions": Quick((), ("full index", "no-op pass", "one record appended",
+                                "watcher batch", "chunks")),
+    "many_memories": Quick((), ("4 memories x 3 notes", "1 memory x 12 notes",
+                                "ratio many/one:"), slow=True),
+    "memory_rss": Quick((), ("model file:", "embed worker", "writer",
+                             "bare LocalProvider loop"), slow=True),
+    "oneshot_latency": Quick((), ("memq --help", "memq search, local model",
+                                  "memq search, keyword-only", "model load (python -c)"),
+                             slow=True),
+    "qmd_vs_builtin": Quick((), ("index   qmd", "query   qmd search process",
+                                 "memq search process", "memq in-process",
+                                 "qmd search (BM25, AND)", "memq builtin keyword"),
+                            data=True, qmd=True),
+    "query_latency": Quick((), ("built 2000 chunks", "memq vector-only", "memq keyword-only",
+                                "memq keyword-only, FTS5", "memq hybrid",
+                                "memq hybrid, vec0 (one-shot CLI path)", "vec0 KNN alone (knn)",
+                                "numpy brute force (in RAM)",
+                                "OpenClaw ORDER BY vec_distance_cosine", "hybrid p50")),
+    "remote_producer": Quick((), ("keyword  full index", "keyword  no-op pass",
+                                  "keyword  save->searchable (debounce 1500 ms)",
+                                  "local    full index", "local    no-op pass",
+                                  "local    save->searchable (debounce 200 ms)"), slow=True),
+    "remote_reads": Quick((), ("in the store's process", "through the reader (rpc)",
+                               "rpc:// (pushed)", "database backend (polled)",
+                               "database / rpc p50:", "8 callers"), slow=True),
+    "remote_throughput": Quick((), ("1     1", "2     1", "4     1", "2     4", "4     4"),
+                               slow=True),
+    "search_overhead": Quick((), ("memory_search, sync on", "memory_search, sync off",
+                                  "find_stale (MCP dirty check)",
+                                  "search_store (the search alone)", "floor: scandir")),
+    "shard_kill": Quick((), ("chunks per shard:", "agent-000", "agent-001", "chunks lost:"),
+                        slow=True),
+    "watch_reindex": Quick((), ("notes=10", "index:", "reindex (cached):", "watch burst:",
+                                "watch edit:"), slow=True),
+    "writer_throughput": Quick((), ("1 ", "8 ")),
+}
+
+
+def run_bench(name: str, *args: str, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    """``python bench/<name>.py args`` from the repository root; fails the test on a non-zero
+    exit."""
+    done = subprocess.run([sys.executable, f"bench/{name}.py", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
+    assert done.returncode == 0, f"{name} {args} exited {done.returncode}:\n" \
+        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def numbers(text: str) -> list[float]:
+    """Every figure in ``text`` (``1,234``, ``0.25``, ``3.5x``, ``12 ms``) as a float."""
+    return [float(m.replace(",", "")) for m in NUMBER.findall(text)]
+
+
+def check_rows(out: str, rows: tuple[str, ...]) -> None:
+    """Each promised row is a line that starts with its label and carries a parsed number."""
+    lines = [line.strip() for line in out.splitlines()]
+    for label in rows:
+        found = [line for line in lines if line.startswith(label)]
+        assert found, f"no row {label!r} in:\n{out}"
+        assert all(numbers(line[len(label):]) for line in found), \
+            f"row {label!r} has no figure: {found}"
+        assert not any(re.search(r"\b(nan|inf)\b", line) for line in found), found
+
+
+def test_every_script_has_a_quick_run() -> None:
+    assert set(QUICK) | LIBRARIES | {"chart_query_latency"} == set(SCRIPTS)
+
+
+def test_numbers_parse_figures_and_units() -> None:
+    assert numbers("  memq hybrid   3.99   9.23  10.65x") == [3.99, 9.23, 10.65]
+    assert numbers("sync  1,234 rows in 0.8 s, p50 12ms, 7x fewer") == [1234, 0.8, 12, 7]
+    assert numbers("w0@%h shard-1 r2d2") == []
+
+
+def test_check_rows_fails_on_a_missing_row_or_figure() -> None:
+    out = "memq x benchmark\n  memq hybrid   3.99 ms\n  numpy   n/a\n  scan   nan ms 4\n"
+    check_rows(out, ("memq hybrid",))
+    for rows in (("memq vector-only",), ("numpy",), ("scan",)):
+        with pytest.raises(AssertionError):
+            check_rows(out, rows)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -24,12 +157,43 @@ def test_bench_module_imports(name: str) -> None:
         sys.path.remove(str(Path(REPO) / "bench"))
 
 
-@pytest.mark.parametrize("name", [s for s in SCRIPTS if s not in {"harness", "notes"}])
+@pytest.mark.parametrize("name", [s for s in SCRIPTS if s not in LIBRARIES])
 def test_bench_script_help(name: str) -> None:
-    done = subprocess.run([sys.executable, f"bench/{name}.py", "--help"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = run_bench(name, "--help")
     assert "usage:" in done.stdout
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if q.slow else [])
+                                  for n, q in QUICK.items()])
+def test_bench_script_quick_run(name: str) -> None:
+    quick = QUICK[name]
+    env = {}
+    args = list(quick.args)
+    if quick.data:
+        if not (EVAL_DATA / "scifact" / "corpus.jsonl").exists():
+            pytest.fail(f"the SciFact data set is not at {EVAL_DATA / 'scifact'}: put the data "
+                        "sets in ../shared/eval beside the repository (see docs/search.md for "
+                        "their public sources) or point MEMQ_EVAL_DATA at them", pytrace=False)
+        flag = "--collection" if name == "qmd_vs_builtin" else "--data"
+        args += [flag, str(EVAL_DATA / "scifact" if flag == "--collection" else EVAL_DATA)]
+    if quick.qmd:
+        tool("qmd")
+        env["MEMQ_TOOLS"] = str(tools_dir())
+    done = run_bench(name, "--quick", *args, env=env)
+    out = done.stdout
+    if name not in {"eval_retrieval", "fusion_variants"}:  # these print memq eval's report
+        assert re.search(r"^memq .+ benchmark  \d{4}-\d\d-\d\dT", out, re.M), out
+    check_rows(out, quick.rows)
+
+
+def test_chart_draws_the_quick_timings(tmp_path: Path) -> None:
+    timings, png = tmp_path / "q.json", tmp_path / "chart" / "q.png"
+    run_bench("query_latency", "--quick", "--json", str(timings))
+    out = run_bench("chart_query_latency", str(timings), str(png)).stdout
+    assert "2,000 chunks" in out.splitlines() and f"wrote {png}" in out, out
+    check_rows(out, ("memq hybrid", "numpy brute force (in RAM)",
+                     "OpenClaw ORDER BY vec_distance_cosine"))
+    assert png.read_bytes().startswith(b"\x89PNG")
 
 
 def test_the_fleet_benchmarks_of_issue_18_are_here() -> None:

@@ -164,6 +164,14 @@ candidateMultiplier = 8
 mmr = { enabled = true, lambda = 0.5 }
 temporalDecay = { enabled = true, halfLifeDays = 14 }
 
+[rerank]
+enabled = true
+baseUrl = "https://rerank.example/v1"
+apiKey = "sk-memq-SENTINEL-7f3a9c2e5b1d"
+model = "jina-reranker-v2-base-multilingual"
+topN = 30
+timeoutMs = 800
+
 [cache]
 enabled = false
 maxEntries = 5000
@@ -216,6 +224,10 @@ def test_toml_file(tmp_path: Path, env: dict[str, str], home: Path) -> None:
     assert (h.mmr.enabled, h.mmr.lambda_) == (True, 0.5)
     assert (h.temporal_decay.enabled, h.temporal_decay.half_life_days) == (True, 14)
     assert (s.cache.enabled, s.cache.max_entries) == (False, 5000)
+    r = s.rerank
+    assert (r.enabled, r.provider, r.base_url, r.api_key) == (
+        True, "http", "https://rerank.example/v1", SECRET)
+    assert (r.model, r.top_n, r.timeout_ms) == ("jina-reranker-v2-base-multilingual", 30, 800)
     assert s.store.path == conf / "idx/ops.sqlite"
     assert (s.store.vector_enabled, s.store.extension_path) == (False, "/opt/vec0.so")
     assert s.store.fts_tokenizer == "trigram"
@@ -732,6 +744,8 @@ def _secret_toml(extra: str = "") -> str:
             f'[remote]\napiKey = "{SECRET}"\nbaseUrl = "https://u:{SECRET}@proxy.example"\n'
             f'[remote.headers]\nAuthorization = "Bearer {SECRET}"\n"X-Api-Key" = "{SECRET}"\n'
             f'"X-Goog-Api-Key" = "{SECRET}"\nCookie = "s={SECRET}"\n"X-Trace" = "visible"\n'
+            f'[rerank]\nenabled = true\napiKey = "{SECRET}"\n'
+            f'baseUrl = "https://u:{SECRET}@rerank.example/v1"\n'
             + extra)  # fmt: skip
 
 
@@ -739,8 +753,9 @@ def test_secrets_never_in_repr_or_str(tmp_path: Path, env: dict[str, str]) -> No
     s = load_toml(tmp_path, env, _secret_toml())
     assert s.remote.api_key == SECRET  # kept for the providers module
     assert s.remote.headers["Authorization"] == f"Bearer {SECRET}"
+    assert s.rerank.api_key == SECRET  # kept for the reranker's client
     for text in (repr(s), str(s), repr(s.remote), str(s.remote), repr(s.remote.headers),
-                 json.dumps(settings_to_dict(s))):  # fmt: skip
+                 repr(s.rerank), json.dumps(settings_to_dict(s))):  # fmt: skip
         assert SECRET not in text
         assert "***" in text
     assert "visible" in repr(s.remote.headers)
@@ -751,6 +766,8 @@ def test_secrets_never_in_repr_or_str(tmp_path: Path, env: dict[str, str]) -> No
                                       "X-Trace": "visible"}  # fmt: skip
     assert d["brokerUrl"] == "redis://:***@redis:6379/0"
     assert d["remote"]["baseUrl"] == "https://u:***@proxy.example"
+    assert d["rerank"]["apiKey"] == "***"
+    assert d["rerank"]["baseUrl"] == "https://u:***@rerank.example/v1"
 
 
 @pytest.mark.parametrize(
@@ -772,6 +789,8 @@ def test_secrets_never_in_errors(tmp_path: Path, env: dict[str, str], extra: str
     [
         f'[remote]\napiKey = ["{SECRET}"]\n',
         f'[remote]\napiKey = {{ source = "file", id = "{SECRET}" }}\n',
+        f'[rerank]\napiKey = ["{SECRET}"]\n',
+        f'[rerank]\napiKey = {{ source = "file", id = "{SECRET}" }}\n',
         f'[remote.headers]\nAuthorization = ["{SECRET}"]\n',
         f'[remote]\nbaseUrl = "ftp://user:{SECRET}@host"\n',
         f'brokerUrl = "nope:{SECRET}@host"\n',
@@ -781,7 +800,8 @@ def test_bad_secret_values_are_not_echoed(tmp_path: Path, env: dict[str, str], t
     with pytest.raises(ConfigError) as err:
         load_toml(tmp_path, env, text)
     assert SECRET not in str(err.value)
-    assert str(err.value).split(":")[0] in ("remote.apiKey", "remote.headers.Authorization",
+    assert str(err.value).split(":")[0] in ("remote.apiKey", "rerank.apiKey",
+                                            "remote.headers.Authorization",
                                             "remote.baseUrl", "brokerUrl")  # fmt: skip
 
 
@@ -889,6 +909,8 @@ def test_settings_to_dict_round_trips(tmp_path: Path, env: dict[str, str]) -> No
         d.pop(key)  # output only (models.providers: from an openclaw.json)
     d["remote"].pop("apiKeyEnv")
     d["remote"]["apiKey"] = "k"
+    d["rerank"].pop("apiKeyEnv")
+    d["rerank"]["apiKey"] = "k"
     d["remote"]["headers"]["Authorization"] = "Bearer k"
     again = load_settings(write(tmp_path / "dump" / "memq.json", json.dumps(d)), env=env)
     assert dataclasses.replace(again, config_file=s.config_file) == s

@@ -104,6 +104,36 @@ def test_a_store_from_before_the_chunking_version_is_rebuilt_once(workspace: Pat
     assert index_status(settings)["reindex"] is None
 
 
+def test_a_version_2_store_is_rechunked_per_entry_by_version_5(workspace: Path,
+                                                              make_settings) -> None:
+    """Upgrading from memq's chunking version 2 rebuilds the index once, and the rebuilt
+    index holds MEMORY.md one entry per chunk (OpenClaw's chunking version 5)."""
+    settings = make_settings(workspace, provider="none")
+    run_index(settings, wait=True)
+    db = connect(settings.store.path)
+    try:  # what memq's chunking version 2 wrote: MEMORY.md as one chunk
+        old = schema.get_meta(db, "index")
+        old["chunking_version"] = 2
+        with schema.transaction(db):
+            schema.set_meta(db, "index", old)
+    finally:
+        db.close()
+    first = run_index(settings, wait=True)
+    assert first.report.rebuild_needed and first.rebuild is not None and first.rebuild.done
+    assert not run_index(settings, wait=True).report.rebuild_needed
+    db = connect(settings.store.path)
+    try:
+        assert schema.get_meta(db, "index")["chunking_version"] == CHUNKING_VERSION == 5
+        starts = [r[0] for r in db.conn.execute(
+            "SELECT start_line FROM chunks WHERE path = 'MEMORY.md' ORDER BY start_line")]
+    finally:
+        db.close()
+    lines = (workspace / "MEMORY.md").read_text().split("\n")
+    entries = [i + 1 for i, line in enumerate(lines)
+               if i == 0 or line.startswith(("- ", "# ", "## "))]
+    assert starts == entries and len(starts) > 5
+
+
 @pytest.mark.integration
 def test_rate_limit_headers_or_key_change_embeds_nothing_model_change_rebuilds(
         workspace: Path, make_settings, broker_url, fleet, monkeypatch) -> None:

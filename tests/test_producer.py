@@ -107,14 +107,15 @@ def test_symlinks_and_ignored_folders_are_skipped(keyword_only, workspace: Path,
     assert memory_search("secret outside", settings=settings)["results"] == []
 
 
-def test_lowercase_memory_md_only_without_uppercase(workspace: Path, make_settings) -> None:
+def test_lowercase_memory_md_is_not_memory(workspace: Path, make_settings) -> None:
+    """OpenClaw 2026.9 no longer indexes the legacy lower-case memory.md, even alone."""
     from pipeline.ingest.sources import memory_files
 
     (workspace / "memory.md").write_text("lower")
     paths = [f.path for f in memory_files(workspace)]
     assert "MEMORY.md" in paths and "memory.md" not in paths
     (workspace / "MEMORY.md").unlink()
-    assert "memory.md" in [f.path for f in memory_files(workspace)]
+    assert "memory.md" not in [f.path for f in memory_files(workspace)]
 
 
 def test_files_reached_twice_are_listed_once_with_workspace_paths(workspace: Path,

@@ -315,7 +315,7 @@ def test_decay_applies_in_keyword_only_mode(ws: Path, make_settings) -> None:
     ("memory/2026-02-30.md", None),  # not a date: evergreen
     ("memory/people.md", None),
     ("MEMORY.md", None),
-    ("memory.md", None),
+    ("USER.md", None),
 ])
 def test_note_dates(path: str, expected: str | None) -> None:
     when = decay.note_time(path, mtime_ns=123)

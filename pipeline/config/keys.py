@@ -37,6 +37,11 @@ SOURCES: tuple[str, ...] = ("memory", "sessions")
 FTS_TOKENIZERS: tuple[str, ...] = ("unicode61", "trigram")
 CITATIONS: tuple[str, ...] = ("auto", "on", "off")
 FUSIONS: tuple[str, ...] = ("weighted", "rrf")
+#: ``rerank.provider``: an HTTP ``/rerank`` endpoint (Jina, Cohere, Voyage, llama.cpp's server
+#: shape), or "local" (a GGUF reranker in process: accepted by the table, refused by
+#: :class:`~pipeline.config.settings.RerankSettings` until memq serves it).
+RERANK_PROVIDERS: tuple[str, ...] = ("http", "local")
+MAX_RERANK_TOP_N = 200
 MODALITIES: tuple[str, ...] = ("image", "audio")
 #: The Gemini models that embed images and audio: the stable one, and its preview's legacy id.
 MULTIMODAL_MODELS: tuple[str, ...] = ("gemini-embedding-2", "gemini-embedding-2-preview")
@@ -335,6 +340,15 @@ KEYS: tuple[Key, ...] = (
     Key("query.hybrid.mmr.lambda", UNIT, attr="query.hybrid.mmr.lambda_"),
     Key("query.hybrid.temporalDecay.enabled", BOOL),
     Key("query.hybrid.temporalDecay.halfLifeDays", _int(1)),
+    # memq's own (OpenClaw has no reranker): memory.search.rerank.* in an openclaw.json
+    Key("rerank.enabled", BOOL),
+    Key("rerank.provider", _enum(RERANK_PROVIDERS)),
+    Key("rerank.baseUrl", Spec("url", nullable=True, schemes=("http", "https"))),
+    Key("rerank.apiKey", Spec("secret", nullable=True)),
+    Key("rerank.apiKeyEnv", OPT_STR, read=False),
+    Key("rerank.model", STR),
+    Key("rerank.topN", _int(1, hi=MAX_RERANK_TOP_N)),
+    Key("rerank.timeoutMs", _int(1)),
     Key("cache.enabled", BOOL),
     Key("cache.maxEntries", _int(1, nullable=True, null_hint='"unbounded" (or null) for no cap')),
     Key("store.driver", _enum(("sqlite",))),

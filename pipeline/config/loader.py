@@ -230,23 +230,26 @@ def _extension_path(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     return {"extension_path": str(resolve(expanded, entry.base, ld.env)) if has_dir else expanded}
 
 
-def _api_key(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
-    """A string, or an OpenClaw SecretRef naming an environment variable."""
-    if entry is None:
-        return {}
-    value = entry.value
-    if value is None or isinstance(value, str):
-        return {"api_key": value.strip() if isinstance(value, str) and value.strip() else None}
-    if isinstance(value, Mapping):
-        source, ident = value.get("source"), value.get("id")
-        if source == "env" and isinstance(ident, str) and ident.strip():
-            return {"api_key_env": ident.strip()}
-        raise entry.fail(
-            "remote.apiKey",
-            'memq supports a string or an OpenClaw SecretRef {source: "env", id: "VARIABLE"} here',
-            None,
-        )
-    raise entry.fail("remote.apiKey", "must be a string", None)
+def _api_key(key: str) -> Callable[[_Loader, Entry | None], dict[str, Any]]:
+    """The resolver of an API key (``remote.apiKey``, ``rerank.apiKey``): a string, or an
+    OpenClaw SecretRef naming an environment variable. The value is never echoed."""
+
+    def resolve_key(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+        if entry is None:
+            return {}
+        value = entry.value
+        if value is None or isinstance(value, str):
+            return {"api_key": value.strip() if isinstance(value, str) and value.strip()
+                    else None}
+        if isinstance(value, Mapping):
+            source, ident = value.get("source"), value.get("id")
+            if source == "env" and isinstance(ident, str) and ident.strip():
+                return {"api_key_env": ident.strip()}
+            raise entry.fail(key, 'memq supports a string or an OpenClaw SecretRef '
+                                  '{source: "env", id: "VARIABLE"} here', None)
+        raise entry.fail(key, "must be a string", None)
+
+    return resolve_key
 
 
 def _model_providers(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
@@ -368,7 +371,8 @@ _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "agentId": lambda ld, entry: {"agent_id": ld.agent_id},  # canonical (``_agent_id``)
     "store.path": _store_path,
     "store.vector.extensionPath": _extension_path,
-    "remote.apiKey": _api_key,
+    "remote.apiKey": _api_key("remote.apiKey"),
+    "rerank.apiKey": _api_key("rerank.apiKey"),
     "models.providers": _model_providers,
     "local.modelPath": _model_path,
     "local.modelCacheDir": _model_cache_dir,

@@ -156,6 +156,37 @@ class QuerySettings(_Validated):
         return min(200, self.max_results * self.hybrid.candidate_multiplier)
 
 
+@dataclass(frozen=True, repr=False)
+class RerankSettings(_Validated):
+    """``rerank.*`` (memq's own; ``memory.search.rerank`` in an openclaw.json): a cross-encoder
+    that re-orders the best ``top_n`` fused candidates (:mod:`pipeline.search.rerank`).
+
+    Off by default. ``provider`` ``http`` posts to ``base_url`` + ``/rerank`` (required when
+    enabled); ``api_key`` is kept as written (a key, ``${VAR}`` or a variable name) and
+    ``api_key_env`` is the variable of a SecretRef, both resolved where the request is made and
+    never shown. ``local`` (a GGUF reranker through llama.cpp) is not served yet: refused.
+    """
+
+    enabled: bool = False
+    provider: str = "http"
+    base_url: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    model: str = ""
+    top_n: int = 20
+    timeout_ms: int = 5000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.provider == "local":
+            raise Invalid("rerank.provider", '"local" (a GGUF reranker through llama.cpp) is not '
+                          'supported by memq yet; use "http" with a /rerank endpoint (llama.cpp\'s '
+                          "llama-server --reranking serves one)", show(self.provider))
+        if self.enabled and not self.base_url:
+            raise Invalid("rerank.baseUrl", "must be set when rerank.enabled is true (the "
+                          "endpoint's base, e.g. https://api.jina.ai/v1)", None)
+
+
 @dataclass(frozen=True)
 class CacheSettings(_Validated):
     """``cache.*``: the embedding cache. ``max_entries=None`` means unbounded."""
@@ -482,6 +513,7 @@ class Settings(_Validated):
     extra_paths: tuple[Path, ...] = ()
     chunking: ChunkingSettings = field(default_factory=ChunkingSettings)
     query: QuerySettings = field(default_factory=QuerySettings)
+    rerank: RerankSettings = field(default_factory=RerankSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     store: StoreSettings = None  # type: ignore[assignment]  # filled by __post_init__
     sync: SyncSettings = field(default_factory=SyncSettings)

@@ -49,7 +49,8 @@ def input_tokens(item: DocumentInput) -> int:
 def resolve_api_key(env_vars: Sequence[str], *, configured: str | None = None,
                     configured_env: str | None = None,
                     env: Mapping[str, str] | None = None,
-                    entry: ProviderEntry | None = None) -> str | None:
+                    entry: ProviderEntry | None = None,
+                    where: str = "remote.apiKey") -> str | None:
     """The API key, in OpenClaw's order (2026.9.6, ``resolveApiKeyForProvider``):
 
     1. ``remote.apiKey`` (``configured``, or the variable of its SecretRef ``configured_env``);
@@ -60,11 +61,12 @@ def resolve_api_key(env_vars: Sequence[str], *, configured: str | None = None,
     A configured key may be the key itself, ``${VAR}`` text (substituted from ``env``, as
     OpenClaw substitutes its config), the *name* of a variable (``"GEMINI_API_KEY"``), or a
     SecretRef ``{source: "env", id}``. A key that names an unset variable, or a SecretRef
-    memq cannot read, raises :class:`MissingApiKey` saying which (never the key).
+    memq cannot read, raises :class:`MissingApiKey` saying which (never the key); ``where``
+    names the configured key in that message (``rerank.apiKey`` for the reranker).
     """
     env = os.environ if env is None else env
     if configured:
-        return _configured_key(configured, env, "remote.apiKey")
+        return _configured_key(configured, env, where)
     if configured_env:
         return (env.get(configured_env) or "").strip() or None
     if entry is not None and entry.auth == "api-key" and entry.has_key:

@@ -17,7 +17,9 @@ from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.sessions import is_transcript_file
 from pipeline.ingest.sources import (
     IGNORED_DIRS,
+    LEGACY_ROOT_FILE,
     MEMORY_SOURCE,
+    ROOT_FILES,
     extra_filter,
     is_markdown,
     relative_path,
@@ -30,6 +32,7 @@ def refused_path(settings: Settings, path: str, source: str) -> str | None:
 
     The rules of :func:`memory_files` and the sessions folder, on the path alone, for a writer
     that receives files it cannot see (a producer on another host sends them): ``MEMORY.md``,
+    ``USER.md``,
     ``memory/**/*.md``, the extra paths (with their patterns, and media when multimodal is
     on), ``sessions/…`` transcripts when session memory is on; never an ignored folder, a
     ``..`` that leaves them, an absolute path or a control character.
@@ -54,8 +57,10 @@ def refused_path(settings: Settings, path: str, source: str) -> str | None:
     target = Path(os.path.normpath(workspace / path))
     if relative_path(workspace, target) != path:
         return "not a normal path (it has '.', '..' or repeated slashes)"
-    if target.parent == workspace and target.name in ("MEMORY.md", "memory.md"):
+    if target.parent == workspace and target.name in ROOT_FILES:
         return None
+    if target == workspace / LEGACY_ROOT_FILE:
+        return "memory.md is no longer a memory file (OpenClaw 2026.9 indexes MEMORY.md)"
     roots = [(workspace / "memory", is_markdown)]
     wanted = extra_filter(settings.multimodal)
     roots += [(e if e.is_absolute() else workspace / e, wanted) for e in settings.extra_paths]
@@ -71,4 +76,4 @@ def refused_path(settings: Settings, path: str, source: str) -> str | None:
         if PathPatterns.of(settings).excludes(target):
             return "excluded by its extra path's patterns"
         return None
-    return "outside the memory's files (MEMORY.md, memory/, extraPaths)"
+    return "outside the memory's files (MEMORY.md, USER.md, memory/, extraPaths)"

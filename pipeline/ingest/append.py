@@ -31,8 +31,7 @@ def _target_path(settings: Settings, target: str, today: date) -> str:
     if target == "daily":
         return f"memory/{today.isoformat()}.md"
     if target == "longterm":
-        upper, lower = settings.workspace / "MEMORY.md", settings.workspace / "memory.md"
-        return "memory.md" if lower.is_file() and not upper.exists() else "MEMORY.md"
+        return "MEMORY.md"  # never the legacy memory.md: OpenClaw 2026.9 no longer indexes it
     raise AppendError(f"target must be one of {', '.join(TARGETS)}; got {target!r}")
 
 

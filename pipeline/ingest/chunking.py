@@ -1,58 +1,62 @@
-"""Markdown chunking and embedding-input limits, ported from OpenClaw.
+"""Markdown chunking and embedding-input limits, ported from OpenClaw 2026.9.6.
 
-This is a port of OpenClaw's ``chunkMarkdown`` (``src/memory/internal.ts``) and of its
-input-limit splitter (``enforceEmbeddingMaxInputTokens`` in ``src/memory/embedding-chunk-limits.ts``
-with ``splitTextToUtf8ByteLimit`` from ``src/memory/embedding-input-limits.ts``), as of the
-2026-03 baseline (OpenClaw 2026.3.25), with one deliberate change: the overlap carried from a
-long line is capped (``CHUNKING_VERSION`` 2, below). For files of short lines it is the same
-input, same chunks: the golden tests in ``tests/golden/chunking`` were produced by running the
-TypeScript originals under Node.
+This is a port of OpenClaw's ``chunkMarkdown`` (``packages/memory-host-sdk/src/host/
+markdown-chunks.ts``, its ``MEMORY_CHUNKING_VERSION`` 5), of the indexer's preparation of memory
+files (``prepareMemoryIndexChunks``: annotation stripping, per-entry mode, blank filter) and of
+its input-limit splitter (``enforceEmbeddingMaxInputTokens`` with ``splitTextToUtf8ByteLimit``).
+Same input, same chunks: the golden tests in ``tests/golden/chunking`` were produced by running
+OpenClaw's own code from the installed package under Node (``tests/openclaw_chunking.mjs``).
 
 How ``chunk_markdown`` works:
 
 * ``maxChars = max(32, tokens * 4)`` and ``overlapChars = overlap * 4``, where ``overlap`` is first
   clamped to ``[0, max(0, tokens - 1)]`` as OpenClaw's config resolver does.
-* Sizes are JavaScript ``.length``: UTF-16 code units, so an astral character (emoji, CJK
-  Extension B) counts 2.
+* Sizes are *weighted*: :func:`~pipeline.ingest.weights.estimate_string_chars`, the UTF-16
+  length plus a surcharge for CJK characters (a common ideograph or Hangul syllable weighs 4,
+  a CJK Extension B character 16), so a chunk of Chinese holds about as many tokens as one of
+  English.
 * The text is split on ``"\\n"`` only (a CRLF file keeps its ``"\\r"`` at the end of each line).
-  A line longer than ``maxChars`` is first cut into ``maxChars``-unit segments; every line or
-  segment costs its length + 1.
-* A chunk is flushed *before* a segment would push it past ``maxChars`` (a chunk that is empty
-  always takes the segment). After a flush the chunk restarts with tail lines of the previous
-  chunk, taken from the end until they add up to at least ``overlapChars``. A line shorter than
-  ``overlapChars`` is carried whole, as OpenClaw's baseline does. A longer one (a paragraph
-  written on one line, or a segment of it) is not: only its last ``overlapChars - 1`` units ride
-  along, and only when it closes the chunk (the new chunk then starts inside that line, and its
-  ``start_line`` is that line). The carry also leaves room for the incoming segment, so no chunk
-  is longer than ``maxChars``. The baseline carried whole segments, so a chunk could grow to about
-  twice ``maxChars`` and one paragraph was embedded two or three times (OpenClaw #138722; OpenClaw
-  bounded its own carry in 2026.9, its ``chunkingVersion`` 5).
+  A line is cut into pieces of at most ``maxChars`` UTF-16 units, never through a surrogate pair
+  (``truncateUtf16Safe``), and a piece that still weighs more than ``maxChars`` into the longest
+  runs of code points that fit. Every piece costs its weight + 1.
+* A chunk is flushed *before* a piece would push it past ``maxChars`` (a chunk that is empty
+  always takes the piece). The next chunk starts with an overlap of at most
+  ``min(overlapChars, maxChars - incoming)``: whole tail pieces, from the end, until they reach
+  it; only if not even the last piece fits, that piece's tail (of weight ``window - 1``, whole
+  code points). So no chunk weighs more than ``maxChars``.
+* Per-entry mode (``MEMORY.md`` and ``USER.md``, :func:`memory_chunks`): each top-level ``- ``
+  bullet and each heading ``#{1,6}`` starts a new chunk, with no overlap across entries.
 * Chunks whose text is blank (JavaScript ``String.prototype.trim`` rules) are dropped, as
   OpenClaw's indexer does right after chunking.
 * ``hash`` is the SHA-256 hex digest of the chunk text encoded as UTF-8.
 
-The one place where Python cannot copy JavaScript literally: OpenClaw slices long lines by UTF-16
-index, which can cut an astral character in half and leave a lone surrogate at the end of one
-segment and at the start of the next. A Python ``str`` holding lone surrogates cannot be encoded
-as UTF-8, so each lone surrogate is replaced here by U+FFFD. That is exactly what OpenClaw ends up
-with anyway: Node encodes a lone surrogate as U+FFFD both when it hashes the text and when it
-stores it in SQLite, and U+FFFD is also one UTF-16 unit and three UTF-8 bytes. So texts, line
-ranges, sizes and hashes all match OpenClaw's persisted values.
+Versions (part of the index fingerprint, so a change rebuilds every index once): 1 was OpenClaw
+2026.3.25's UTF-16 sizes and unbounded carry, 2 memq's own cap on that carry; memq now numbers
+its chunking as OpenClaw does, and 5 is OpenClaw's version 5.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
-__all__ = ["CHUNKING_VERSION", "Chunk", "chunk_markdown", "enforce_input_limit", "hash_text",
-           "js_trim"]
+import numpy as np
+
+from pipeline.ingest.annotations import strip_memory_annotation_carriers
+from pipeline.ingest.weights import code_point_weights, estimate_string_chars, is_plain
+
+__all__ = ["CHUNKING_VERSION", "PER_ENTRY_PATHS", "Chunk", "chunk_markdown",
+           "enforce_input_limit", "hash_text", "js_trim", "memory_chunks"]
 
 #: memq's chunking version, part of the index fingerprint: a change rebuilds every index once.
-#: 1 was OpenClaw 2026.3.25's carry (whole tail lines, even a full segment of a long line);
-#: 2 caps the carry from a long line at the overlap and never lets a chunk pass ``maxChars``.
-CHUNKING_VERSION = 2
+#: 5 is OpenClaw 2026.9.6's ``MEMORY_CHUNKING_VERSION`` (weighted sizes, bounded carry,
+#: per-entry ``MEMORY.md``/``USER.md``, annotation comments stripped).
+CHUNKING_VERSION = 5
+
+#: Workspace-relative paths chunked one entry at a time (compared exactly, as OpenClaw does).
+PER_ENTRY_PATHS = frozenset({"MEMORY.md", "USER.md"})
 
 # JavaScript String.prototype.trim() strips WhiteSpace and LineTerminator code points (ES2023):
 # TAB VT FF SP NBSP ZWNBSP(BOM) + Unicode Zs, and LF CR LS PS. Python's str.strip() differs: it
@@ -61,8 +65,8 @@ _JS_WHITESPACE = (
     "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
-_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_HEADING = re.compile("#{1,6}(?:[" + _JS_WHITESPACE + "]|\\Z)")
 
 
 @dataclass(frozen=True)
@@ -85,92 +89,120 @@ def js_trim(text: str) -> str:
     return text.strip(_JS_WHITESPACE)
 
 
-def _segments(line: str, max_chars: int) -> list[tuple[str, int]]:
-    """Cut ``line`` like ``line.slice(start, start + maxChars)`` does, with UTF-16 lengths.
-
-    Lone surrogates left by a cut through an astral character become U+FFFD (see module doc).
-    """
-    if not line:
-        return [("", 0)]
-    if line.isascii() or _ASTRAL.search(line) is None:
-        # Every character is one UTF-16 unit: Python indices are JavaScript indices.
-        n = len(line)
-        if n <= max_chars:
-            return [(line, n)]
-        pieces = [line[i : i + max_chars] for i in range(0, n, max_chars)]
-        return [(piece, len(piece)) for piece in pieces]
-    units = line.encode("utf-16-le")
-    n = len(units) // 2
-    if n <= max_chars:
-        return [(line, n)]
-    out: list[tuple[str, int]] = []
-    step = 2 * max_chars
-    for i in range(0, len(units), step):
-        piece = units[i : i + step]
-        text = piece.decode("utf-16-le", "surrogatepass")
-        if _SURROGATE.search(text) is not None:
-            text = _SURROGATE.sub("\ufffd", text)
-        out.append((text, len(piece) // 2))
+def _prefix(values: np.ndarray) -> np.ndarray:
+    """Prefix sums with a leading 0: ``out[k]`` is the sum of the first ``k`` values."""
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=out[1:])
     return out
 
 
-def _utf16_tail(text: str, budget: int) -> tuple[str, int]:
-    """The longest suffix of ``text`` of at most ``budget`` UTF-16 units, and its size in units.
+def _segments(line: str, max_chars: int) -> Iterator[tuple[str, int]]:
+    """The pieces of one line, with their weighted sizes, as OpenClaw's loop cuts it.
 
-    An astral character is never cut (its two units go together or not at all).
+    A coarse piece is the longest run of whole code points of at most ``maxChars`` UTF-16 units
+    (``truncateUtf16Safe``); if its weight is over ``maxChars`` (CJK), it is cut again into the
+    longest runs of code points whose weight fits. Weights are additive, so both cuts are found
+    by a binary search in prefix sums of the line's code point units and weights.
     """
+    if not line:
+        yield "", 0
+        return
+    if is_plain(line):
+        for i in range(0, len(line), max_chars):
+            piece = line[i : i + max_chars]
+            yield piece, len(piece)
+        return
+    if len(line) <= max_chars // 16:  # fits however heavy its characters (16 at most)
+        yield line, estimate_string_chars(line)
+        return
+    units, weights = code_point_weights(line)
+    u, w = _prefix(units), _prefix(weights)
+    start, n = 0, len(line)
+    while start < n:
+        end = int(np.searchsorted(u, u[start] + max_chars, side="right")) - 1
+        part = start
+        while w[end] - w[part] > max_chars:
+            cut = int(np.searchsorted(w, w[part] + max_chars, side="right")) - 1
+            yield line[part:cut], int(w[cut] - w[part])
+            part = cut
+        yield line[part:end], int(w[end] - w[part])
+        start = end
+
+
+def _weighted_tail(text: str, budget: int) -> str:
+    """``takeTailByEstimatedChars``: the longest suffix of whole code points weighing at most
+    ``budget``."""
     if budget <= 0:
-        return "", 0
-    if text.isascii() or _ASTRAL.search(text) is None:
-        tail = text[-budget:]
-        return tail, len(tail)
-    units = 0
-    start = len(text)
-    while start > 0:
-        width = 2 if ord(text[start - 1]) > 0xFFFF else 1
-        if units + width > budget:
-            break
-        units += width
-        start -= 1
-    return text[start:], units
+        return ""
+    if is_plain(text):
+        return text[-budget:]
+    _, weights = code_point_weights(text)
+    from_end = np.cumsum(weights[::-1])
+    k = int(np.searchsorted(from_end, budget, side="right"))
+    return text[len(text) - k :]
 
 
-def _carry_overlap(texts: list[str], sizes: list[int], lines: list[int], overlap_chars: int,
-                   room: int) -> tuple[list[str], list[int], list[int]]:
-    """The tail of a flushed chunk that starts the next one: at most ``room`` units (so the
-    next segment still fits in ``maxChars``).
+@dataclass
+class _Building:
+    """The chunk being built: its pieces, their line numbers and weighted sizes (+1 each)."""
 
-    Whole lines no longer than ``overlap_chars`` are taken from the end until they reach
-    ``overlap_chars``, as OpenClaw's baseline does (so notes of short lines chunk as before).
-    A line longer than that (a long paragraph, or one segment of it) is cut: only its last
-    ``min(overlap_chars, room) - 1`` units ride along, and only when it is the last line.
-    """
-    if overlap_chars <= 0 or room <= 0:
-        return [], [], []
-    acc = 0
-    i = len(texts)
-    while i > 0 and acc < overlap_chars:
-        size = sizes[i - 1]
-        if size <= overlap_chars and acc + size <= room:
+    texts: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    chars: int = 0
+
+    def add(self, text: str, line: int, size: int) -> None:
+        self.texts.append(text)
+        self.lines.append(line)
+        self.sizes.append(size)
+        self.chars += size
+
+    def carry(self, window: int) -> _Building:
+        """``carryOverlap(window)``: the tail that starts the next chunk.
+
+        Whole pieces are taken from the end while they fit in ``window`` (stopping once they
+        reach it); if not even the last piece fits, only its tail of ``window - 1`` weight.
+        """
+        kept = _Building()
+        if window <= 0 or not self.texts:
+            return kept
+        i = len(self.texts)
+        acc = 0
+        while i > 0:
+            size = self.sizes[i - 1]
+            if size > window - acc:
+                if i == len(self.texts):
+                    tail = _weighted_tail(self.texts[i - 1], window - acc - 1)
+                    if tail:
+                        kept.add(tail, self.lines[i - 1], estimate_string_chars(tail) + 1)
+                break
             acc += size
             i -= 1
-            continue
-        if i == len(texts):
-            tail, units = _utf16_tail(texts[i - 1], min(overlap_chars, room) - 1)
-            if units > 0:
-                return [tail], [units + 1], [lines[i - 1]]
-        break
-    return texts[i:], sizes[i:], lines[i:]
+            if acc >= window:
+                break
+        if kept.texts:
+            return kept
+        kept.texts, kept.lines, kept.sizes = self.texts[i:], self.lines[i:], self.sizes[i:]
+        kept.chars = acc
+        return kept
+
+
+def _entry_start(line: str, index: int) -> bool:
+    """Whether a line opens a new entry in per-entry mode: a top-level ``- `` bullet, a
+    heading ``#{1,6}`` followed by whitespace or the end, or the first line."""
+    return index == 0 or line.startswith("- ") or _HEADING.match(line) is not None
 
 
 def chunk_markdown(
-    content: str, tokens: int = 400, overlap: int = 80, *, drop_blank: bool = True
+    content: str, tokens: int = 400, overlap: int = 80, *, drop_blank: bool = True,
+    per_entry: bool = False,
 ) -> list[Chunk]:
-    """Split Markdown ``content`` into overlapping line chunks exactly like OpenClaw.
+    """Split Markdown ``content`` into overlapping line chunks exactly like OpenClaw 2026.9.6.
 
     ``tokens`` and ``overlap`` are OpenClaw's ``chunking.tokens`` / ``chunking.overlap`` (defaults
-    400 / 80); ``overlap`` is clamped to ``[0, tokens - 1]``. ``drop_blank=False`` returns the raw
-    ``chunkMarkdown`` output, before the indexer's blank-chunk filter.
+    400 / 80); ``overlap`` is clamped to ``[0, tokens - 1]``. ``per_entry`` starts a new chunk,
+    with no overlap, at every entry (see :func:`memory_chunks`). ``drop_blank=False`` returns
+    the raw ``chunkMarkdown`` output, before the indexer's blank-chunk filter.
     """
     tokens = int(tokens)
     overlap = max(0, min(int(overlap), max(0, tokens - 1)))
@@ -183,34 +215,46 @@ def chunk_markdown(
         content = _SURROGATE.sub("\ufffd", content)
 
     chunks: list[Chunk] = []
-    # Parallel lists for the chunk being built: segment text, its UTF-16 size + 1, its line number.
-    cur_text: list[str] = []
-    cur_size: list[int] = []
-    cur_line: list[int] = []
-    cur_chars = 0
+    cur = _Building()
 
     def flush() -> None:
-        if not cur_text:
+        if not cur.texts:
             return
-        text = "\n".join(cur_text)
+        text = "\n".join(cur.texts)
         if drop_blank and not js_trim(text):
             return
-        chunks.append(Chunk(cur_line[0], cur_line[-1], text, hash_text(text)))
+        chunks.append(Chunk(cur.lines[0], cur.lines[-1], text, hash_text(text)))
 
-    for line_no, line in enumerate(content.split("\n"), start=1):
-        for segment, seg_len in _segments(line, max_chars):
-            size = seg_len + 1
-            if cur_chars + size > max_chars and cur_text:
+    for index, line in enumerate(content.split("\n")):
+        if per_entry and _entry_start(line, index):
+            flush()
+            cur = _Building()
+        for segment, weight in _segments(line, max_chars):
+            size = weight + 1
+            if cur.chars + size > max_chars and cur.texts:
                 flush()
-                cur_text, cur_size, cur_line = _carry_overlap(
-                    cur_text, cur_size, cur_line, overlap_chars, max_chars - size)
-                cur_chars = sum(cur_size)
-            cur_text.append(segment)
-            cur_size.append(size)
-            cur_line.append(line_no)
-            cur_chars += size
+                cur = cur.carry(min(overlap_chars, max(0, max_chars - size)))
+            cur.add(segment, index + 1, size)
     flush()
     return chunks
+
+
+def memory_chunks(path: str, content: str, tokens: int = 400, overlap: int = 80, *,
+                  chunker: Callable[..., list[Chunk]] | None = None) -> list[Chunk]:
+    """Chunks of a file of the ``memory`` source, as OpenClaw's indexer prepares them.
+
+    Entry annotation comments are stripped first (:mod:`pipeline.ingest.annotations`; line
+    numbers do not move). ``MEMORY.md`` and ``USER.md`` at the workspace root (``path`` exactly
+    that, relative to the workspace) are chunked per entry: a chunk never spans two entries
+    and carries no overlap from the previous one. ``chunker`` replaces :func:`chunk_markdown`
+    (a benchmark comparing chunker versions swaps it); it gets ``per_entry=True`` only for
+    those two files.
+    """
+    chunk = chunker or chunk_markdown
+    text = strip_memory_annotation_carriers(content)
+    if path.replace("\\", "/") in PER_ENTRY_PATHS:
+        return chunk(text, tokens, overlap, per_entry=True)
+    return chunk(text, tokens, overlap)
 
 
 def _utf8_prefix_end(data: bytes, start: int, max_bytes: int) -> int:

@@ -120,7 +120,8 @@ class PathPatterns:
     """Which files the ``{path, pattern}`` entries of extraPaths let in.
 
     ``patterned`` maps each globbed extra folder to its patterns; ``plain`` lists the roots
-    whose every memory file counts (``memory/``, ``MEMORY.md`` and the plain extra paths), so
+    whose every memory file counts (``memory/``, ``MEMORY.md``, ``USER.md`` and the plain extra
+    paths), so
     a file below both kinds is kept.
     """
 
@@ -140,7 +141,7 @@ class PathPatterns:
         workspace = settings.workspace
         globbed = {_norm(p) for p, _ in settings.extra_path_patterns}
         extras = [p if p.is_absolute() else workspace / p for p in settings.extra_paths]
-        plain = [workspace / "memory", workspace / "MEMORY.md", workspace / "memory.md",
+        plain = [workspace / "memory", workspace / "MEMORY.md", workspace / "USER.md",
                  *(p for p in extras if _norm(p) not in globbed)]
         return cls(settings.extra_path_patterns, plain)
 

@@ -23,7 +23,12 @@ from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.errors import StoreError, WorkspaceMissing
-from pipeline.ingest.chunking import CHUNKING_VERSION, chunk_markdown, enforce_input_limit
+from pipeline.ingest.chunking import (
+    CHUNKING_VERSION,
+    chunk_markdown,
+    enforce_input_limit,
+    memory_chunks,
+)
 from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.live_sessions import (
     LiveScan,
@@ -292,8 +297,11 @@ def apply_read(batch: schema.WriteBatch, read: FileRead, known: Known | None,
     if read.media is not None:
         chunks = file_chunks(read.media)  # one chunk; exempt from the text input limit
     else:
-        chunker = transcript_chunks if read.source == SESSIONS_SOURCE else chunk_markdown
-        chunks = chunker(read.text, settings.chunking.tokens, settings.chunking.overlap)
+        tokens, overlap = settings.chunking.tokens, settings.chunking.overlap
+        if read.source == SESSIONS_SOURCE:
+            chunks = transcript_chunks(read.text, tokens, overlap)
+        else:  # annotations stripped, MEMORY.md/USER.md one chunk per entry (OpenClaw 2026.9)
+            chunks = memory_chunks(read.path, read.text, tokens, overlap, chunker=chunk_markdown)
         if max_input_bytes:
             chunks = enforce_input_limit(chunks, max_input_bytes)
     with batch.unit():

@@ -1,4 +1,10 @@
-"""Which files are memory: ``MEMORY.md``, ``memory/**/*.md`` and ``extraPaths``.
+"""Which files are memory: ``MEMORY.md``, ``USER.md``, ``memory/**/*.md`` and ``extraPaths``.
+
+As in OpenClaw 2026.9.6 (``listMemoryFiles``): ``MEMORY.md`` and ``USER.md`` count only at the
+workspace root, with exactly that name, and only as regular files (a symlink is skipped, by
+``lstat``). The legacy lower-case ``memory.md`` is no longer memory: it is not listed, not even
+through an extra path that names it or the workspace, and nor is anything under
+``.openclaw-repair/`` (where OpenClaw's doctor moves it).
 
 Under ``extraPaths`` only, image and audio files are memory too when ``multimodal`` is on
 (:mod:`pipeline.ingest.multimodal`), as in OpenClaw. An extra path given as ``{path, pattern}``
@@ -12,6 +18,7 @@ link loop or a link to ``/`` cannot pull half the disk into the index.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +29,15 @@ from pipeline.ingest.globs import PathPatterns
 from pipeline.ingest.multimodal import classify
 
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
-                          "__pycache__"})
+                          "__pycache__", ".openclaw-repair"})
 MEMORY_SOURCE = "memory"
+#: The memory files at the workspace root, in listing order (exact names, regular files only).
+ROOT_FILES = ("MEMORY.md", "USER.md")
+#: A root file ``memory_get`` may read (any case) but that is never indexed (OpenClaw's
+#: ``isMemoryPath`` allows it; its ``listMemoryFiles`` does not list it).
+READABLE_ROOT_FILE = "dreams.md"
+#: OpenClaw's legacy root file, never memory since 2026.9 (``shouldSkipRootMemoryAuxiliaryPath``).
+LEGACY_ROOT_FILE = "memory.md"
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,14 @@ def _markdown_under(root: Path, rel_root: str, wanted: Callable[[str], bool] = i
                 yield entry.path, f"{real}{os.sep}{name}", f"{rel}/{name}"
 
 
+def _regular_root_file(workspace: Path, name: str) -> bool:
+    """Whether ``workspace/name`` is a regular file itself (``lstat``: a symlink is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(workspace / name).st_mode)
+    except OSError:
+        return False
+
+
 def relative_path(workspace: Path, path: Path) -> str:
     return Path(os.path.relpath(path, workspace)).as_posix()
 
@@ -105,11 +127,9 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
     workspace = Path(workspace)
     wanted = extra_filter(multimodal)
     candidates: list[_Listed] = []
-    upper, lower = workspace / "MEMORY.md", workspace / "memory.md"
-    for root_file in (upper, lower):
-        if root_file.is_file() and not root_file.is_symlink():
-            candidates.append(_single(workspace, root_file))
-            break  # lower-case memory.md only when MEMORY.md is absent
+    for name in ROOT_FILES:
+        if _regular_root_file(workspace, name):
+            candidates.append(_single(workspace, workspace / name))
     memory_dir = workspace / "memory"
     if memory_dir.is_dir() and not memory_dir.is_symlink():
         candidates.extend(_markdown_under(memory_dir, relative_path(workspace, memory_dir),
@@ -123,7 +143,8 @@ def memory_files(workspace: Path, extra_paths: tuple[Path, ...] = (),
                                               unreadable))
         elif extra.is_file() and wanted(extra.name):
             candidates.append(_single(workspace, extra))
-    seen: set[str] = set()
+    # The legacy file however it is reached (its own name is not resolved: it may be a link).
+    seen: set[str] = {os.path.join(os.path.realpath(workspace), LEGACY_ROOT_FILE)}
     found: list[SourceFile] = []
     for listed, real, rel in candidates:
         if real in seen or (patterns and patterns.excludes(listed)):
@@ -173,11 +194,10 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Itera
     for raw in paths:
         path = Path(os.path.abspath(raw))
         rel = relative_path(workspace, path)
-        if path.parent == workspace and path.name.lower() == "memory.md":
-            scopes.update({"MEMORY.md", "memory.md"})
-            for f in memory_files(workspace, ()):
-                if f.path.lower() == "memory.md":
-                    found[f.path] = f
+        if path.parent == workspace and path.name in (*ROOT_FILES, LEGACY_ROOT_FILE):
+            scopes.add(path.name)  # a known legacy memory.md is gone: it is no longer memory
+            if path.name in ROOT_FILES and _regular_root_file(workspace, path.name):
+                found[path.name] = SourceFile(path.name, str(path), MEMORY_SOURCE)
             continue
         if path in extras and not path.is_dir():
             scopes.add(rel)
@@ -200,7 +220,8 @@ def memory_files_at(workspace: Path, extra_paths: tuple[Path, ...], paths: Itera
     return sorted(kept, key=lambda f: f.path), scopes
 
 
-_PATH_REQUIRED = "path required: a memory .md file (MEMORY.md, memory/…, or an extra path)"
+_PATH_REQUIRED = ("path required: a memory .md file (MEMORY.md, USER.md, memory/…, or an "
+                  "extra path)")
 
 
 def in_scope(path: str, scopes: set[str]) -> bool:
@@ -220,8 +241,11 @@ def _could_be_memory(settings: Settings, path: Path) -> bool:
         return False
     if PathPatterns.of(settings).excludes(path):
         return False
-    if path in (workspace / "MEMORY.md", workspace / "memory.md"):
+    if path.parent == workspace and (path.name in ROOT_FILES
+                                     or path.name.lower() == READABLE_ROOT_FILE):
         return True
+    if path == workspace / LEGACY_ROOT_FILE:
+        return False
     roots = [workspace / "memory", *(p if p.is_absolute() else workspace / p
                                       for p in settings.extra_paths)]
     for root in roots:

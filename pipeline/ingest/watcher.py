@@ -7,9 +7,9 @@ reconcile, rebuild steps). Its rules:
 - **Debounce.** A batch is handed over once no event arrived for ``debounce_s`` (writes have
   settled: an editor's save-rename dance or a ``git checkout`` of 500 files is one batch), or
   ``max_wait_s`` after its first event, so a file written forever still gets indexed.
-- **Few watches.** Only the workspace folder itself (for ``MEMORY.md``), ``memory/`` and the
-  extra paths are watched. With inotify a recursive watch is one watch per folder on a single
-  descriptor, never one descriptor per file.
+- **Few watches.** Only the workspace folder itself (for ``MEMORY.md`` and ``USER.md``),
+  ``memory/`` and the extra paths are watched. With inotify a recursive watch is one watch per
+  folder on a single descriptor, never one descriptor per file.
 - **Polling fallback** (``watch.polling``): ``true`` swaps in watchdog's polling observer,
   ``false`` insists on native events, and ``auto`` (the default) polls when a watched folder
   sits on a file system whose changes made elsewhere raise no local events (NFS, SMB/CIFS,

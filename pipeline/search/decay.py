@@ -3,7 +3,8 @@
 multiplier = exp(−ln 2 / halfLife × age in days), so a note one half-life old keeps half its
 score. The age comes from the file name for dated memory notes at any depth
 (``memory/2026-02-10.md``, ``memory/work/2026-02-10.md``, ``memory/2026-02-10-standup.md``,
-UTC midnight); ``MEMORY.md``/``memory.md`` and undated files under ``memory/`` are evergreen;
+UTC midnight); ``MEMORY.md`` and ``USER.md`` (exactly, at the workspace root, as OpenClaw 2026.9's
+``isEvergreenMemoryPath``) and undated files under ``memory/`` are evergreen;
 every other file (extra paths, session transcripts) ages from its modification time.
 """
 
@@ -18,7 +19,7 @@ from pipeline.store import reads
 from pipeline.store.engine import Database
 
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_. ][^/]*)?\.md$", re.IGNORECASE)
-_EVERGREEN = {"memory.md"}
+_EVERGREEN = frozenset({"MEMORY.md", "USER.md"})
 DAY_S = 86400.0
 
 
@@ -38,7 +39,7 @@ def note_date(path: str) -> float | None:
 
 def note_time(path: str, mtime_ns: int | None) -> float | None:
     """When the note was written for decay purposes; None means evergreen."""
-    if path.lower() in _EVERGREEN:
+    if path in _EVERGREEN:
         return None
     if path.startswith("memory/"):
         return note_date(path)

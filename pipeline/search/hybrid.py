@@ -2,7 +2,8 @@
 
 A vec0 k-nearest-neighbour query and an FTS5 BM25 query (:mod:`pipeline.search.retrievers`),
 merged by weighted fusion or reciprocal rank fusion (:mod:`pipeline.search.fusion`), then
-temporal decay, sort, MMR, ``minScore`` and ``maxResults``. Unlike OpenClaw, decay and MMR apply
+temporal decay, sort, ``minScore``, the optional reranker (:mod:`pipeline.search.rerank`,
+``rerank.*``), MMR and ``maxResults``. Unlike OpenClaw, decay and MMR apply
 in every mode (hybrid, vector-only and keyword-only), keyword search covers
 Chinese/Japanese/Korean, and a keyword hit without a vector is not capped below ``minScore``.
 On a SQLite without FTS5 (``Database.fts_ok`` False) the keyword side is empty: vector-only.
@@ -29,6 +30,7 @@ from pipeline.results import SearchHit
 from pipeline.search import decay, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
+from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     cosine_for,
     keyword_hits,
@@ -134,12 +136,21 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
                    text, vector_side)
 
 
+@dataclass
+class Answer:
+    """:func:`search`'s hits, best first, and the reranker's note (None when none is
+    configured; see :mod:`pipeline.search.rerank`)."""
+
+    hits: list[SearchHit]
+    rerank: dict[str, Any] | None = None
+
+
 def search_store(db: Database, settings: Settings, query: str, *,
                  max_results: int | None = None, min_score: float | None = None,
                  provider: EmbeddingProvider | None = None, now: float | None = None,
                  held: HeldCopies | None = None, sources: Sequence[str] | None = None
                  ) -> list[SearchHit]:
-    """Search an open store; the hits, best first.
+    """Search an open store; the hits, best first (:func:`search` without a reranker).
 
     ``provider`` embeds the query (None: keyword-only; its errors are raised). ``now`` (epoch
     seconds) is the moment temporal decay measures ages from. ``held``: the caller's in-memory
@@ -148,6 +159,17 @@ def search_store(db: Database, settings: Settings, query: str, *,
     ``sources`` narrows the search to some of the configured sources (``memory_search``'s
     ``corpus``); None reads them all.
     """
+    return search(db, settings, query, max_results=max_results, min_score=min_score,
+                  provider=provider, now=now, held=held, sources=sources).hits
+
+
+def search(db: Database, settings: Settings, query: str, *, max_results: int | None = None,
+           min_score: float | None = None, provider: EmbeddingProvider | None = None,
+           now: float | None = None, held: HeldCopies | None = None,
+           reranker: Reranker | None = None, sources: Sequence[str] | None = None) -> Answer:
+    """As :func:`search_store`, with the ``reranker`` stage (``rerank.*``) when one is given:
+    fusion, temporal decay, ``minScore``, then the reranker re-orders the best ``topN``, then
+    MMR and ``maxResults``."""
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
@@ -155,6 +177,7 @@ def search_store(db: Database, settings: Settings, query: str, *,
     found = _rank(db, settings, query, candidates, provider, held,
                   settings.sources if sources is None else sources)
     ranked = found.ranked
+    factors: dict[int, float] = {}
     if hybrid.temporal_decay.enabled and ranked:
         factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
                                     else now, hybrid.temporal_decay.half_life_days)
@@ -169,10 +192,16 @@ def search_store(db: Database, settings: Settings, query: str, *,
     rows = reads.chunk_rows(db, [c.rowid for c in picked + fill])
     picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
     fill = [c for c in fill if c.rowid in rows]
+    note, head = None, len(picked)
+    if reranker is not None:
+        picked, reranked, note = reranker.apply(query, picked,
+                                                [rows[c.rowid][3] for c in picked], factors)
+        head = reranked or head  # MMR stays among the reranked: their scores are another scale
     if hybrid.mmr.enabled:
-        picked = mmr_order(picked, [c.score for c in picked],
-                           [rows[c.rowid][3] for c in picked], hybrid.mmr.lambda_)
-    return [_hit(c, rows[c.rowid]) for c in (picked + fill)[:max_results]]
+        picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
+                           [rows[c.rowid][3] for c in picked[:head]],
+                           hybrid.mmr.lambda_) + picked[head:]
+    return Answer([_hit(c, rows[c.rowid]) for c in (picked + fill)[:max_results]], note)
 
 
 def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_results: int

@@ -117,6 +117,20 @@ class Seen:
     at: float = field(default_factory=time.monotonic)
 
 
+def record(requests: list[Seen], lock: threading.Lock, method: str, path: str,
+           headers: dict[str, str], raw: bytes) -> Seen:
+    """One request, its JSON body decoded (None when it is not JSON), appended to
+    ``requests`` (a double's record; the rerank double's too)."""
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    seen = Seen(method, path, headers, body)
+    with lock:
+        requests.append(seen)
+    return seen
+
+
 @dataclass
 class ProviderDouble:
     """A running fake of one provider API; use as a context manager."""
@@ -238,13 +252,8 @@ class ProviderDouble:
     def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes
                ) -> tuple[int, dict[str, str], bytes, float]:
         """(status, headers, body, delay) for one request."""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        seen = Seen(method, path, headers, body)
-        with self._lock:
-            self.requests.append(seen)
+        seen = record(self.requests, self._lock, method, path, headers, raw)
+        body = seen.body
         if self._is_batch(path):
             status, out_headers, payload, delay = self._batch_answer(method, path, headers, raw)
         else:
