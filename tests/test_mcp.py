@@ -85,7 +85,7 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
             assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint,
                     hints.open_world_hint) == (False, False, False, False)
 
-            found = await call(client, "memory_search", {"query": "PostgreSQL ledger tables"})
+            found = await call(client, "memory_search", {"query": "ledger tables"})
             assert found["mode"] == "keyword-only" and "dirty" not in found
             assert found["citations"] == "on"
             top = found["results"][0]

@@ -23,13 +23,19 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     from tests.conftest import EXAMPLE_WORKSPACE
 
     home = tmp_path_factory.mktemp("home")
+    # Temporal decay (on by default) off: the sample notes are dated November 2026, so with
+    # it the ranking would depend on the day the test runs; these tests measure meaning.
+    # test_decay_on_by_default_ranks_the_sample_as_the_calendar_says covers the default.
+    config = home / "memq.json"
+    config.write_text(json.dumps({"query": {"hybrid": {"temporalDecay": {"enabled": False}}}}))
     env = {"MEMQ_HOME": str(home), "MEMQ_BROKER_URL": "", "REDIS_URL": "",
-           "MEMQ_PROVIDER": "", "MEMQ_LOCAL_THREADS": "2"}
+           "MEMQ_PROVIDER": "", "MEMQ_LOCAL_THREADS": "2", "MEMQ_CONFIG": str(config)}
     done = run_memq("index", "--workspace", str(EXAMPLE_WORKSPACE), "--json", env=env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["mode"] == "hybrid" and report["model"] == "all-MiniLM-L6-v2-f16"
-    assert report["chunksQueued"] == 5 and report["waited"]
+    # MEMORY.md one chunk per entry (11: chunking version 5), each daily note one chunk.
+    assert report["chunksQueued"] == 15 and report["waited"]
     return EXAMPLE_WORKSPACE, env
 
 
@@ -58,7 +64,7 @@ def test_status_reports_a_complete_index(indexed) -> None:
     workspace, env = indexed
     status = json.loads(run_memq("status", "--workspace", str(workspace), "--json",
                                  env=env).stdout)
-    assert status["vectors"] == status["chunks"] == 5
+    assert status["vectors"] == status["chunks"] == 15
     assert (status["pending"], status["failed"], status["dims"]) == (0, 0, 384)
 
 
@@ -68,3 +74,29 @@ def test_single_keyword_is_not_dropped_by_min_score(indexed) -> None:
     out = json.loads(run_memq("search", "--workspace", str(workspace), "--json", "flight",
                               env=env).stdout)
     assert [r["path"] for r in out["results"]][:1] == ["memory/2026-11-18.md"]
+
+
+def test_decay_on_by_default_ranks_the_sample_as_the_calendar_says(indexed) -> None:
+    """With memq's defaults (temporal decay on, 30-day half-life) each dated note's score is
+    its undecayed score times 0.5 ** (age / 30): MEMORY.md's entries are evergreen."""
+    import datetime as dt
+
+    workspace, env = indexed
+    query = "airplane trip to Germany"
+    plain = json.loads(run_memq("search", "--workspace", str(workspace), "--json",
+                                "--min-score", "0", "--max-results", "20", query,
+                                env=env).stdout)["results"]
+    defaults = json.loads(run_memq("search", "--workspace", str(workspace), "--json",
+                                   "--min-score", "0", "--max-results", "20", query,
+                                   env={**env, "MEMQ_CONFIG": ""}).stdout)["results"]
+    now = dt.datetime.now(dt.UTC)
+    for hit in plain:
+        match = [d for d in defaults if (d["path"], d["startLine"]) == (hit["path"],
+                                                                     hit["startLine"])]
+        assert len(match) == 1, hit
+        if hit["path"].startswith("memory/"):
+            day = dt.datetime.strptime(hit["path"][7:17], "%Y-%m-%d").replace(tzinfo=dt.UTC)
+            factor = 0.5 ** ((now - day).total_seconds() / 86400 / 30)
+        else:
+            factor = 1.0
+        assert match[0]["score"] == pytest.approx(hit["score"] * factor, abs=2e-3)
