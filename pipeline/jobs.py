@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -30,9 +31,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from celery.backends.database.session import SessionManager
 from sqlalchemy.engine import Engine
 
 from pipeline.config import redact_url
@@ -76,6 +78,51 @@ def tune_engine(engine: Engine) -> None:
     @sa.event.listens_for(engine, "connect")
     def _pragmas(connection: Any, _record: Any) -> None:
         tune_connection(connection, SQLITE_BUSY_MS)
+
+
+class PooledSessions(SessionManager):
+    """Celery's session manager, with one engine per database per process, shared by every
+    job log of the process (SQLAlchemy's advice: an engine is a long-lived fixture, with its
+    pool and its compiled statements). Celery's own keeps engines only in a forked pool
+    child; anywhere else it builds an engine, a connection and every statement anew for
+    each result stored (about 25 ms a write on SQLite: most of what a new memory's first
+    index pass cost its caller). An engine made before a fork is never used after it: the
+    child builds its own."""
+
+    _engines_by_process: ClassVar[dict[tuple[int, str], Engine]] = {}
+    _prepared_engines: ClassVar[set[Engine]] = set()
+    _shared_lock = threading.Lock()
+
+    def __init__(self, engine_callback: Any = None) -> None:
+        super().__init__(engine_callback=engine_callback)
+        self.forked = True  # Celery's switch for "keep engines and sessions"
+
+    def get_engine(self, dburi: str, **kwargs: Any) -> Engine:
+        key = (os.getpid(), dburi)
+        with self._shared_lock:
+            engine = self._engines_by_process.get(key)
+            if engine is None:
+                engine = self._engines_by_process[key] = sa.create_engine(dburi, **kwargs)
+                if self.engine_callback is not None:
+                    self.engine_callback(engine)
+            return engine
+
+    def prepare_models(self, engine: Engine) -> None:
+        """Celery's tables, made (or checked) once per engine, not once per job log."""
+        with self._shared_lock:
+            self.prepared = engine in self._prepared_engines
+        super().prepare_models(engine)
+        with self._shared_lock:
+            self._prepared_engines.add(engine)
+
+    def invalidate(self, dburi: str) -> None:
+        """Drop the pooled connections to ``dburi`` (after a database error, or when a job
+        log is closed); the engine stays usable and connects again when next used."""
+        self._sessions.pop(dburi, None)
+        with self._shared_lock:
+            engine = self._engines_by_process.get((os.getpid(), dburi))
+        if engine is not None:
+            engine.dispose()
 
 
 def celery_backend_settings(url: str, keep_days: int) -> dict[str, Any]:
@@ -211,7 +258,9 @@ class JobLog:
                 app = Celery("memq-jobs", set_as_current=False)
                 app.conf.update(celery_backend_settings(self.url, self.keep_days),
                                 result_serializer="json", accept_content=["json"])
-                self._backend = app.backend
+                backend = app.backend
+                backend.session_manager = PooledSessions(engine_callback=tune_engine)
+                self._backend = backend
             return self._backend
 
     def _sqlalchemy_url(self) -> str:
