@@ -175,3 +175,29 @@ def test_rebuild_for_an_outdated_configuration_is_retargeted(workspace: Path,
         assert schema.get_meta(db, "index")["chunk_tokens"] == 128
     finally:
         db.close()
+
+
+def test_a_rebuild_whose_jobs_died_with_their_broker_sends_them_again(
+        workspace: Path, make_settings, tiny_model) -> None:
+    """A rebuild's target, synced and its jobs sent, then the broker that held them is gone
+    (an embedded one dies with its process; ``Memory.forget_queued`` clears the marks): the
+    next step sends the jobs again instead of waiting for vectors that will never come."""
+    from pipeline.memory import Memory
+
+    run_index(make_settings(workspace, provider="none"), wait=True)
+    settings = make_settings(workspace, provider="local", local={"modelPath": str(tiny_model)})
+    choice = choose_provider(settings)
+    start_rebuild(settings, choice, "test: broker lost")
+    sent: list = []
+    progress = rebuild_step(settings, choice, sent.append)
+    chunks = sum(len(job.chunks) for job in sent)
+    assert chunks > 0 and progress is not None and not progress.done
+    waiting: list = []
+    assert rebuild_step(settings, choice, waiting.append).pending == chunks
+    assert waiting == []  # in flight: a step only counts them
+    with Memory(settings=settings) as memory:
+        memory.forget_queued()
+    again: list = []
+    progress = rebuild_step(settings, choice, again.append)
+    assert sum(len(job.chunks) for job in again) == chunks, "the lost jobs were not sent again"
+    assert not progress.done

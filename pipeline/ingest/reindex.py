@@ -186,7 +186,8 @@ def rebuild_step(settings: Settings, choice: ProviderChoice,
             try:
                 progress = progress_of(info, settings)
                 synced = schema.get_meta(target, "last_index_at") is not None
-                if progress.pending and synced and requeue_after_s is None:
+                if (progress.pending and synced and requeue_after_s is None
+                        and not reads.unsent_count(target)):
                     return progress  # vectors still coming: a disk pass now would be wasted
                 report = index_once(target, settings, choice, submit,
                                     requeue_after_s=REQUEUE_AFTER_S if requeue_after_s is None

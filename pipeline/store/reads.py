@@ -67,6 +67,14 @@ def pending_count(db: Database) -> int:
     return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'pending'").fetchone()[0]
 
 
+def unsent_count(db: Database) -> int:
+    """Pending chunks no job was ever sent for (not queued, not held with a reason, not in a
+    live provider batch): a producer stopped between writing them and sending their jobs."""
+    return db.conn.execute(
+        f"SELECT count(*) FROM chunks WHERE state = 'pending' AND queued_at IS NULL "
+        f"AND error IS NULL AND id NOT IN ({LIVE_CHUNK_IDS})").fetchone()[0]
+
+
 def failed_count(db: Database) -> int:
     return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
 
