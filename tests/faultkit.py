@@ -26,7 +26,7 @@ import numpy as np
 import psutil
 
 from pipeline.config import Settings
-from pipeline.ingest.chunking import chunk_markdown
+from pipeline.ingest.chunking import chunk_markdown, memory_chunks
 from pipeline.ingest.sources import memory_files
 from pipeline.store.engine import connect
 from pipeline.store.vectors import get_vectors
@@ -73,7 +73,10 @@ def damage(settings: Settings, embed: Callable[[str], np.ndarray] | None = None)
     want: dict[str, str] = {}
     for file in memory_files(settings.workspace, settings.extra_paths):
         text = file.abs_path.read_text()
-        for chunk in chunk_markdown(text, settings.chunking.tokens, settings.chunking.overlap):
+        cut = (chunk_markdown(text, settings.chunking.tokens, settings.chunking.overlap)
+               if file.source != "memory" else
+               memory_chunks(file.path, text, settings.chunking.tokens, settings.chunking.overlap))
+        for chunk in cut:
             want[chunk_id(file.source, file.path, chunk)] = chunk.text
     out = Damage()
     db = connect(settings.store.path)
