@@ -4,6 +4,7 @@ and real Celery worker processes."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import os
 import shutil
@@ -61,6 +62,13 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     """Settings for a workspace with a store in tmp_path; keyword arguments are config keys."""
 
     def make(ws: Path, **keys: object) -> Settings:
+        keys = copy.deepcopy(keys)
+        # Temporal decay (on by default) measures ages from the clock, and the sample notes are
+        # dated: a test's ranking would change with the day it runs. Tests of decay turn it on
+        # and pass ``now``; tests of the defaults load settings without this fixture.
+        query = keys.setdefault("query", {})
+        if isinstance(query, dict) and isinstance(query.setdefault("hybrid", {}), dict):
+            query["hybrid"].setdefault("temporalDecay", {"enabled": False})
         keys.setdefault("store", {"path": str(tmp_path / "store" / "memq.sqlite")})
         keys.setdefault("resultBackend", f"db+sqlite:///{tmp_path / 'store' / 'jobs.sqlite'}")
         fleet = keys.setdefault("fleet", {})
