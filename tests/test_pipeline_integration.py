@@ -90,8 +90,13 @@ def test_no_wait_returns_and_workers_finish_later(workspace: Path, make_settings
 def test_cli_index_and_search_with_embedded_broker(workspace: Path, tmp_path: Path,
                                                     tiny_model) -> None:
     """No broker configured: `memq index` starts its own Redis and worker process."""
+    # Temporal decay off: the sample notes are dated, and with a random-weight model the
+    # ranking would otherwise depend on the day the test runs.
+    config = tmp_path / "memq.json"
+    config.write_text('{"query": {"hybrid": {"temporalDecay": {"enabled": false}}}}')
     env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_LOCAL_MODEL_PATH": str(tiny_model),
-           "MEMQ_PROVIDER": "local", "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+           "MEMQ_PROVIDER": "local", "MEMQ_BROKER_URL": "", "REDIS_URL": "",
+           "MEMQ_CONFIG": str(config)}
     done = run_memq("index", "--workspace", str(workspace), "--json", env=env, timeout=180)
     assert done.returncode == 0, done.stderr
     status = run_memq("status", "--workspace", str(workspace), "--json", env=env)
