@@ -42,9 +42,19 @@ def _private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def write_config(path: Path, **keys: object) -> Path:
-    """Write a memq.json with OpenClaw-style keys (nested dicts allowed)."""
+    """Write a memq.json with OpenClaw-style keys (nested dicts allowed).
+
+    Temporal decay (on by default) is turned off unless ``query.hybrid.temporalDecay`` is
+    given: it measures ages from the clock, and the sample notes are dated, so a test's
+    ranking would change with the day it runs. Tests of decay turn it on and pass ``now``;
+    tests of the defaults load settings without a file written here.
+    """
     import json
 
+    keys = copy.deepcopy(keys)
+    query = keys.setdefault("query", {})
+    if isinstance(query, dict) and isinstance(query.setdefault("hybrid", {}), dict):
+        query["hybrid"].setdefault("temporalDecay", {"enabled": False})
     path.write_text(json.dumps(keys, indent=2))
     return path
 
@@ -62,13 +72,7 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     """Settings for a workspace with a store in tmp_path; keyword arguments are config keys."""
 
     def make(ws: Path, **keys: object) -> Settings:
-        keys = copy.deepcopy(keys)
-        # Temporal decay (on by default) measures ages from the clock, and the sample notes are
-        # dated: a test's ranking would change with the day it runs. Tests of decay turn it on
-        # and pass ``now``; tests of the defaults load settings without this fixture.
-        query = keys.setdefault("query", {})
-        if isinstance(query, dict) and isinstance(query.setdefault("hybrid", {}), dict):
-            query["hybrid"].setdefault("temporalDecay", {"enabled": False})
+        keys = copy.deepcopy(keys)  # temporal decay off unless given: see write_config
         keys.setdefault("store", {"path": str(tmp_path / "store" / "memq.sqlite")})
         keys.setdefault("resultBackend", f"db+sqlite:///{tmp_path / 'store' / 'jobs.sqlite'}")
         fleet = keys.setdefault("fleet", {})
