@@ -12,14 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_memq
+from tests.conftest import REPO, run_memq, write_config
 
 pytestmark = pytest.mark.integration
 
 
 def _env(tmp_path: Path, tiny_model: Path) -> dict[str, str]:
+    """The CLI's environment: the tiny model, an embedded broker, and a config that only turns
+    temporal decay off (see tests.conftest.write_config: the sample notes are dated)."""
+    config = write_config(tmp_path / "memq.json")
     return {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_LOCAL_MODEL_PATH": str(tiny_model),
-            "MEMQ_PROVIDER": "local", "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+            "MEMQ_PROVIDER": "local", "MEMQ_BROKER_URL": "", "REDIS_URL": "",
+            "MEMQ_CONFIG": str(config)}
 
 
 def _search(workspace: Path, env: dict[str, str], query: str) -> list[str]:
