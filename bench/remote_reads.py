@@ -130,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--model", help="a GGUF embedding model (default: memq's MiniLM)")
     ap.add_argument("--quick", action="store_true",
-                    help="200 chunks, 40 queries, 3 s, the tiny test model: a smoke run")
+                    help="200 chunks, 20 queries, 1.5 s, the tiny test model: a smoke run")
     add_common_args(ap)
     args = ap.parse_args(argv)
     if args.quick:
         from tests.fakes.tiny_gguf import write_tiny_gguf
 
-        args.chunks, args.queries, args.seconds = 200, 40, 3.0
+        args.chunks, args.queries, args.seconds = 200, 20, 1.5
     with scratch("memq-bench-reads-", args.keep) as tmp:
         if args.quick:
             args.model = str(write_tiny_gguf(tmp / "tiny.gguf"))

@@ -94,7 +94,7 @@ def main() -> None:
                     help="requests per second the double serves in the second table (20; 0: "
                          "skip it)")
     add_common_args(ap)
-    add_quick_arg(ap, chunks=40)
+    add_quick_arg(ap, chunks=40, latency=0.02)
     args = ap.parse_args()
     print(header("remote throughput", chunks=args.chunks, latency=args.latency,
                  rate_limit=args.rate_limit))
