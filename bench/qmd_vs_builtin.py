@@ -112,7 +112,7 @@ def main() -> None:
         qmd_times, qmd_rows, qmd_found = [], [], 0
         for qid, text in queries:
             t = time.perf_counter()
-            hits = qmd.search(text, max_results=DEPTH)
+            hits = [hit.to_dict() for hit in qmd.search(text, max_results=DEPTH)]
             qmd_times.append(time.perf_counter() - t)
             qmd_found += bool(hits)
             qmd_rows.append(beir_metrics(rank_documents(hits, ids), coll.qrels[qid]))
