@@ -6,8 +6,9 @@ figures parse.
 The scripts build everything in their own scratch folder; the ones with a fleet start a
 private broker of their own (``workers.embedded.EmbeddedBroker`` or a private redis-server on a
 unix socket), never a database of the machine's shared Redis. The ones on SciFact read it from
-``../shared/eval`` beside the repository (``MEMQ_EVAL_DATA`` points elsewhere); qmd comes from
-``.ci/tools`` (tests/tools.py).
+``../shared/eval`` beside the repository (``MEMQ_EVAL_DATA`` points elsewhere), or, where it
+is not, from a small SciFact-shaped synthetic folder; qmd comes from ``.ci/tools``
+(tests/tools.py).
 """
 
 from __future__ import annotations
