@@ -84,18 +84,27 @@ def test_what_changes_vectors_is_in_the_fingerprint(workspace: Path, make_settin
     assert base["chunking_version"] == CHUNKING_VERSION
 
 
-def test_a_store_from_before_the_chunking_version_is_rebuilt_once(workspace: Path,
-                                                                  make_settings) -> None:
-    settings = make_settings(workspace, provider="none")
+def _indexed_with_chunking_version(settings, version: int | None) -> None:
+    """Index, then make the store's fingerprint say it was chunked by ``version`` (None: by a
+    memq from before chunking had a version)."""
     run_index(settings, wait=True)
     db = connect(settings.store.path)
-    try:  # what memq wrote before chunking had a version
+    try:
         old = schema.get_meta(db, "index")
-        del old["chunking_version"]
+        if version is None:
+            del old["chunking_version"]
+        else:
+            old["chunking_version"] = version
         with schema.transaction(db):
             schema.set_meta(db, "index", old)
     finally:
         db.close()
+
+
+def test_a_store_from_before_the_chunking_version_is_rebuilt_once(workspace: Path,
+                                                                  make_settings) -> None:
+    settings = make_settings(workspace, provider="none")
+    _indexed_with_chunking_version(settings, None)  # before chunking had a version
     first = run_index(settings, wait=True)
     assert first.report.rebuild_needed and first.rebuild is not None and first.rebuild.done
     for _ in range(2):
@@ -109,15 +118,7 @@ def test_a_version_2_store_is_rechunked_per_entry_by_version_5(workspace: Path,
     """Upgrading from memq's chunking version 2 rebuilds the index once, and the rebuilt
     index holds MEMORY.md one entry per chunk (OpenClaw's chunking version 5)."""
     settings = make_settings(workspace, provider="none")
-    run_index(settings, wait=True)
-    db = connect(settings.store.path)
-    try:  # what memq's chunking version 2 wrote: MEMORY.md as one chunk
-        old = schema.get_meta(db, "index")
-        old["chunking_version"] = 2
-        with schema.transaction(db):
-            schema.set_meta(db, "index", old)
-    finally:
-        db.close()
+    _indexed_with_chunking_version(settings, 2)  # version 2 wrote MEMORY.md as one chunk
     first = run_index(settings, wait=True)
     assert first.report.rebuild_needed and first.rebuild is not None and first.rebuild.done
     assert not run_index(settings, wait=True).report.rebuild_needed

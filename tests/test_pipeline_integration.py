@@ -10,7 +10,7 @@ import pytest
 from pipeline.query import memory_search
 from pipeline.status import index_status
 from pipeline.store.engine import connect
-from tests.conftest import run_memq
+from tests.conftest import run_memq, write_config
 from workers.indexing import run_index
 
 pytestmark = pytest.mark.integration
@@ -92,8 +92,7 @@ def test_cli_index_and_search_with_embedded_broker(workspace: Path, tmp_path: Pa
     """No broker configured: `memq index` starts its own Redis and worker process."""
     # Temporal decay off: the sample notes are dated, and with a random-weight model the
     # ranking would otherwise depend on the day the test runs.
-    config = tmp_path / "memq.json"
-    config.write_text('{"query": {"hybrid": {"temporalDecay": {"enabled": false}}}}')
+    config = write_config(tmp_path / "memq.json")  # it turns decay off
     env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_LOCAL_MODEL_PATH": str(tiny_model),
            "MEMQ_PROVIDER": "local", "MEMQ_BROKER_URL": "", "REDIS_URL": "",
            "MEMQ_CONFIG": str(config)}

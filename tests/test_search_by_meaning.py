@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.embeddings.default_model import default_model_path
 from pipeline.errors import ProviderUnavailable
-from tests.conftest import run_memq
+from tests.conftest import run_memq, write_config
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     # Temporal decay (on by default) off: the sample notes are dated November 2026, so with
     # it the ranking would depend on the day the test runs; these tests measure meaning.
     # test_decay_on_by_default_ranks_the_sample_as_the_calendar_says covers the default.
-    config = home / "memq.json"
-    config.write_text(json.dumps({"query": {"hybrid": {"temporalDecay": {"enabled": False}}}}))
+    config = write_config(home / "memq.json")  # it turns decay off
     env = {"MEMQ_HOME": str(home), "MEMQ_BROKER_URL": "", "REDIS_URL": "",
            "MEMQ_PROVIDER": "", "MEMQ_LOCAL_THREADS": "2", "MEMQ_CONFIG": str(config)}
     done = run_memq("index", "--workspace", str(EXAMPLE_WORKSPACE), "--json", env=env)
