@@ -8,12 +8,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+#: OpenClaw's ``INVALID_PROJECT_ANNOTATION_KEY``: the project key given to an entry whose
+#: ``<!-- project: … -->`` annotation could not be read; search never returns such an entry.
+INVALID_PROJECT_KEY = "!invalid-project-annotation"
+
 
 @dataclass(frozen=True)
 class SearchHit:
     """One result: where it is (``path``, 1-based inclusive ``start_line``..``end_line``), how
     well it matched (``score``, 0..1), the text (``snippet``, with a ``Source:`` line when
-    citations are on) and where it came from (``source``: ``memory`` or ``sessions``)."""
+    citations are on) and where it came from (``source``: ``memory`` or ``sessions``).
+    ``importance``, ``triggers`` and ``project_key`` are its entry's annotation values
+    (``<!-- importance: N -->`` …; None when absent, and then left out of :meth:`to_dict`)."""
 
     path: str
     start_line: int
@@ -22,6 +28,9 @@ class SearchHit:
     snippet: str
     source: str
     citation: str | None = None
+    importance: int | None = None
+    triggers: str | None = None
+    project_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "startLine": self.start_line,
@@ -29,13 +38,20 @@ class SearchHit:
                                "snippet": self.snippet, "source": self.source}
         if self.citation is not None:
             out["citation"] = self.citation
+        for key, value in (("importance", self.importance), ("triggers", self.triggers),
+                           ("projectKey", self.project_key)):
+            if value is not None:
+                out[key] = value
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchHit:
         """The inverse of :meth:`to_dict` (a hit that came from another host)."""
+        importance = data.get("importance")
         return cls(data["path"], int(data["startLine"]), int(data["endLine"]),
-                   float(data["score"]), data["snippet"], data["source"], data.get("citation"))
+                   float(data["score"]), data["snippet"], data["source"], data.get("citation"),
+                   None if importance is None else int(importance), data.get("triggers"),
+                   data.get("projectKey"))
 
 
 #: The optional facts of a search, in the order ``to_dict`` lists them (attribute, JSON key).

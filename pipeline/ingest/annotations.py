@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-__all__ = ["strip_memory_annotation_carriers"]
+__all__ = ["js_space_class", "nocase", "strip_memory_annotation_carriers"]
 
 # JavaScript's \s (WhiteSpace + LineTerminator); the keywords are spelled out per letter
 # because JavaScript's /iu folds case with simple case folding only (Python's re.I would also
@@ -28,12 +28,18 @@ __all__ = ["strip_memory_annotation_carriers"]
 _JS_SPACE = ("[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]")
 
 
-def _nocase(word: str) -> str:
+def js_space_class() -> str:
+    """A regex character class of JavaScript's ``\\s`` (WhiteSpace + LineTerminator)."""
+    return _JS_SPACE
+
+
+def nocase(word: str) -> str:
+    """A regex matching ``word`` in any case, letter by letter (JavaScript's ``/iu``)."""
     return "".join(f"[{c.lower()}{c.upper()}]" for c in word)
 
 
 _MARKER = re.compile(
-    f"<!--{_JS_SPACE}*(?:{_nocase('trigger')}|{_nocase('importance')}|{_nocase('project')})"
+    f"<!--{_JS_SPACE}*(?:{nocase('trigger')}|{nocase('importance')}|{nocase('project')})"
     f"{_JS_SPACE}*:")
 _LINE_BREAK = re.compile("[\r\n]")
 _TRAILING = re.compile("[ \t]+(?=[\r\n\u2028\u2029]|\\Z)")

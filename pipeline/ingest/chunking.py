@@ -40,11 +40,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from pipeline.ingest.annotations import strip_memory_annotation_carriers
+from pipeline.ingest.entry_metadata import chunk_metadata
 from pipeline.ingest.weights import code_point_weights, estimate_string_chars, is_plain
 
 __all__ = ["CHUNKING_VERSION", "PER_ENTRY_PATHS", "Chunk", "chunk_markdown",
@@ -71,12 +72,16 @@ _HEADING = re.compile("#{1,6}(?:[" + _JS_WHITESPACE + "]|\\Z)")
 
 @dataclass(frozen=True)
 class Chunk:
-    """One chunk of a file: 1-based inclusive line range, the text, sha256(text) in hex."""
+    """One chunk of a file: 1-based inclusive line range, the text, sha256(text) in hex, and
+    its entry's annotation values (:mod:`pipeline.ingest.entry_metadata`; None when absent)."""
 
     start_line: int
     end_line: int
     text: str
     hash: str
+    importance: int | None = None
+    triggers: str | None = None
+    project_key: str | None = None
 
 
 def hash_text(text: str) -> str:
@@ -244,17 +249,25 @@ def memory_chunks(path: str, content: str, tokens: int = 400, overlap: int = 80,
     """Chunks of a file of the ``memory`` source, as OpenClaw's indexer prepares them.
 
     Entry annotation comments are stripped first (:mod:`pipeline.ingest.annotations`; line
-    numbers do not move). ``MEMORY.md`` and ``USER.md`` at the workspace root (``path`` exactly
-    that, relative to the workspace) are chunked per entry: a chunk never spans two entries
+    numbers do not move), and their values given to each chunk of the entry
+    (:mod:`pipeline.ingest.entry_metadata`). ``MEMORY.md`` and ``USER.md`` at the workspace
+    root (``path`` exactly that, relative to the workspace) are chunked per entry: a chunk never
+    spans two entries
     and carries no overlap from the previous one. ``chunker`` replaces :func:`chunk_markdown`
     (a benchmark comparing chunker versions swaps it); it gets ``per_entry=True`` only for
     those two files.
     """
     chunk = chunker or chunk_markdown
     text = strip_memory_annotation_carriers(content)
-    if path.replace("\\", "/") in PER_ENTRY_PATHS:
-        return chunk(text, tokens, overlap, per_entry=True)
-    return chunk(text, tokens, overlap)
+    per_entry = path.replace("\\", "/") in PER_ENTRY_PATHS
+    chunks = (chunk(text, tokens, overlap, per_entry=True) if per_entry
+              else chunk(text, tokens, overlap))
+    if "<!--" not in content:
+        return chunks  # no annotation: nothing to attach
+    values = chunk_metadata(path, content, [(c.start_line, c.end_line) for c in chunks],
+                            chunked=text if per_entry else None)
+    return [replace(c, importance=v.importance, triggers=v.triggers, project_key=v.project_key)
+            for c, v in zip(chunks, values, strict=True)]
 
 
 def _utf8_prefix_end(data: bytes, start: int, max_bytes: int) -> int:
@@ -320,5 +333,5 @@ def enforce_input_limit(chunks: list[Chunk], max_bytes: int) -> list[Chunk]:
             out.append(chunk)
             continue
         for piece in _split_to_utf8_limit(text, max_bytes):
-            out.append(Chunk(chunk.start_line, chunk.end_line, piece, hash_text(piece)))
+            out.append(replace(chunk, text=piece, hash=hash_text(piece)))
     return out

@@ -27,7 +27,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.results import SearchHit
-from pipeline.search import decay, fusion
+from pipeline.search import entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.rerank import Reranker
@@ -109,10 +109,10 @@ class Ranking:
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
           provider: EmbeddingProvider | None, held: HeldCopies | None,
-          wanted: Sequence[str]) -> Ranking:
-    """Fused candidates and what each retriever returned."""
+          sources: list[str] | None) -> Ranking:
+    """Fused candidates and what each retriever returned; ``sources`` as
+    :func:`~pipeline.search.retrievers.source_filter` gives them."""
     hybrid = settings.query.hybrid
-    sources = source_filter(db, wanted)
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
@@ -148,8 +148,8 @@ class Answer:
 def search_store(db: Database, settings: Settings, query: str, *,
                  max_results: int | None = None, min_score: float | None = None,
                  provider: EmbeddingProvider | None = None, now: float | None = None,
-                 held: HeldCopies | None = None, sources: Sequence[str] | None = None
-                 ) -> list[SearchHit]:
+                 held: HeldCopies | None = None, sources: Sequence[str] | None = None,
+                 projects: Sequence[str] | None = None) -> list[SearchHit]:
     """Search an open store; the hits, best first (:func:`search` without a reranker).
 
     ``provider`` embeds the query (None: keyword-only; its errors are raised). ``now`` (epoch
@@ -157,72 +157,81 @@ def search_store(db: Database, settings: Settings, query: str, *,
     copies of the store, used when current (loaded in the background on first use and again
     whenever the store changed, vec0 and FTS5 answering meanwhile); the results are the same.
     ``sources`` narrows the search to some of the configured sources (``memory_search``'s
-    ``corpus``); None reads them all.
+    ``corpus``); None reads them all. ``projects``: the active project keys (OpenClaw's
+    ``activeProjectKeys``; :mod:`pipeline.search.entries`).
     """
     return search(db, settings, query, max_results=max_results, min_score=min_score,
-                  provider=provider, now=now, held=held, sources=sources).hits
+                  provider=provider, now=now, held=held, sources=sources,
+                  projects=projects).hits
 
 
 def search(db: Database, settings: Settings, query: str, *, max_results: int | None = None,
            min_score: float | None = None, provider: EmbeddingProvider | None = None,
            now: float | None = None, held: HeldCopies | None = None,
-           reranker: Reranker | None = None, sources: Sequence[str] | None = None) -> Answer:
+           reranker: Reranker | None = None, sources: Sequence[str] | None = None,
+           projects: Sequence[str] | None = None) -> Answer:
     """As :func:`search_store`, with the ``reranker`` stage (``rerank.*``) when one is given:
-    fusion, temporal decay, ``minScore``, then the reranker re-orders the best ``topN``, then
-    MMR and ``maxResults``."""
+    fusion, temporal decay, importance and project weights, exact-path order
+    (:mod:`pipeline.search.entries`), ``minScore``, then the reranker re-orders the best
+    ``topN``, then MMR and ``maxResults``."""
     max_results = settings.query.max_results if max_results is None else max(0, int(max_results))
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
-    found = _rank(db, settings, query, candidates, provider, held,
-                  settings.sources if sources is None else sources)
-    ranked = found.ranked
-    factors: dict[int, float] = {}
-    if hybrid.temporal_decay.enabled and ranked:
-        factors = decay.multipliers(db, [c.rowid for c in ranked], time.time() if now is None
-                                    else now, hybrid.temporal_decay.half_life_days)
-        for c in ranked:
-            c.score *= factors.get(c.rowid, 1.0)
+    wanted = source_filter(db, settings.sources if sources is None else sources)
+    found = _rank(db, settings, query, candidates, provider, held, wanted)
+    decay_on = hybrid.temporal_decay.enabled
+    weighed = entries.weigh(db, query, found.ranked, sources=wanted,
+                            decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
+                            now=time.time() if now is None else now, projects=projects)
+    ranked, exact = weighed.rest, weighed.exact
     # Scores are what a hit shows (6 decimals) before they are compared: a hit shown as 0.35
     # is kept at minScore 0.35, and equal shown scores go by rowid on every path.
-    for c in ranked:
+    for c in ranked + exact:
         c.score = round(c.score, SCORE_DECIMALS)
     ranked.sort(key=lambda c: (-c.score, c.rowid))
-    picked, fill = _select(ranked, found, min_score, max_results)
-    rows = reads.chunk_rows(db, [c.rowid for c in picked + fill])
-    picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
+    exact = [c for c in exact if c.score >= min_score]
+    picked, fill = _select(ranked, found, min_score, max_results, len(exact))
+    rows = reads.chunk_rows(db, [c.rowid for c in exact + picked + fill])
+    exact = [c for c in exact if c.rowid in rows]  # deleted between ranking and reading
+    picked = [c for c in picked if c.rowid in rows]
     fill = [c for c in fill if c.rowid in rows]
     note, head = None, len(picked)
     if reranker is not None:
         picked, reranked, note = reranker.apply(query, picked,
-                                                [rows[c.rowid][3] for c in picked], factors)
+                                                [rows[c.rowid][3] for c in picked],
+                                                weighed.factors)
         head = reranked or head  # MMR stays among the reranked: their scores are another scale
     if hybrid.mmr.enabled:
         picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
                            [rows[c.rowid][3] for c in picked[:head]],
                            hybrid.mmr.lambda_) + picked[head:]
-    return Answer([_hit(c, rows[c.rowid]) for c in (picked + fill)[:max_results]], note)
+    return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid))
+                   for c in (exact + picked + fill)[:max_results]], note)
 
 
-def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_results: int
-            ) -> tuple[list[Candidate], list[Candidate]]:
+def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_results: int,
+            exact: int = 0) -> tuple[list[Candidate], list[Candidate]]:
     """OpenClaw 2026.9's choice among the ranked candidates: those that clear ``minScore``;
-    when none does, the keyword hits (its relaxed fallback: a keyword match is an answer,
-    not nothing); and when fewer than ``max_results`` do in a hybrid search, the free slots
-    filled, after them, with keyword-only matches (ones the vector side did not return)
-    below ``minScore``. A vector-only search keeps what clears, nothing else."""
+    when none does (and no ``exact`` path match was kept), the keyword hits (its relaxed
+    fallback: a keyword match is an answer, not nothing); and when fewer than ``max_results``
+    do in a hybrid search, the free slots filled, after them, with keyword-only matches (ones
+    the vector side did not return) below ``minScore``. A vector-only search keeps what
+    clears, nothing else."""
     picked = [c for c in ranked if c.score >= min_score]
-    if not found.text or len(picked) >= max_results:
+    if not found.text or len(picked) + exact >= max_results:
         return picked, []
-    if not picked:
+    if not picked and not exact:
         return [c for c in ranked if c.rowid in found.text], []
     if found.vector_side is None:
         return picked, []
     fill = [c for c in ranked if c.score < min_score and c.rowid in found.text
             and c.rowid not in found.vector_side]
-    return picked, fill[:max_results - len(picked)]
+    return picked, fill[:max_results - len(picked) - exact]
 
 
-def _hit(c: Candidate, row: tuple[Any, ...]) -> SearchHit:
+def _hit(c: Candidate, row: tuple[Any, ...], values: entries.EntryValues | None) -> SearchHit:
     path, start, end, text, source = row
-    return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source)
+    importance, triggers, project = values or (None, None, None)
+    return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source,
+                     importance=importance, triggers=triggers, project_key=project)

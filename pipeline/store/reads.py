@@ -200,3 +200,35 @@ def chunk_files(db: Database, rowids: Sequence[int]) -> list[tuple[int, str, int
     return [(int(r), path, mtime) for r, path, mtime in db.conn.execute(
         f"SELECT c.rowid, c.path, f.mtime_ns FROM chunks c LEFT JOIN files f ON f.path = c.path "
         f"WHERE c.rowid IN ({marks})", [int(r) for r in rowids])]
+
+
+def entry_values(db: Database, rowids: Sequence[int]
+                 ) -> dict[int, tuple[int | None, str | None, str | None]]:
+    """(importance, triggers, project_key) per chunk rowid that has any of them."""
+    if not rowids:
+        return {}
+    marks = ",".join("?" * len(rowids))
+    return {int(r): (i, t, p) for r, i, t, p in db.conn.execute(
+        f"SELECT rowid, importance, triggers, project_key FROM chunks WHERE rowid IN ({marks}) "
+        f"AND (importance IS NOT NULL OR triggers IS NOT NULL OR project_key IS NOT NULL)",
+        [int(r) for r in rowids])}
+
+
+def first_chunks_like(db: Database, patterns: Sequence[str], sources: Sequence[str] | None,
+                      limit: int) -> list[tuple[int, str]]:
+    """(rowid, path) of the first chunk (by line range, then rowid) of each file whose path
+    matches one of the ``LIKE`` ``patterns`` (``\\`` escapes), of the ``sources`` unless None;
+    at most ``limit`` files, by path."""
+    if not patterns:
+        return []
+    where = " OR ".join("path LIKE ? ESCAPE '\\'" for _ in patterns)
+    args: list[Any] = list(patterns)
+    if sources is not None:
+        where = f"({where}) AND source IN ({','.join('?' * len(sources))})"
+        args += list(sources)
+    rows = db.conn.execute(
+        f"SELECT path, (SELECT c.rowid FROM chunks c WHERE c.path = m.path "
+        f"ORDER BY c.start_line, c.end_line, c.rowid LIMIT 1) FROM "
+        f"(SELECT DISTINCT path FROM chunks WHERE {where} ORDER BY path LIMIT ?) m",
+        [*args, limit]).fetchall()
+    return [(int(r), p) for p, r in rows if r is not None]

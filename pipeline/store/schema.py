@@ -16,7 +16,12 @@ a version 2 store gains them in place, nothing else changes. Version 4 added the
 keep ``meta.text_version`` (below); an older store gains them in place. Version 5 added
 ``embedding_cache.last_used`` (set on every write and every cache hit, so pruning to
 ``cache.maxEntries`` drops the least recently *used* rows, as OpenClaw's docs say); an older
-store gains the column in place, filled from ``updated_at``.
+store gains the column in place, filled from ``updated_at``. Version 6 added each chunk's entry
+annotation values (``chunks.importance``, ``triggers``, ``project_key``: OpenClaw 2026.9.6's
+recall metadata, :mod:`pipeline.ingest.entry_metadata`); an older store gains the columns in
+place, and its ``memory`` Markdown files are marked changed (``files.hash`` and ``mtime_ns``
+cleared) so the next index pass reads them again and fills the values. Their chunks keep
+their rows and vectors (same text, same id): nothing is embedded again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 from pipeline.message_fields import ProviderSpec
 from pipeline.store.engine import Database, connect
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: The last version whose full-text table differs from today's (older stores rebuild it).
 FTS_VERSION = 2
 FTS_TOKENIZER = "porter unicode61"
@@ -70,7 +75,10 @@ CREATE TABLE IF NOT EXISTS chunks (
     state      TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'ready', 'failed')),
     error      TEXT,
     queued_at  REAL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    importance INTEGER,
+    triggers   TEXT,
+    project_key TEXT
 );
 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path);
 CREATE INDEX IF NOT EXISTS idx_chunks_state ON chunks(state);
@@ -161,6 +169,15 @@ UPDATE embedding_cache SET last_used = updated_at;
 DROP INDEX IF EXISTS idx_embedding_cache_updated_at;
 """
 LAST_USED_VERSION = 5
+# Version 6: entry annotation values per chunk; memory Markdown files read again to fill them.
+_ADD_ENTRY_VALUES = """
+ALTER TABLE chunks ADD COLUMN importance INTEGER;
+ALTER TABLE chunks ADD COLUMN triggers TEXT;
+ALTER TABLE chunks ADD COLUMN project_key TEXT;
+UPDATE files SET hash = '', mtime_ns = -1
+ WHERE source = 'memory' AND lower(path) LIKE '%.md' AND error IS NULL;
+"""
+ENTRY_VALUES_VERSION = 6
 _REFILL_FTS = (
     "INSERT INTO chunks_fts(rowid, text) SELECT rowid, memq_fts_text(text) FROM chunks;"
 )
@@ -191,8 +208,12 @@ def ensure_schema(db: Database) -> None:
         else:
             old_fts = version is not None and int(version) < FTS_VERSION
             upgrade = f"{_DROP_FTS}\n{DDL}\n{_REFILL_FTS}" if old_fts else DDL
-        if version is not None and int(version) < LAST_USED_VERSION and _lacks_last_used(db):
+        if (version is not None and int(version) < LAST_USED_VERSION
+                and _lacks_column(db, "embedding_cache", "last_used")):
             upgrade = f"{_ADD_LAST_USED}\n{upgrade}"
+        if (version is not None and int(version) < ENTRY_VALUES_VERSION
+                and _lacks_column(db, "chunks", "importance")):
+            upgrade = f"{_ADD_ENTRY_VALUES}\n{upgrade}"
         db.conn.executescript(
             f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES "
             f"('schema_version', '{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET "
@@ -200,10 +221,10 @@ def ensure_schema(db: Database) -> None:
     _match_keyword_index(db)
 
 
-def _lacks_last_used(db: Database) -> bool:
-    """An older store whose cache table has no ``last_used`` column yet."""
-    columns = {row[1] for row in db.conn.execute("PRAGMA table_info(embedding_cache)")}
-    return bool(columns) and "last_used" not in columns
+def _lacks_column(db: Database, table: str, column: str) -> bool:
+    """An older store whose ``table`` has no ``column`` yet."""
+    columns = {row[1] for row in db.conn.execute(f"PRAGMA table_info({table})")}
+    return bool(columns) and column not in columns
 
 
 def _match_keyword_index(db: Database) -> None:

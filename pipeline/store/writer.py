@@ -32,6 +32,12 @@ class Chunk(Protocol):
     def text(self) -> str: ...
     @property
     def hash(self) -> str: ...
+    @property
+    def importance(self) -> int | None: ...
+    @property
+    def triggers(self) -> str | None: ...
+    @property
+    def project_key(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -70,9 +76,10 @@ def chunk_id(source: str, path: str, chunk: Chunk) -> str:
 def replace_file(db: Database, record: FileRecord, chunks: Sequence[Chunk]) -> None:
     """Make the store hold exactly ``chunks`` for ``record.path``.
 
-    Chunks that did not change keep their rows (and vectors); chunks that vanished are deleted
-    with their vectors; new chunks are inserted as ``pending`` and are keyword-searchable at
-    once.
+    Chunks that did not change keep their rows (and vectors) and take their entry's current
+    annotation values (an edited ``<!-- importance: N -->`` leaves the text alone); chunks that
+    vanished are deleted with their vectors; new chunks are inserted as ``pending`` and are
+    keyword-searchable at once.
     """
     now = time.time()
     wanted = {chunk_id(record.source, record.path, c): c for c in chunks}
@@ -86,11 +93,23 @@ def replace_file(db: Database, record: FileRecord, chunks: Sequence[Chunk]) -> N
             conn.executemany("DELETE FROM chunks WHERE rowid = ?", [(r,) for r in gone])
         conn.executemany(
             "INSERT INTO chunks(id, path, source, start_line, end_line, hash, text, state, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+            "updated_at, importance, triggers, project_key) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
             [
-                (cid, record.path, record.source, c.start_line, c.end_line, c.hash, c.text, now)
+                (cid, record.path, record.source, c.start_line, c.end_line, c.hash, c.text, now,
+                 c.importance, c.triggers, c.project_key)
                 for cid, c in wanted.items()
                 if cid not in existing
+            ],
+        )
+        conn.executemany(
+            "UPDATE chunks SET importance = ?, triggers = ?, project_key = ? WHERE rowid = ? "
+            "AND (importance IS NOT ? OR triggers IS NOT ? OR project_key IS NOT ?)",
+            [
+                (c.importance, c.triggers, c.project_key, existing[cid], c.importance,
+                 c.triggers, c.project_key)
+                for cid, c in wanted.items()
+                if cid in existing
             ],
         )
         conn.execute(

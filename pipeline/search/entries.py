@@ -1,0 +1,121 @@
+"""The entry-weight and exact-path stage of a search (OpenClaw 2026.9.6's ``mergeHybridResults``
+after fusion), between fusion and ``minScore``.
+
+* Exact path: every file whose path the query names (:func:`weights.exact_path_specificity`
+  above 0) is a candidate through its first chunk, and every fused candidate of such a file
+  is one too. They rank before everything else, by specificity (path, basename, stem), then
+  by their ranking score: with temporal decay on, ``(1 + clamp(content, 0, 1)) / 2`` decayed;
+  off, the content score (1 for a path-only match, which then follows the content-backed
+  ones of its tier). The score they show is their project multiplier (1 without active
+  projects), as OpenClaw shows.
+* Every candidate's score is then multiplied by its entry's importance multiplier and, with
+  active project keys, its project multiplier; entries with an unreadable project
+  annotation are dropped.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pipeline.search import decay, weights
+from pipeline.search.fusion import Candidate
+from pipeline.store import reads
+from pipeline.store.engine import Database
+
+#: OpenClaw's ``EXACT_PATH_CANDIDATE_LIMIT``: files a path query adds at most.
+EXACT_PATH_LIMIT = 200
+
+EntryValues = tuple[int | None, str | None, str | None]
+
+
+@dataclass
+class Weighed:
+    """The candidates after this stage: ``exact`` (in their final order, showing their
+    project multiplier) and ``rest`` (weighted scores, unsorted), and the entry values read."""
+
+    exact: list[Candidate] = field(default_factory=list)
+    rest: list[Candidate] = field(default_factory=list)
+    values: dict[int, EntryValues] = field(default_factory=dict)
+    #: Decay × importance × project multiplier per candidate of ``rest`` (what a reranker's
+    #: relevance is multiplied by in place of the fused score).
+    factors: dict[int, float] = field(default_factory=dict)
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def path_patterns(query: str) -> list[str]:
+    """``LIKE`` patterns that every path the query may name exactly matches (SQLite's ``LIKE``
+    ignores ASCII case; other letters are tried in both cases)."""
+    text = query.strip().replace("\\", "/")
+    if text.startswith("./"):
+        text = text[2:]
+    if not text or text == ".":
+        return []
+    forms = {unicodedata.normalize("NFC", text), unicodedata.normalize("NFD", text)}
+    if not text.isascii():
+        forms |= {f.lower() for f in forms} | {f.upper() for f in forms}
+    out: set[str] = set()
+    for form in forms:
+        escaped = _like(form)
+        out |= ({escaped} if "/" in text
+                else {escaped, f"{escaped}.%", f"%/{escaped}", f"%/{escaped}.%"})
+    return sorted(out)
+
+
+def _specificities(db: Database, query: str, ranked: list[Candidate],
+                   sources: Sequence[str] | None) -> dict[int, int]:
+    """Specificity per candidate rowid that names a file exactly; path-only candidates (the
+    first chunk of a named file) are appended to ``ranked`` with a content score of 0."""
+    named = {path: rowid for rowid, path in
+             reads.first_chunks_like(db, path_patterns(query), sources, EXACT_PATH_LIMIT)
+             if weights.exact_path_specificity(query, path) > 0}
+    if not named:
+        return {}
+    have = {c.rowid for c in ranked}
+    ranked.extend(Candidate(rowid) for rowid in named.values() if rowid not in have)
+    return {rowid: weights.exact_path_specificity(query, path)
+            for rowid, path, _ in reads.chunk_files(db, [c.rowid for c in ranked])
+            if path in named}
+
+
+def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
+          decay_days: float | None, now: float, projects: Sequence[str] | None) -> Weighed:
+    """Temporal decay (``decay_days``: the half-life, None when off), importance, project
+    ranking and exact-path order over the fused ``ranked`` candidates (see module doc)."""
+    specific = _specificities(db, query, ranked, sources)
+    factors = (decay.multipliers(db, [c.rowid for c in ranked], now, decay_days)
+               if decay_days is not None and ranked else {})
+    values = reads.entry_values(db, [c.rowid for c in ranked])
+    active = weights.active_keys(projects)
+    out = Weighed(values=values)
+    tiers: dict[int, list[tuple[float, bool, Candidate]]] = {3: [], 2: [], 1: []}
+    for c in ranked:
+        importance, _, project = values.get(c.rowid, (None, None, None))
+        if not weights.project_eligible(project):
+            continue
+        content = c.score
+        level = specific.get(c.rowid, 0)
+        if level:
+            content = ((1 + max(0.0, min(1.0, content))) / 2 if decay_days is not None
+                       else content if content > 0 else 1.0)
+        factor = (factors.get(c.rowid, 1.0) * weights.importance_multiplier(importance)
+                  * weights.project_multiplier(project, active))
+        c.score = content * factor
+        if level:
+            tiers[level].append((c.score, c.vector_score > 0 or c.text_score > 0, c))
+        else:
+            out.rest.append(c)
+            out.factors[c.rowid] = factor
+    for level in (3, 2, 1):
+        group = tiers[level]
+        # decay off: content-backed matches before path-only ones of the same tier
+        group.sort(key=lambda t: (decay_days is None and not t[1], -t[0], t[2].rowid))
+        for _, _, c in group:
+            c.score = weights.project_multiplier(values.get(c.rowid, (None, None, None))[2],
+                                                 active)
+            out.exact.append(c)
+    return out
