@@ -82,6 +82,11 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
             "corpus": {"type": "string", "enum": list(CORPORA),
                        "description": "memory: notes only; sessions: past conversations only; "
                                       "all (default): everything indexed"},
+            "projects": {"type": "array", "maxItems": 64,
+                         "items": {"type": "string", "minLength": 1},
+                         "description": "active project keys (e.g. github.com/org/repo): "
+                                        "entries annotated <!-- project: ... --> with only "
+                                        "these keys rank higher, other annotated ones lower"},
         }},
     ),
     "memory_get": (
@@ -165,6 +170,7 @@ class MemoryTools:
         results = self.memory.search(
             args["query"], sync=False, max_results=args.get("maxResults"),
             min_score=args.get("minScore"), corpus=args.get("corpus"),
+            projects=args.get("projects"),
             citations="on" if citations_on(self.settings) else "off")
         if stale:
             if self.settings.sync.on_search:

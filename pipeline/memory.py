@@ -24,7 +24,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -247,7 +247,8 @@ class Memory:
 
     def search(self, query: str, *, max_results: int | None = None,
                min_score: float | None = None, sync: bool | None = None,
-               citations: str | None = None, corpus: str | None = None) -> SearchResults:
+               citations: str | None = None, corpus: str | None = None,
+               projects: Sequence[str] | None = None) -> SearchResults:
         """Search the memory by meaning and keywords; the hits, best first.
 
         Never raises for the content of ``query``: any text gives results or none. With
@@ -264,7 +265,10 @@ class Memory:
         argument) narrows the sources read (:mod:`pipeline.search.corpus`); any other value
         raises RequestRefused. With ``rerank.enabled`` a cross-encoder re-orders the best
         candidates, and ``rerank`` says what it did or why the fused order stands
-        (:mod:`pipeline.search.rerank`).
+        (:mod:`pipeline.search.rerank`). ``projects``: the active project keys (OpenClaw's
+        ``activeProjectKeys``, which its gateway takes from the session's repository): entries
+        annotated ``<!-- project: … -->`` with only active keys score ×1.15, other annotated
+        entries ×0.9 (:mod:`pipeline.search.entries`; memq's own index only).
         """
         self._check_enabled()
         citations = check_mode(citations or self.settings.citations)
@@ -276,7 +280,7 @@ class Memory:
         if not self.here:
             return self.remote.search(str(query), max_results=max_results,
                                       min_score=min_score, sync=sync, citations=citations,
-                                      corpus=corpus)
+                                      corpus=corpus, projects=projects)
         sources = corpus_sources(self.settings, corpus)
         fallback = None
         backend = self.qmd
@@ -296,14 +300,14 @@ class Memory:
                                      mode=_QMD_MODES[backend.qmd.search_mode],
                                      citations=citations, backend="qmd")
         results = self._search_builtin(str(query), max_results, min_score, sync, citations,
-                                       sources)
+                                       sources, projects)
         if backend is not None:
             results.backend, results.fallback = "builtin", fallback
         return results
 
     def _search_builtin(self, query: str, max_results: int | None, min_score: float | None,
-                        sync: bool | None, citations: str, sources: tuple[str, ...] | None
-                        ) -> SearchResults:
+                        sync: bool | None, citations: str, sources: tuple[str, ...] | None,
+                        projects: Sequence[str] | None = None) -> SearchResults:
         try:
             db = self._open_store()
         except StoreError as exc:  # OpenClaw's "unavailable" shape: the agent is told
@@ -314,13 +318,15 @@ class Memory:
             return SearchResults(warning=f"nothing indexed yet at {self.settings.store.path}: "
                                          "run `memq index`")
         try:
-            return self._search(db, query, max_results, min_score, sync, citations, sources)
+            return self._search(db, query, max_results, min_score, sync, citations, sources,
+                                projects)
         finally:
             db.close()
 
     def _search(self, db: Database, query: str, max_results: int | None,
                 min_score: float | None, sync: bool | None, citations: str,
-                sources: tuple[str, ...] | None) -> SearchResults:
+                sources: tuple[str, ...] | None, projects: Sequence[str] | None = None
+                ) -> SearchResults:
         spec = schema.index_spec(db)
         provider, warning = None, None
         if spec is not None:
@@ -334,12 +340,12 @@ class Memory:
         try:
             answer = search(db, self.settings, query, max_results=max_results,
                             min_score=min_score, provider=provider, held=self._held,
-                            reranker=self._reranker, sources=sources)
+                            reranker=self._reranker, sources=sources, projects=projects)
         except EmbeddingError as exc:
             provider, warning = None, f"query embedding failed, keyword results only: {exc}"
             answer = search(db, self.settings, query, max_results=max_results,
                             min_score=min_score, provider=None, held=self._held,
-                            reranker=self._reranker, sources=sources)
+                            reranker=self._reranker, sources=sources, projects=projects)
         hits = answer.hits
         if not db.fts_ok:
             warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "

@@ -606,12 +606,25 @@ def _score(value: Any, where: str) -> float | None:
     return number
 
 
+#: At most this many active project keys per search (OpenClaw keeps 4 per session).
+MAX_PROJECT_KEYS = 64
+
+
+def _project_keys(value: Any, where: str) -> list[str] | None:
+    """None, or a list of at most :data:`MAX_PROJECT_KEYS` texts (the active project keys)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_PROJECT_KEYS:
+        raise _refuse(where, f"a list of at most {MAX_PROJECT_KEYS} project keys", value)
+    return [_text(key, f"{where}[{n}]") for n, key in enumerate(value)]
+
+
 #: What each read takes: argument name -> (its check, required).
 QUERY_ARGS: dict[str, dict[str, tuple[Check[Any], bool]]] = {
     "search": {"query": (_text, True), "maxResults": (_OPTIONAL_WHOLE, False),
                "minScore": (_score, False), "citations": (_optional_text, False),
                "stale": (_flag, False), "filesDigest": (_optional_text, False),
-               "corpus": (_optional_text, False)},
+               "corpus": (_optional_text, False), "projects": (_project_keys, False)},
     "get": {"path": (_text, True), "from": (_OPTIONAL_WHOLE, False),
             "lines": (_OPTIONAL_WHOLE, False)},
     "status": {},

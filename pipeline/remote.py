@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -171,7 +171,8 @@ class RemoteMemory:
     # -- reads -------------------------------------------------------------------------------
 
     def search(self, query: str, *, max_results: int | None, min_score: float | None,
-               sync: bool | None, citations: str, corpus: str | None = None) -> SearchResults:
+               sync: bool | None, citations: str, corpus: str | None = None,
+               projects: Sequence[str] | None = None) -> SearchResults:
         """The reader's answer (the same hits, scores and notes the store host gives); a
         shard that does not answer gives ``mode == "unavailable"`` and why. With ``sync``
         (default ``sync.onSearch``), files the index does not reflect are counted
@@ -182,6 +183,8 @@ class RemoteMemory:
         args: dict[str, Any] = {"query": query, "maxResults": max_results,
                                 "minScore": min_score, "citations": citations,
                                 "stale": bool(want_sync) and not files_here, "corpus": corpus}
+        if projects:
+            args["projects"] = list(projects)
         stats = disk_stats(self.settings) if want_sync and files_here else None
         if stats is not None:  # the reader says whether the store holds these very stats
             args["filesDigest"] = stats_digest(stats)

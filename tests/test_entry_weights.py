@@ -11,10 +11,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from pipeline.embeddings.registry import choose_provider
 from pipeline.ingest.chunking import memory_chunks
+from pipeline.ingest.producer import index_once
+from pipeline.memory import Memory
 from pipeline.search import weights
+from pipeline.store.engine import connect
+from pipeline.store.schema import open_store
+from tests.conftest import run_memq
+from tests.test_mcp import call, session
 
 ORACLE = Path(__file__).with_name("openclaw_entry_weights.mjs")
 
@@ -125,3 +133,151 @@ def test_exact_path_specificity_is_openclaws() -> None:
     got = [weights.exact_path_specificity(q, p) for q, p in PATH_CASES]
     assert got == expected
     assert {3, 2, 1, 0} <= set(expected)
+
+
+# --- end to end: a real store -----------------------------------------------------------------
+
+TWIN = "The gateway listens on loopback port 18789."
+
+
+def _hits(memory: Memory, query: str, **kwargs: Any) -> list[dict[str, Any]]:
+    return memory.search(query, sync=False, min_score=0, **kwargs).to_dict()["results"]
+
+
+@pytest.fixture
+def weighed(tmp_path: Path, make_settings) -> Memory:
+    """A keyword-only memory, indexed by the producer: twin entries (the same words) with and
+    without importance, project-annotated entries, and files a path query can name."""
+    ws = tmp_path / "ws"
+    (ws / "memory" / "projects").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text(
+        f"# Facts\n\n- {TWIN}\n- {TWIN} <!-- importance: 10 --> <!-- trigger: gateway port -->\n"
+        "- Release builds use the nightly toolchain. <!-- project: github.com/acme/alpha -->\n"
+        "- Release builds use the stable toolchain. <!-- project: github.com/acme/beta -->\n"
+        "- Release builds are signed. <!-- project: <broken> -->\n")
+    (ws / "memory" / "projects" / "deploy-notes.md").write_text(
+        "# Deploy\n\nRoll back with the previous image tag.\n")
+    (ws / "memory" / "deploy.md").write_text("# Notes\n\nThe deploy notes live elsewhere.\n")
+    (ws / "memory" / "ops.md").write_text(
+        "# Ops\n\nSee deploy-notes.md for the deploy notes and the deploy checklist.\n"
+        "deploy-notes deploy-notes deploy notes.\n")
+    settings = make_settings(ws, provider="none")
+    db = connect(settings.store.path)
+    try:
+        index_once(db, settings, choose_provider(settings), None)
+    finally:
+        db.close()
+    with Memory(settings=settings) as memory:
+        yield memory
+
+
+def test_importance_10_outranks_an_equal_unannotated_entry(weighed: Memory) -> None:
+    hits = [h for h in _hits(weighed, "gateway loopback port") if TWIN in h["snippet"]]
+    assert len(hits) == 2
+    top, other = hits
+    assert top["importance"] == 10 and top["triggers"] == "gateway port"
+    assert "importance" not in other and "triggers" not in other
+    assert top["startLine"] > other["startLine"]  # not first by position: by its weight
+    assert top["score"] == pytest.approx(other["score"] * 1.25, abs=2e-6)
+    assert "<!--" not in top["snippet"]  # the annotation is not part of the text
+
+
+def test_active_projects_rank_their_entries_and_unreadable_ones_are_never_returned(
+        weighed: Memory) -> None:
+    def builds(**kwargs: Any) -> list[dict[str, Any]]:
+        return [h for h in _hits(weighed, "release builds toolchain", **kwargs)
+                if "Release builds" in h["snippet"]]
+
+    plain = builds()
+    assert {h.get("projectKey") for h in plain} == {"github.com/acme/alpha",
+                                                    "github.com/acme/beta"}
+    assert not any("signed" in h["snippet"] for h in plain + builds(projects=["x"]))
+    base = {h["projectKey"]: h["score"] for h in plain}
+    for active, boosted, lowered in (("github.com/acme/beta", "github.com/acme/beta",
+                                      "github.com/acme/alpha"),
+                                     ("github.com/acme/alpha", "github.com/acme/alpha",
+                                      "github.com/acme/beta")):
+        hits = builds(projects=[active])
+        assert hits[0]["projectKey"] == boosted
+        scores = {h["projectKey"]: h["score"] for h in hits}
+        assert scores[boosted] == pytest.approx(base[boosted] * 1.15, abs=2e-6)
+        assert scores[lowered] == pytest.approx(base[lowered] * 0.9, abs=2e-6)
+
+
+def test_a_path_query_ranks_the_named_file_first(weighed: Memory) -> None:
+    """The exact path, then a basename, then a stem match come before every content match
+    (here a note that mentions the name more often than the file itself)."""
+    for query, first in (("memory/projects/deploy-notes.md", "memory/projects/deploy-notes.md"),
+                         ("deploy-notes.md", "memory/projects/deploy-notes.md"),
+                         ("deploy-notes", "memory/projects/deploy-notes.md"),
+                         ("deploy.md", "memory/deploy.md")):
+        hits = _hits(weighed, query)
+        assert hits[0]["path"] == first, (query, [h["path"] for h in hits])
+        assert hits[0]["score"] == 1.0  # OpenClaw shows an exact path match as 1
+    content = _hits(weighed, "deploy notes checklist")
+    assert content[0]["path"] == "memory/ops.md"  # not a path: content ranks as before
+
+
+def test_the_values_follow_an_edit_that_leaves_the_text_alone(weighed: Memory) -> None:
+    """Changing only ``<!-- importance: N -->`` keeps the chunk row (and its vector) and
+    updates the value."""
+    path = weighed.workspace / "MEMORY.md"
+    path.write_text(path.read_text().replace("importance: 10", "importance: 2"))
+    db = connect(weighed.settings.store.path)
+    try:
+        before = dict(db.conn.execute("SELECT id, rowid FROM chunks WHERE path = 'MEMORY.md'"))
+        index_once(db, weighed.settings, choose_provider(weighed.settings), None)
+        after = dict(db.conn.execute("SELECT id, rowid FROM chunks WHERE path = 'MEMORY.md'"))
+    finally:
+        db.close()
+    assert before == after
+    hits = [h for h in _hits(weighed, "gateway loopback port") if TWIN in h["snippet"]]
+    assert "importance" not in hits[0] and hits[1]["importance"] == 2
+    assert hits[1]["score"] == pytest.approx(hits[0]["score"] * 0.85, abs=2e-6)
+
+
+def test_an_older_store_gains_the_columns_and_fills_them_without_embedding_again(
+        weighed: Memory) -> None:
+    """A schema-5 store (no value columns) is migrated in place; its memory files are read
+    again by the next pass, and every chunk keeps its row."""
+    db = connect(weighed.settings.store.path)
+    try:
+        conn = db.conn
+        for column in ("importance", "triggers", "project_key"):
+            conn.execute(f"ALTER TABLE chunks DROP COLUMN {column}")
+        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+        conn.commit()
+        rows = dict(conn.execute("SELECT id, rowid FROM chunks"))
+    finally:
+        db.close()
+    db = open_store(weighed.settings.store.path)
+    try:
+        assert db.conn.execute("SELECT count(*) FROM chunks WHERE importance IS NOT NULL"
+                               ).fetchone() == (0,)
+        report = index_once(db, weighed.settings, choose_provider(weighed.settings), None)
+        assert dict(db.conn.execute("SELECT id, rowid FROM chunks")) == rows
+        assert db.conn.execute("SELECT count(*) FROM chunks WHERE importance = 10"
+                               ).fetchone() == (1,)
+        assert report.changed == 4  # the memory files, read again
+    finally:
+        db.close()
+
+
+def test_cli_and_mcp_take_active_projects(weighed: Memory) -> None:
+    settings = weighed.settings
+    done = run_memq("search", "release builds toolchain", "--json", "--min-score", "0",
+                    "--project", "github.com/acme/beta", "--config", str(settings.config_file),
+                    "--workspace", str(settings.workspace), timeout=120)
+    assert done.returncode == 0, done.stderr
+    hits = [h for h in json.loads(done.stdout)["results"] if "Release" in h["snippet"]]
+    assert hits[0]["projectKey"] == "github.com/acme/beta"
+
+    async def over_mcp() -> dict[str, Any]:
+        async with session(settings) as client:
+            return await call(client, "memory_search", {
+                "query": "release builds toolchain", "minScore": 0,
+                "projects": ["github.com/acme/alpha"]})
+
+    out = anyio.run(over_mcp)
+    hits = [h for h in out["results"] if "Release" in h["snippet"]]
+    assert hits[0]["projectKey"] == "github.com/acme/alpha"

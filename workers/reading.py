@@ -61,7 +61,7 @@ def answer(memory: Memory, request: QueryRequest) -> Any:
     if request.op == "search":
         results = memory.search(args["query"], max_results=args.get("maxResults"),
                                 min_score=args.get("minScore"), citations=args.get("citations"),
-                                corpus=args.get("corpus"),
+                                corpus=args.get("corpus"), projects=args.get("projects"),
                                 sync=False)  # never write in a read: a sync is a job
         if args.get("stale") and memory.workspace.is_dir():  # files elsewhere: not known here
             results.dirty = len(memory.stale_files())
