@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-__all__ = ["js_space_class", "nocase", "strip_memory_annotation_carriers"]
+__all__ = ["MARKER", "js_space_class", "nocase", "scan_annotations",
+           "strip_memory_annotation_carriers"]
 
 # JavaScript's \s (WhiteSpace + LineTerminator); the keywords are spelled out per letter
 # because JavaScript's /iu folds case with simple case folding only (Python's re.I would also
@@ -38,32 +39,37 @@ def nocase(word: str) -> str:
     return "".join(f"[{c.lower()}{c.upper()}]" for c in word)
 
 
-_MARKER = re.compile(
-    f"<!--{_JS_SPACE}*(?:{nocase('trigger')}|{nocase('importance')}|{nocase('project')})"
+#: Any annotation's opening; group 1 is its kind as written.
+MARKER = re.compile(
+    f"<!--{_JS_SPACE}*({nocase('trigger')}|{nocase('importance')}|{nocase('project')})"
     f"{_JS_SPACE}*:")
 _LINE_BREAK = re.compile("[\r\n]")
 _TRAILING = re.compile("[ \t]+(?=[\r\n\u2028\u2029]|\\Z)")
 
 
-def _carriers(text: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each one-line carrier, as ``scanMemoryAnnotations(…, lineScoped=true)``
-    finds them (its cached ``-->`` and line-break positions included)."""
+def scan_annotations(text: str, marker: re.Pattern[str] = MARKER, *, line_scoped: bool = False
+                     ) -> Iterator[tuple[int, int, str, str]]:
+    """(start, end, kind lower-cased, raw value) of each annotation that ``marker`` opens, as
+    OpenClaw's ``scanMemoryAnnotations`` finds them (its cached ``-->`` and line-break
+    positions included): the value runs to the next ``-->``; an opening without one ends the
+    scan; ``line_scoped`` skips an annotation whose ``-->`` is on a later line."""
     closing = -1
     newline = -1
     pos = 0
-    while (match := _MARKER.search(text, pos)) is not None:
+    while (match := marker.search(text, pos)) is not None:
         value_start = match.end()
         if closing < value_start:
             closing = text.find("-->", value_start)
             if closing < 0:
                 return
-        if newline < value_start:
-            brk = _LINE_BREAK.search(text, value_start)
-            newline = brk.start() if brk is not None else len(text)
-        if newline < closing:
-            pos = value_start
-            continue
-        yield match.start(), closing + 3
+        if line_scoped:
+            if newline < value_start:
+                brk = _LINE_BREAK.search(text, value_start)
+                newline = brk.start() if brk is not None else len(text)
+            if newline < closing:
+                pos = value_start
+                continue
+        yield match.start(), closing + 3, match.group(1).lower(), text[value_start:closing]
         pos = closing + 3
 
 
@@ -71,7 +77,7 @@ def strip_memory_annotation_carriers(text: str) -> str:
     """``text`` without its one-line trigger/importance/project comments (see module doc)."""
     parts: list[str] = []
     cursor = 0
-    for start, end in _carriers(text):
+    for start, end, _, _ in scan_annotations(text, line_scoped=True):
         parts.append(text[cursor:start])
         cursor = end
     if cursor == 0:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from pipeline.ingest.annotations import js_space_class, nocase
+from pipeline.ingest.annotations import MARKER, js_space_class, nocase, scan_annotations
 from pipeline.results import INVALID_PROJECT_KEY
 
 __all__ = ["CURATED_ROOTS", "INVALID_PROJECT_KEY", "EntryMetadata", "chunk_metadata",
@@ -35,8 +35,6 @@ __all__ = ["CURATED_ROOTS", "INVALID_PROJECT_KEY", "EntryMetadata", "chunk_metad
 CURATED_ROOTS = frozenset({"MEMORY.md", "memory.md", "USER.md"})
 
 _S = js_space_class()
-_ANY = re.compile(f"<!--{_S}*({nocase('trigger')}|{nocase('importance')}|{nocase('project')})"
-                  f"{_S}*:")
 _PROJECT = re.compile(f"<!--{_S}*({nocase('project')}){_S}*:")
 _DIGITS = re.compile("[0-9]+")
 _REFUSED = re.compile("[\r\n<>]")
@@ -60,17 +58,9 @@ def _trim(text: str) -> str:
 
 
 def _scan(text: str, marker: re.Pattern[str]) -> Iterator[tuple[str, str]]:
-    """(kind, value) of each annotation, as ``scanMemoryAnnotations`` (not line-scoped)."""
-    closing = -1
-    pos = 0
-    while (match := marker.search(text, pos)) is not None:
-        start = match.end()
-        if closing < start:
-            closing = text.find("-->", start)
-            if closing < 0:
-                return
-        yield match.group(1).lower(), _trim(text[start:closing])
-        pos = closing + 3
+    """(kind, trimmed value) of each annotation (not line-scoped)."""
+    for _, _, kind, value in scan_annotations(text, marker):
+        yield kind, _trim(value)
 
 
 def _normalize_key(value: str) -> str | None:
@@ -110,7 +100,7 @@ def entry_metadata(lines: Sequence[str], *, curated_root: bool, project_scope: b
     for line in lines if curated_root else ():
         if not _END_SPACE.sub("", line).endswith("-->"):
             continue
-        for kind, value in _scan(line, _ANY):
+        for kind, value in _scan(line, MARKER):
             if kind == "trigger":
                 for phrase in _PHRASE_SPLIT.split(value):
                     if phrase := _trim(phrase):
