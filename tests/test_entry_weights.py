@@ -281,3 +281,28 @@ def test_cli_and_mcp_take_active_projects(weighed: Memory) -> None:
     out = anyio.run(over_mcp)
     hits = [h for h in out["results"] if "Release" in h["snippet"]]
     assert hits[0]["projectKey"] == "github.com/acme/alpha"
+
+
+def test_path_tiers_basename_before_stem_and_content_backed_first(tmp_path: Path,
+                                                                   make_settings) -> None:
+    """``notes.md`` names two files by basename and one by stem: the basename tier comes
+    first, and inside it (decay off) the file whose text also matches comes before the one
+    matched by its name alone; then the stem tier; then content matches."""
+    ws = tmp_path / "ws"
+    for rel, text in {"memory/a/notes.md": "# A\n\nRoll back the gateway.\n",
+                      "memory/b/notes.md": "# B\n\nThese notes cover the release.\n",
+                      "memory/c/notes.md.md": "# C\n\nNothing here.\n",
+                      "memory/other.md": "# O\n\nnotes notes notes md md\n"}.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    settings = make_settings(ws, provider="none")
+    db = connect(settings.store.path)
+    try:
+        index_once(db, settings, choose_provider(settings), None)
+    finally:
+        db.close()
+    with Memory(settings=settings) as memory:
+        hits = _hits(memory, "notes.md")
+    assert [h["path"] for h in hits] == ["memory/b/notes.md", "memory/a/notes.md",
+                                         "memory/c/notes.md.md", "memory/other.md"]
+    assert [h["score"] for h in hits[:3]] == [1.0, 1.0, 1.0]

@@ -33,9 +33,12 @@ EntryValues = tuple[int | None, str | None, str | None]
 @dataclass
 class Weighed:
     """The candidates after this stage: ``exact`` (in their final order, showing their
-    project multiplier) and ``rest`` (weighted scores, unsorted), and the entry values read."""
+    project multiplier) and ``rest`` (weighted scores, unsorted), and the entry values read.
+    ``groups`` holds ``exact`` as OpenClaw's MMR sees it: per tier (with decay off, its
+    content-backed and its path-only matches apart), each with its ranking score."""
 
     exact: list[Candidate] = field(default_factory=list)
+    groups: list[list[tuple[Candidate, float]]] = field(default_factory=list)
     rest: list[Candidate] = field(default_factory=list)
     values: dict[int, EntryValues] = field(default_factory=dict)
     #: Decay × importance × project multiplier per candidate of ``rest`` (what a reranker's
@@ -111,10 +114,14 @@ def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequenc
             out.rest.append(c)
             out.factors[c.rowid] = factor
     for level in (3, 2, 1):
-        group = tiers[level]
+        tier = tiers[level]
         # decay off: content-backed matches before path-only ones of the same tier
-        group.sort(key=lambda t: (decay_days is None and not t[1], -t[0], t[2].rowid))
-        for _, _, c in group:
+        tier.sort(key=lambda t: (decay_days is None and not t[1], -t[0], t[2].rowid))
+        parts = ([tier] if decay_days is not None
+                 else [[t for t in tier if t[1]], [t for t in tier if not t[1]]])
+        out.groups += [[(c, score) for score, _, c in part] for part in parts if part]
+    for group in out.groups:
+        for c, _ in group:
             c.score = weights.project_multiplier(values.get(c.rowid, (None, None, None))[2],
                                                  active)
             out.exact.append(c)

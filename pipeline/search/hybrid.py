@@ -193,8 +193,9 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     exact = [c for c in exact if c.score >= min_score]
     picked, fill = _select(ranked, found, min_score, max_results, len(exact))
     rows = reads.chunk_rows(db, [c.rowid for c in exact + picked + fill])
-    exact = [c for c in exact if c.rowid in rows]  # deleted between ranking and reading
-    picked = [c for c in picked if c.rowid in rows]
+    exact = _exact_order(weighed, {c.rowid for c in exact if c.rowid in rows}, rows,
+                         hybrid.mmr.lambda_ if hybrid.mmr.enabled else None)
+    picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
     fill = [c for c in fill if c.rowid in rows]
     note, head = None, len(picked)
     if reranker is not None:
@@ -208,6 +209,21 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
                            hybrid.mmr.lambda_) + picked[head:]
     return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid))
                    for c in (exact + picked + fill)[:max_results]], note)
+
+
+def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple[Any, ...]],
+                 mmr_lambda: float | None) -> list[Candidate]:
+    """The exact-path matches that were ``kept``, in order; with MMR on (``mmr_lambda``), each
+    group re-ordered by MMR over its ranking scores, as OpenClaw's ``rerankExactGroup``."""
+    out: list[Candidate] = []
+    for group in weighed.groups:
+        members = [(c, score) for c, score in group if c.rowid in kept]
+        if mmr_lambda is None or len(members) < 2:
+            out += [c for c, _ in members]
+            continue
+        out += mmr_order([c for c, _ in members], [score for _, score in members],
+                         [rows[c.rowid][3] for c, _ in members], mmr_lambda)
+    return out
 
 
 def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_results: int,
