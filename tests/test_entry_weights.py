@@ -238,13 +238,17 @@ def test_the_values_follow_an_edit_that_leaves_the_text_alone(weighed: Memory) -
 
 def test_an_older_store_gains_the_columns_and_fills_them_without_embedding_again(
         weighed: Memory) -> None:
-    """A schema-5 store (no value columns) is migrated in place; its memory files are read
-    again by the next pass, and every chunk keeps its row."""
+    """A schema-5 store (no value columns, no path keys) is migrated in place; its files are
+    keyed by name at once, its memory files read again by the next pass, and every chunk keeps
+    its row."""
     db = connect(weighed.settings.store.path)
     try:
         conn = db.conn
         for column in ("importance", "triggers", "project_key"):
             conn.execute(f"ALTER TABLE chunks DROP COLUMN {column}")
+        for column in ("name_key", "stem_key"):
+            conn.execute(f"DROP INDEX idx_files_{column}")
+            conn.execute(f"ALTER TABLE files DROP COLUMN {column}")
         conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
         conn.commit()
         rows = dict(conn.execute("SELECT id, rowid FROM chunks"))
@@ -254,6 +258,9 @@ def test_an_older_store_gains_the_columns_and_fills_them_without_embedding_again
     try:
         assert db.conn.execute("SELECT count(*) FROM chunks WHERE importance IS NOT NULL"
                                ).fetchone() == (0,)
+        assert db.conn.execute("SELECT name_key, stem_key FROM files WHERE path = "
+                               "'memory/projects/deploy-notes.md'").fetchone() == (
+            "deploy-notes.md", "deploy-notes")  # keyed when opened, before any pass
         report = index_once(db, weighed.settings, choose_provider(weighed.settings), None)
         assert dict(db.conn.execute("SELECT id, rowid FROM chunks")) == rows
         assert db.conn.execute("SELECT count(*) FROM chunks WHERE importance = 10"
@@ -306,3 +313,21 @@ def test_path_tiers_basename_before_stem_and_content_backed_first(tmp_path: Path
     assert [h["path"] for h in hits] == ["memory/b/notes.md", "memory/a/notes.md",
                                          "memory/c/notes.md.md", "memory/other.md"]
     assert [h["score"] for h in hits[:3]] == [1.0, 1.0, 1.0]
+
+
+def test_a_shards_reader_takes_active_projects_in_a_query_message(weighed: Memory) -> None:
+    """A search from another host carries the keys (checked like every message field)."""
+    from pipeline.errors import MessageRefused
+    from pipeline.messages import QueryRequest
+    from workers.reading import answer
+
+    sent = QueryRequest(weighed.name, "search", {"query": "release builds toolchain",
+                                                 "minScore": 0,
+                                                 "projects": ["github.com/acme/beta"]}, 0)
+    out = answer(weighed, QueryRequest.from_json(sent.to_json()))
+    hits = [h for h in out["results"] if "Release" in h["snippet"]]
+    assert hits[0]["projectKey"] == "github.com/acme/beta"
+    for bad in ("github.com/acme/beta", [1], ["k"] * 65):
+        message = QueryRequest(weighed.name, "search", {"query": "q", "projects": bad}).to_json()
+        with pytest.raises(MessageRefused, match="projects"):
+            QueryRequest.from_json(message)

@@ -15,7 +15,6 @@ after fusion), between fusion and ``minScore``.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from pipeline.search import decay, weights
 from pipeline.search.fusion import Candidate
 from pipeline.store import reads
 from pipeline.store.engine import Database
+from pipeline.store.path_keys import normalized_path
 
 #: OpenClaw's ``EXACT_PATH_CANDIDATE_LIMIT``: files a path query adds at most.
 EXACT_PATH_LIMIT = 200
@@ -46,36 +46,21 @@ class Weighed:
     factors: dict[int, float] = field(default_factory=dict)
 
 
-def _like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def path_patterns(query: str) -> list[str]:
-    """``LIKE`` patterns that every path the query may name exactly matches (SQLite's ``LIKE``
-    ignores ASCII case; other letters are tried in both cases)."""
-    text = query.strip().replace("\\", "/")
-    if text.startswith("./"):
-        text = text[2:]
-    if not text or text == ".":
-        return []
-    forms = {unicodedata.normalize("NFC", text), unicodedata.normalize("NFD", text)}
-    if not text.isascii():
-        forms |= {f.lower() for f in forms} | {f.upper() for f in forms}
-    out: set[str] = set()
-    for form in forms:
-        escaped = _like(form)
-        out |= ({escaped} if "/" in text
-                else {escaped, f"{escaped}.%", f"%/{escaped}", f"%/{escaped}.%"})
-    return sorted(out)
-
-
 def _specificities(db: Database, query: str, ranked: list[Candidate],
                    sources: Sequence[str] | None) -> dict[int, int]:
     """Specificity per candidate rowid that names a file exactly; path-only candidates (the
     first chunk of a named file) are appended to ``ranked`` with a content score of 0."""
-    named = {path: rowid for rowid, path in
-             reads.first_chunks_like(db, path_patterns(query), sources, EXACT_PATH_LIMIT)
+    wanted = normalized_path(query)
+    if not wanted or wanted == ".":
+        return {}
+    # The file a path names has the path's last segment as its name (all of them are read,
+    # then checked); a query without "/" is the name or stem of every file found.
+    found = reads.first_chunks_named(db, wanted.rsplit("/", 1)[-1], sources,
+                                     None if "/" in wanted else EXACT_PATH_LIMIT)
+    named = {path: rowid for rowid, path in found
              if weights.exact_path_specificity(query, path) > 0}
+    if len(named) > EXACT_PATH_LIMIT:
+        named = dict(sorted(named.items())[:EXACT_PATH_LIMIT])
     if not named:
         return {}
     have = {c.rowid for c in ranked}

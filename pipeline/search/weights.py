@@ -15,24 +15,13 @@
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections.abc import Iterable
 
 from pipeline.results import INVALID_PROJECT_KEY
+from pipeline.store.path_keys import js_trim, name_keys, normalized_path
 
 __all__ = ["INVALID_PROJECT_KEY", "active_keys", "exact_path_specificity",
            "importance_multiplier", "project_eligible", "project_multiplier"]
-
-# String.prototype.trim's whitespace (Python's str.strip differs on U+001C..U+001F, U+0085
-# and U+FEFF).
-_EDGES = re.compile("^[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f"
-                    "\u3000\ufeff]+|[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029"
-                    "\u202f\u205f\u3000\ufeff]+\\Z")
-
-
-def _trim(text: str) -> str:
-    return _EDGES.sub("", text)
 
 
 def importance_multiplier(importance: float | None) -> float:
@@ -49,7 +38,7 @@ def active_keys(keys: Iterable[str] | None) -> frozenset[str] | None:
 
 
 def _keys(project_key: str) -> list[str]:
-    return [_trim(key) for key in project_key.split(";")]
+    return [js_trim(key) for key in project_key.split(";")]
 
 
 def project_multiplier(project_key: str | None, active: frozenset[str] | None) -> float:
@@ -65,25 +54,14 @@ def project_eligible(project_key: str | None) -> bool:
     return not project_key or INVALID_PROJECT_KEY not in _keys(project_key)
 
 
-def _normalized(value: str) -> str:
-    text = _trim(value).replace("\\", "/")
-    if text.startswith("./"):
-        text = text[2:]
-    return unicodedata.normalize("NFC", text).lower()
-
-
 def exact_path_specificity(query: str, path: str) -> int:
     """How exactly ``query`` names ``path``: 3 the path, 2 its basename, 1 its stem, 0 not."""
-    wanted = _normalized(query)
+    wanted = normalized_path(query)
     if not wanted or wanted == ".":
         return 0
-    have = _normalized(path)
-    if wanted == have:
+    if wanted == normalized_path(path):
         return 3
     if "/" in wanted:
         return 0
-    base = have.rsplit("/", 1)[-1]
-    if wanted == base:
-        return 2
-    dot = base.rfind(".")
-    return 1 if wanted == (base[:dot] if dot > 0 else base) else 0
+    name, stem = name_keys(path)
+    return 2 if wanted == name else 1 if wanted == stem else 0

@@ -214,21 +214,20 @@ def entry_values(db: Database, rowids: Sequence[int]
         [int(r) for r in rowids])}
 
 
-def first_chunks_like(db: Database, patterns: Sequence[str], sources: Sequence[str] | None,
-                      limit: int) -> list[tuple[int, str]]:
-    """(rowid, path) of the first chunk (by line range, then rowid) of each file whose path
-    matches one of the ``LIKE`` ``patterns`` (``\\`` escapes), of the ``sources`` unless None;
-    at most ``limit`` files, by path."""
-    if not patterns:
-        return []
-    where = " OR ".join("path LIKE ? ESCAPE '\\'" for _ in patterns)
-    args: list[Any] = list(patterns)
+def first_chunks_named(db: Database, key: str, sources: Sequence[str] | None,
+                       limit: int | None) -> list[tuple[int, str]]:
+    """(rowid, path) of the first chunk (by line range, then rowid) of each file whose name
+    or stem key (:mod:`pipeline.store.path_keys`) is ``key``, of the ``sources`` unless None;
+    name matches first, then by path, at most ``limit`` files (None: all). Two index seeks,
+    whatever the number of files."""
+    where = "(name_key = ? OR stem_key = ?)"
+    args: list[Any] = [key, key]
     if sources is not None:
-        where = f"({where}) AND source IN ({','.join('?' * len(sources))})"
+        where += f" AND source IN ({','.join('?' * len(sources))})"
         args += list(sources)
     rows = db.conn.execute(
-        f"SELECT path, (SELECT c.rowid FROM chunks c WHERE c.path = m.path "
+        f"SELECT path, (SELECT c.rowid FROM chunks c WHERE c.path = f.path "
         f"ORDER BY c.start_line, c.end_line, c.rowid LIMIT 1) FROM "
-        f"(SELECT DISTINCT path FROM chunks WHERE {where} ORDER BY path LIMIT ?) m",
-        [*args, limit]).fetchall()
+        f"(SELECT path FROM files WHERE {where} ORDER BY name_key = ? DESC, path LIMIT ?) f",
+        [*args, key, -1 if limit is None else limit]).fetchall()
     return [(int(r), p) for p, r in rows if r is not None]

@@ -21,7 +21,10 @@ annotation values (``chunks.importance``, ``triggers``, ``project_key``: OpenCla
 recall metadata, :mod:`pipeline.ingest.entry_metadata`); an older store gains the columns in
 place, and its ``memory`` Markdown files are marked changed (``files.hash`` and ``mtime_ns``
 cleared) so the next index pass reads them again and fills the values. Their chunks keep
-their rows and vectors (same text, same id): nothing is embedded again.
+their rows and vectors (same text, same id): nothing is embedded again. Version 6 also keys
+every file by its name and stem (``files.name_key``, ``stem_key``, indexed:
+:mod:`pipeline.store.path_keys`), so a query naming a file finds it with an index seek; an
+older store's files get their keys when it is opened.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 
 from pipeline.message_fields import ProviderSpec
 from pipeline.store.engine import Database, connect
+from pipeline.store.path_keys import name_keys
 
 SCHEMA_VERSION = 6
 #: The last version whose full-text table differs from today's (older stores rebuild it).
@@ -61,8 +65,12 @@ CREATE TABLE IF NOT EXISTS files (
     mtime_ns   INTEGER NOT NULL,
     size       INTEGER NOT NULL,
     error      TEXT,
-    indexed_at REAL NOT NULL
+    indexed_at REAL NOT NULL,
+    name_key   TEXT,
+    stem_key   TEXT
 );
+CREATE INDEX IF NOT EXISTS idx_files_name_key ON files(name_key);
+CREATE INDEX IF NOT EXISTS idx_files_stem_key ON files(stem_key);
 CREATE TABLE IF NOT EXISTS chunks (
     rowid      INTEGER PRIMARY KEY,
     id         TEXT NOT NULL UNIQUE,
@@ -174,6 +182,8 @@ _ADD_ENTRY_VALUES = """
 ALTER TABLE chunks ADD COLUMN importance INTEGER;
 ALTER TABLE chunks ADD COLUMN triggers TEXT;
 ALTER TABLE chunks ADD COLUMN project_key TEXT;
+ALTER TABLE files ADD COLUMN name_key TEXT;
+ALTER TABLE files ADD COLUMN stem_key TEXT;
 UPDATE files SET hash = '', mtime_ns = -1
  WHERE source = 'memory' AND lower(path) LIKE '%.md' AND error IS NULL;
 """
@@ -211,13 +221,19 @@ def ensure_schema(db: Database) -> None:
         if (version is not None and int(version) < LAST_USED_VERSION
                 and _lacks_column(db, "embedding_cache", "last_used")):
             upgrade = f"{_ADD_LAST_USED}\n{upgrade}"
-        if (version is not None and int(version) < ENTRY_VALUES_VERSION
-                and _lacks_column(db, "chunks", "importance")):
+        fill_keys = (version is not None and int(version) < ENTRY_VALUES_VERSION
+                     and _lacks_column(db, "chunks", "importance"))
+        if fill_keys:
             upgrade = f"{_ADD_ENTRY_VALUES}\n{upgrade}"
         db.conn.executescript(
             f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES "
             f"('schema_version', '{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET "
             "value = excluded.value;\nCOMMIT;")
+        if fill_keys:
+            with transaction(db) as conn:
+                conn.executemany("UPDATE files SET name_key = ?, stem_key = ? WHERE path = ?",
+                                 [(*name_keys(p), p) for (p,) in
+                                  conn.execute("SELECT path FROM files").fetchall()])
     _match_keyword_index(db)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.store.cache import put_cached
 from pipeline.store.engine import Database
+from pipeline.store.path_keys import name_keys
 from pipeline.store.schema import get_meta, transaction
 from pipeline.store.vectors import delete_vectors, put_vectors, vector_dims
 
@@ -113,12 +114,12 @@ def replace_file(db: Database, record: FileRecord, chunks: Sequence[Chunk]) -> N
             ],
         )
         conn.execute(
-            "INSERT INTO files(path, source, hash, mtime_ns, size, error, indexed_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET source = excluded.source,"
-            " hash = excluded.hash, mtime_ns = excluded.mtime_ns, size = excluded.size,"
-            " error = excluded.error, indexed_at = excluded.indexed_at",
+            "INSERT INTO files(path, source, hash, mtime_ns, size, error, indexed_at, name_key, "
+            "stem_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+            "source = excluded.source, hash = excluded.hash, mtime_ns = excluded.mtime_ns, "
+            "size = excluded.size, error = excluded.error, indexed_at = excluded.indexed_at",
             (record.path, record.source, record.hash, record.mtime_ns, record.size, record.error,
-             now),
+             now, *name_keys(record.path)),
         )
 
 
@@ -127,12 +128,12 @@ def record_file_error(db: Database, record: FileRecord) -> None:
     with transaction(db) as conn:
         _delete_path(db, record.path)
         conn.execute(
-            "INSERT INTO files(path, source, hash, mtime_ns, size, error, indexed_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET hash = excluded.hash, "
-            "mtime_ns = excluded.mtime_ns, size = excluded.size, error = excluded.error, "
-            "indexed_at = excluded.indexed_at",
+            "INSERT INTO files(path, source, hash, mtime_ns, size, error, indexed_at, name_key, "
+            "stem_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+            "hash = excluded.hash, mtime_ns = excluded.mtime_ns, size = excluded.size, "
+            "error = excluded.error, indexed_at = excluded.indexed_at",
             (record.path, record.source, record.hash, record.mtime_ns, record.size, record.error,
-             time.time()),
+             time.time(), *name_keys(record.path)),
         )
 
 
