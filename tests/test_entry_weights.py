@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from pipeline.config import Settings
 from pipeline.embeddings.registry import choose_provider
 from pipeline.ingest.chunking import memory_chunks
 from pipeline.ingest.producer import index_once
@@ -22,6 +23,7 @@ from pipeline.search import weights
 from pipeline.store.engine import connect
 from pipeline.store.schema import open_store
 from tests.conftest import run_memq
+from tests.searchkit import build
 from tests.test_mcp import call, session
 
 ORACLE = Path(__file__).with_name("openclaw_entry_weights.mjs")
@@ -144,6 +146,13 @@ def _hits(memory: Memory, query: str, **kwargs: Any) -> list[dict[str, Any]]:
     return memory.search(query, sync=False, min_score=0, **kwargs).to_dict()["results"]
 
 
+def indexed(ws: Path, make_settings) -> Settings:
+    """Keyword-only settings for ``ws``, its files synced into a real store."""
+    db, settings = build(ws, make_settings, {})
+    db.close()
+    return settings
+
+
 @pytest.fixture
 def weighed(tmp_path: Path, make_settings) -> Memory:
     """A keyword-only memory, indexed by the producer: twin entries (the same words) with and
@@ -161,12 +170,7 @@ def weighed(tmp_path: Path, make_settings) -> Memory:
     (ws / "memory" / "ops.md").write_text(
         "# Ops\n\nSee deploy-notes.md for the deploy notes and the deploy checklist.\n"
         "deploy-notes deploy-notes deploy notes.\n")
-    settings = make_settings(ws, provider="none")
-    db = connect(settings.store.path)
-    try:
-        index_once(db, settings, choose_provider(settings), None)
-    finally:
-        db.close()
+    settings = indexed(ws, make_settings)
     with Memory(settings=settings) as memory:
         yield memory
 
@@ -302,12 +306,7 @@ def test_path_tiers_basename_before_stem_and_content_backed_first(tmp_path: Path
                       "memory/other.md": "# O\n\nnotes notes notes md md\n"}.items():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text(text)
-    settings = make_settings(ws, provider="none")
-    db = connect(settings.store.path)
-    try:
-        index_once(db, settings, choose_provider(settings), None)
-    finally:
-        db.close()
+    settings = indexed(ws, make_settings)
     with Memory(settings=settings) as memory:
         hits = _hits(memory, "notes.md")
     assert [h["path"] for h in hits] == ["memory/b/notes.md", "memory/a/notes.md",
