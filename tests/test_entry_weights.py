@@ -5,6 +5,7 @@ from the installed package (``tests/openclaw_entry_weights.mjs``), then end to e
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 from functools import cache
@@ -20,10 +21,11 @@ from pipeline.ingest.chunking import memory_chunks
 from pipeline.ingest.producer import index_once
 from pipeline.memory import Memory
 from pipeline.search import weights
+from pipeline.search.hybrid import search_store
 from pipeline.store.engine import connect
 from pipeline.store.schema import open_store
 from tests.conftest import run_memq
-from tests.searchkit import build
+from tests.searchkit import QueryVector, build
 from tests.test_mcp import call, session
 
 ORACLE = Path(__file__).with_name("openclaw_entry_weights.mjs")
@@ -330,3 +332,31 @@ def test_a_shards_reader_takes_active_projects_in_a_query_message(weighed: Memor
         message = QueryRequest(weighed.name, "search", {"query": "q", "projects": bad}).to_json()
         with pytest.raises(MessageRefused, match="projects"):
             QueryRequest.from_json(message)
+
+
+def test_hybrid_with_decay_importance_multiplies_and_a_named_old_note_still_leads(
+        tmp_path: Path, make_settings) -> None:
+    """With vectors and temporal decay on: importance multiplies the decayed hybrid score;
+    a query naming a 6-year-old note puts it first (its ranking score is
+    ``(1 + score) / 2`` decayed, but exact matches lead whatever it is) and it shows 1."""
+    ws = tmp_path / "ws"
+    now = dt.datetime(2026, 2, 10, 12, tzinfo=dt.UTC).timestamp()
+    notes = {"MEMORY.md": "- Alpha fact about ports.\n- Alpha fact about ports. "
+                          "<!-- importance: 10 -->\n",
+             "memory/2020-01-01.md": "# Old\n\nBeta note.\n",
+             "memory/fresh.md": "# Fresh\n\nGamma note.\n"}
+    decay_on = {"hybrid": {"temporalDecay": {"enabled": True}, "mmr": {"enabled": False}}}
+    db, settings = build(ws, make_settings, notes, {"MEMORY.md": 0.6, "memory/2020-01-01.md":
+                                                    0.5, "memory/fresh.md": 0.9},
+                         query=decay_on)
+    try:
+        hits = search_store(db, settings, "zzzz", provider=QueryVector(), now=now, min_score=0)
+        twins = [h for h in hits if h.path == "MEMORY.md"]
+        assert [h.importance for h in twins] == [10, None]
+        assert twins[0].score == pytest.approx(twins[1].score * 1.25, abs=2e-6)
+        named = search_store(db, settings, "2020-01-01.md", provider=QueryVector(), now=now,
+                             min_score=0)
+        assert [h.path for h in named[:2]] == ["memory/2020-01-01.md", "memory/fresh.md"]
+        assert named[0].score == 1.0 and named[1].score < 1.0
+    finally:
+        db.close()
