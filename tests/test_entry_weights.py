@@ -258,10 +258,13 @@ def test_an_older_store_gains_the_columns_and_fills_them_without_embedding_again
         conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
         conn.commit()
         rows = dict(conn.execute("SELECT id, rowid FROM chunks"))
+        mtimes = dict(conn.execute("SELECT path, mtime_ns FROM files"))
     finally:
         db.close()
     db = open_store(weighed.settings.store.path)
     try:
+        # the files' times stay (decay dates extra-path notes by them until the next pass)
+        assert dict(db.conn.execute("SELECT path, mtime_ns FROM files")) == mtimes
         assert db.conn.execute("SELECT count(*) FROM chunks WHERE importance IS NOT NULL"
                                ).fetchone() == (0,)
         assert db.conn.execute("SELECT name_key, stem_key FROM files WHERE path = "

@@ -19,9 +19,10 @@ keep ``meta.text_version`` (below); an older store gains them in place. Version 
 store gains the column in place, filled from ``updated_at``. Version 6 added each chunk's entry
 annotation values (``chunks.importance``, ``triggers``, ``project_key``: OpenClaw 2026.9.6's
 recall metadata, :mod:`pipeline.ingest.entry_metadata`); an older store gains the columns in
-place, and its ``memory`` Markdown files are marked changed (``files.hash`` and ``mtime_ns``
-cleared) so the next index pass reads them again and fills the values. Their chunks keep
-their rows and vectors (same text, same id): nothing is embedded again. Version 6 also keys
+place, and its ``memory`` Markdown files are marked changed (``files.hash`` and ``size``
+cleared; not ``mtime_ns``, which dates extra-path notes for decay) so the next index pass
+reads them again and fills the values. Their chunks keep their rows and vectors (same text,
+same id): nothing is embedded again. Version 6 also keys
 every file by its name and stem (``files.name_key``, ``stem_key``, indexed:
 :mod:`pipeline.store.path_keys`), so a query naming a file finds it with an index seek; an
 older store's files get their keys when it is opened.
@@ -184,7 +185,7 @@ ALTER TABLE chunks ADD COLUMN triggers TEXT;
 ALTER TABLE chunks ADD COLUMN project_key TEXT;
 ALTER TABLE files ADD COLUMN name_key TEXT;
 ALTER TABLE files ADD COLUMN stem_key TEXT;
-UPDATE files SET hash = '', mtime_ns = -1
+UPDATE files SET hash = '', size = -1
  WHERE source = 'memory' AND lower(path) LIKE '%.md' AND error IS NULL;
 """
 ENTRY_VALUES_VERSION = 6
