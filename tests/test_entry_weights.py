@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import choose_provider
-from pipeline.ingest.chunking import memory_chunks
+from pipeline.ingest.chunking import chunk_markdown, memory_chunks
 from pipeline.ingest.producer import index_once
 from pipeline.memory import Memory
 from pipeline.search import weights
@@ -363,3 +363,23 @@ def test_hybrid_with_decay_importance_multiplies_and_a_named_old_note_still_lead
         assert named[0].score == 1.0 and named[1].score < 1.0
     finally:
         db.close()
+
+
+def test_another_chunkers_chunks_get_the_values_too() -> None:
+    """A benchmark swaps in an older chunker whose chunks have no value fields; they become
+    this version's chunks, with the values."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class OldChunk:
+        start_line: int
+        end_line: int
+        text: str
+        hash: str
+
+    def old(text: str, tokens: int, overlap: int, **_: Any) -> list[OldChunk]:
+        return [OldChunk(c.start_line, c.end_line, c.text, c.hash)
+                for c in chunk_markdown(text, tokens, overlap, per_entry=True)]
+
+    chunks = memory_chunks("MEMORY.md", "- a <!-- importance: 7 -->\n- b\n", chunker=old)
+    assert [(c.text, c.importance) for c in chunks] == [("- a", 7), ("- b\n", None)]

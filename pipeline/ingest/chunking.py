@@ -254,14 +254,15 @@ def memory_chunks(path: str, content: str, tokens: int = 400, overlap: int = 80,
     root (``path`` exactly that, relative to the workspace) are chunked per entry: a chunk never
     spans two entries
     and carries no overlap from the previous one. ``chunker`` replaces :func:`chunk_markdown`
-    (a benchmark comparing chunker versions swaps it); it gets ``per_entry=True`` only for
-    those two files.
+    (a benchmark comparing chunker versions swaps it; its chunks become this module's
+    :class:`Chunk`); it gets ``per_entry=True`` only for those two files.
     """
     chunk = chunker or chunk_markdown
     text = strip_memory_annotation_carriers(content)
     per_entry = path.replace("\\", "/") in PER_ENTRY_PATHS
-    chunks = (chunk(text, tokens, overlap, per_entry=True) if per_entry
-              else chunk(text, tokens, overlap))
+    chunks = [c if isinstance(c, Chunk) else Chunk(c.start_line, c.end_line, c.text, c.hash)
+              for c in (chunk(text, tokens, overlap, per_entry=True) if per_entry
+                        else chunk(text, tokens, overlap))]  # another version's chunker: ours
     if "<!--" not in content:
         return chunks  # no annotation: nothing to attach
     values = chunk_metadata(path, content, [(c.start_line, c.end_line) for c in chunks],
