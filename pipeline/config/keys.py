@@ -410,6 +410,7 @@ KEYS: tuple[Key, ...] = (
     Key("qmd.limits.timeoutMs", _int(0), top_only=True),
     Key("qmd.scope", Spec("qmd_scope"), top_only=True),
     Key("qmd.mcporter", Spec("any"), attr=None, ignored=True, top_only=True),
+    Key("dataDir", Spec("dir"), read=False),
     Key("configFile", Spec("file", nullable=True), read=False),
     Key("warnings", LIST, read=False),
 )  # fmt: skip

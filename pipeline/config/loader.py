@@ -34,6 +34,7 @@ from pipeline.config.keys import (
     keys_at,
 )
 from pipeline.config.paths import (
+    data_dir,
     default_result_backend,
     default_sessions_dir,
     default_store_path,
@@ -101,7 +102,8 @@ class _Loader:
             self.agent_id = self._agent_id()
         settings: Settings = self.build(Settings, "")
         self._warn(settings)
-        return dataclasses.replace(settings, warnings=tuple(dict.fromkeys(self.warnings)))
+        return dataclasses.replace(settings, data_dir=data_dir(self.env),
+                                   warnings=tuple(dict.fromkeys(self.warnings)))
 
     def build(self, cls: type, owner: str) -> Any:
         """The settings object ``cls`` at attribute path ``owner``, its nested ones first."""

@@ -35,6 +35,7 @@ from pipeline.config.keys import (
 )
 from pipeline.config.paths import (
     absolute,
+    data_dir,
     default_result_backend,
     default_sessions_dir,
     default_store_path,
@@ -500,8 +501,10 @@ class Settings(_Validated):
     ``sources`` is the effective list (OpenClaw drops ``sessions`` unless session memory is on,
     and an empty list means ``("memory",)``). ``session_memory`` is ``experimental.sessionMemory``
     or ``rememberAcrossConversations``. ``store`` defaults to :func:`default_store_path` and
-    ``sessions_dir`` to OpenClaw's transcripts folder for ``agent_id``. ``warnings`` lists things
-    worth showing in ``memq status`` (clamped values, ignored keys...).
+    ``sessions_dir`` to OpenClaw's transcripts folder for ``agent_id``. ``data_dir`` is the data
+    dir of the environment the settings were loaded from (:func:`~pipeline.config.paths.data_dir`;
+    this host's shard claims live there). ``warnings`` lists things worth showing in
+    ``memq status`` (clamped values, ignored keys...).
     """
 
     workspace: Path
@@ -540,6 +543,7 @@ class Settings(_Validated):
     qmd: QmdSettings = field(default_factory=QmdSettings)
     #: An openclaw.json's ``models.providers`` entries memq uses, as (provider, entry) pairs.
     model_providers: tuple[tuple[str, ProviderEntry], ...] = ()
+    data_dir: Path = None  # type: ignore[assignment]  # filled by __post_init__
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -573,6 +577,7 @@ class Settings(_Validated):
             _set(self, "sessions_dir", default_sessions_dir(self.agent_id))
         if self.result_backend is None:
             _set(self, "result_backend", default_result_backend())
+        _set(self, "data_dir", data_dir() if self.data_dir is None else absolute(self.data_dir))
         if self.config_file is not None:
             _set(self, "config_file", absolute(self.config_file))
         _set(self, "warnings", tuple(self.warnings))
