@@ -44,6 +44,7 @@ import contextlib
 import json
 import os
 import struct
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -517,3 +518,33 @@ def convert_bert_to_gguf(
             tmp.unlink()
         raise
     return out_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.embeddings.gguf_bert MODEL_DIR OUT.gguf [--dtype f16|f32]``:
+    convert a downloaded HF BERT sentence-transformer or one-label cross-encoder directory."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.embeddings.gguf_bert",
+        description="Convert a Hugging Face BERT sentence-transformer (an embedding model) or a "
+                    "one-label BERT cross-encoder (a reranker, e.g. "
+                    "cross-encoder/ms-marco-MiniLM-L-6-v2) into a GGUF llama.cpp loads.")
+    parser.add_argument("model_dir", type=Path, help="the model's directory (config.json, "
+                        "vocab.txt, model.safetensors, tokenizer files)")
+    parser.add_argument("out", type=Path, help="the .gguf file to write")
+    parser.add_argument("--dtype", choices=("f16", "f32"), default="f16",
+                        help="matrices as float16 (default) or float32")
+    parser.add_argument("--name", help="general.name (default: from config.json)")
+    args = parser.parse_args(argv)
+    try:
+        out = convert_bert_to_gguf(args.model_dir, args.out, dtype=args.dtype, name=args.name)
+    except (BertConversionError, OSError, ValueError) as exc:
+        print(f"cannot convert {args.model_dir}: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
