@@ -44,9 +44,8 @@ NOTES = {
     "memory/d.md": "token window and memory",
     "memory/e.md": "the cat and the dog",
 }
-SCORES = {"memory/a.md": 0.95, "memory/b.md": 0.9, "memory/c.md": 0.85, "memory/d.md": 0.8,
-          "memory/e.md": 0.75}
-FUSED = ["memory/a.md", "memory/b.md", "memory/c.md", "memory/d.md", "memory/e.md"]
+FUSED = sorted(NOTES)  # the fused (vector-only) order the vector scores give
+SCORES = dict(zip(FUSED, (0.95, 0.9, 0.85, 0.8, 0.75), strict=True))
 #: Vector scores only, and no MMR after the reranker (its diversity pass would move the tiny
 #: model's close scores): the answer is in the reranker's order.
 VECTOR_ONLY = {"hybrid": {"enabled": False, "mmr": {"enabled": False}}, "minScore": 0.0,
