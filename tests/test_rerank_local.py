@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import shutil
 import subprocess
 import sys
@@ -246,6 +247,20 @@ def test_a_pair_longer_than_the_context_is_cut_longest_first(scorer: LocalScorer
     assert logit == pytest.approx(llama_logits(reranker_gguf, [ids])[0], abs=1e-6)
     assert fit_pair([1] * 50, [2] * 5, 20) == ([1] * 15, [2] * 5)
     assert fit_pair([1] * 30, [2] * 30, 20) == ([1] * 10, [2] * 10)
+
+
+def test_a_forked_child_scores_the_same(scorer: LocalScorer) -> None:
+    """A worker forked after the model was loaded (it loads its own copy) scores the same."""
+    docs = list(NOTES.values())
+    want = scorer.logits(QUERY, docs)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=lambda: queue.put(scorer.logits(QUERY, docs)))
+    child.start()
+    got = queue.get(timeout=120)
+    child.join(60)
+    assert child.exitcode == 0
+    assert got == want
 
 
 # -- the stage -------------------------------------------------------------------------------

@@ -80,10 +80,15 @@ class LocalScorer:
 
     # -- loading ---------------------------------------------------------------------------
 
+    def _check_fork(self) -> None:
+        """In a process forked after loading, start afresh: the inherited native state (and a
+        lock another thread may have held) is not safe to use; the child loads its own copy."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._llm, self._pid = None, os.getpid()
+
     def _load(self) -> Any:
         """The model, loaded if needed. The caller holds ``self._lock``."""
-        if self._pid != os.getpid():  # inherited native state is not safe in a forked child
-            self._llm, self._pid = None, os.getpid()
         if self._llm is not None:
             return self._llm
         try:
@@ -122,6 +127,7 @@ class LocalScorer:
 
     def pair_tokens(self, query: str, document: str) -> list[int]:
         """The tokens llama.cpp sees for one pair (see the module docstring)."""
+        self._check_fork()
         with self._lock:
             return self._pair(self._load(), query, document)
 
@@ -155,6 +161,7 @@ class LocalScorer:
     def logits(self, query: str, documents: Sequence[str]) -> list[float]:
         """The rank head's first output for each document, as llama.cpp gives it."""
         out: list[float] = []
+        self._check_fork()
         with self._lock:
             llm = self._load()
             for document in documents:
