@@ -249,6 +249,31 @@ def test_a_pair_longer_than_the_context_is_cut_longest_first(scorer: LocalScorer
     assert fit_pair([1] * 30, [2] * 30, 20) == ([1] * 10, [2] * 10)
 
 
+def test_a_rerank_template_is_filled_in(tmp_path: Path, reranker_gguf: Path, files) -> None:
+    """A GGUF with a ``rerank`` chat template (as llama.cpp's converter writes for Qwen3
+    rerankers) is given the template filled in, special tokens parsed; a pair too long for the
+    context loses the document's tail, not the template's end."""
+    path = tmp_path / "templated.gguf"
+    template = [{"name": "rerank", "template": "[CLS] query: {query} [SEP] {document} [SEP]"}]
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(reranker_gguf),
+                    str(path), "--chat-template", json.dumps(template), "--force"],
+                   check=True, capture_output=True, timeout=120)
+    ref = NumpyCrossEncoder(files)
+    templated = LocalScorer(str(path), threads=1)
+    try:
+        doc = NOTES["memory/b.md"]
+        ids = templated.pair_tokens(QUERY, doc)
+        assert ids == ref.ids(f"query: {QUERY}", doc)
+        assert templated.logits(QUERY, [doc]) == pytest.approx(llama_logits(path, [ids]),
+                                                               abs=1e-6)
+        long_ids = templated.pair_tokens(QUERY, " ".join(["memory window token note"] * 40))
+        head = ref.ids(f"query: {QUERY}", "")[:-1]
+        assert len(long_ids) == TINY_CTX
+        assert long_ids[: len(head)] == head and long_ids[-1] == ref.sep
+    finally:
+        templated.close()
+
+
 def test_a_forked_child_scores_the_same(scorer: LocalScorer) -> None:
     """A worker forked after the model was loaded (it loads its own copy) scores the same."""
     docs = list(NOTES.values())
