@@ -29,6 +29,7 @@ from pipeline.search.hybrid import search, search_store
 from pipeline.search.rerank import build_reranker
 from pipeline.search.rerank_local import LocalScorer, fit_pair
 from pipeline.search.rerank_wire import RerankFailed
+from tests.conftest import run_memq
 from tests.fakes.bert_reference import bert_token_states, wordpiece_ids
 from tests.fakes.tiny_gguf import tiny_cross_encoder_files, write_tiny_gguf, write_tiny_reranker
 from tests.searchkit import QueryVector, build
@@ -363,6 +364,28 @@ def test_the_model_is_loaded_once_and_reused(ws: Path, make_settings, reranker_g
     with pytest.raises(RerankFailed) as err:
         LocalScorer(str(model))
     assert err.value.kind == "model" and "not found" in err.value.reason
+
+
+def test_cli_search_reranks_locally(tmp_path: Path, make_settings, reranker_gguf: Path) -> None:
+    """The one-shot ``memq search`` (a fresh process): the local model is loaded there and the
+    note is in ``--json`` and in the text footer."""
+    ws = tmp_path / "ws"
+    for rel, text in NOTES.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text, encoding="utf-8")
+    settings = make_settings(ws, provider="none", query={"minScore": 0.0},
+                             rerank=_local(reranker_gguf), local={"threads": 1})
+    common = ("--workspace", str(ws), "--config", str(settings.config_file))
+    env = {"MEMQ_CONFIG": str(settings.config_file)}
+    assert run_memq("index", *common, env=env, timeout=120).returncode == 0
+    as_json = run_memq("search", *common, "--json", QUERY, env=env, timeout=120)
+    as_text = run_memq("search", *common, QUERY, env=env, timeout=120)
+    assert as_json.returncode == 0, as_json.stderr
+    out = json.loads(as_json.stdout)
+    assert out["rerank"] == {"provider": "local", "model": "tiny-reranker",
+                             "reranked": len(out["results"])}
+    assert len(out["results"]) > 1
+    assert f"rerank tiny-reranker: {len(out['results'])} reranked" in as_text.stdout
 
 
 # -- settings ---------------------------------------------------------------------------------
