@@ -66,7 +66,7 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["rerank"]) == ["enabled", "provider", "baseUrl", "apiKey", "apiKeyEnv",
-                                 "model", "topN", "timeoutMs"]
+                                 "model", "modelPath", "topN", "timeoutMs"]
     assert list(d["sync"]) == [
         "onSessionStart", "onSearch", "watch", "watchDebounceMs", "intervalMinutes", "sessions",
     ]  # fmt: skip

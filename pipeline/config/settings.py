@@ -165,7 +165,10 @@ class RerankSettings(_Validated):
     Off by default. ``provider`` ``http`` posts to ``base_url`` + ``/rerank`` (required when
     enabled); ``api_key`` is kept as written (a key, ``${VAR}`` or a variable name) and
     ``api_key_env`` is the variable of a SecretRef, both resolved where the request is made and
-    never shown. ``local`` (a GGUF reranker through llama.cpp) is not served yet: refused.
+    never shown. ``local`` runs a GGUF cross-encoder in process through llama.cpp
+    (:mod:`pipeline.search.rerank_local`): ``model_path`` (required when enabled) is a file,
+    an ``hf:<owner>/<repo>/<file.gguf>`` URI or an http(s) URL, as ``local.modelPath``; it
+    uses ``local.threads`` and ``local.modelCacheDir``. ``timeout_ms`` applies to ``http``.
     """
 
     enabled: bool = False
@@ -174,16 +177,21 @@ class RerankSettings(_Validated):
     api_key: str | None = None
     api_key_env: str | None = None
     model: str = ""
+    model_path: str | None = None
     top_n: int = 20
     timeout_ms: int = 5000
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.provider == "local":
-            raise Invalid("rerank.provider", '"local" (a GGUF reranker through llama.cpp) is not '
-                          'supported by memq yet; use "http" with a /rerank endpoint (llama.cpp\'s '
-                          "llama-server --reranking serves one)", show(self.provider))
-        if self.enabled and not self.base_url:
+        if self.model_path is not None and not self.model_path.strip():
+            _set(self, "model_path", None)
+        if not self.enabled:
+            return
+        if self.provider == "local" and not self.model_path:
+            raise Invalid("rerank.modelPath", 'must be set when rerank.provider is "local" '
+                          "(a GGUF cross-encoder: a file, hf:<owner>/<repo>/<file.gguf> or an "
+                          "http(s) URL)", None)
+        if self.provider == "http" and not self.base_url:
             raise Invalid("rerank.baseUrl", "must be set when rerank.enabled is true (the "
                           "endpoint's base, e.g. https://api.jina.ai/v1)", None)
 
