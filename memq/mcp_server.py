@@ -43,7 +43,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
-from pipeline.search.corpus import CORPORA
+from pipeline.search.corpus import CORPORA, GET_CORPORA, corpus_outcomes
 
 log = logging.getLogger("memq.mcp")
 
@@ -102,6 +102,9 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
             "from": {"type": "integer", "minimum": 1, "description": "first line (1-based)"},
             "lines": {"type": "integer", "minimum": 0,
                       "description": "how many lines (default: to the end of the file)"},
+            "corpus": {"type": "string", "enum": list(GET_CORPORA),
+                       "description": "memory or all (default): the memory files; wiki: "
+                                      "nothing (memq has no wiki)"},
         }},
     ),
     "memory_append": (
@@ -217,10 +220,14 @@ class MemoryTools:
         return results.to_dict()
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
+        corpus = args.get("corpus")
+        if corpus == "wiki":  # OpenClaw's answer when no wiki corpus is registered
+            return {"path": args["path"], "text": "", **corpus_outcomes(corpus)}
         try:
-            return self.memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
+            text = self.memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
         except MemoryPathError as exc:
             raise ToolRefused(str(exc)) from exc
+        return {**text, **corpus_outcomes(corpus)} if corpus == "all" else text
 
     def append(self, args: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -73,7 +73,8 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
             assert "before answering" in tools["memory_search"].description
             for name in ("memory_search", "memory_get"):
                 assert "MEMORY.md, USER.md" in tools[name].description
-            assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+            assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines",
+                                                                     "corpus"}
             assert tools["memory_search"].input_schema["required"] == ["query"]
             titles = {name: (t.title, t.annotations.title) for name, t in tools.items()}
             assert titles == {"memory_search": ("Search memory", "Search memory"),
@@ -205,6 +206,31 @@ def test_hostile_arguments_are_tool_errors(keyword_settings: Settings, tmp_path:
     assert outside.read_text() == "secret\n"
     files_after = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
     assert files_after == files_before
+
+
+def test_memory_get_takes_openclaws_corpus_argument(keyword_settings: Settings) -> None:
+    """memory_get's ``corpus`` as OpenClaw 2026.9.6 takes it: memory (the files), all (the
+    files, and no wiki registered), wiki (nothing: memq has none), anything else refused."""
+    whole = (keyword_settings.workspace / "MEMORY.md").read_text()
+
+    async def scenario() -> None:
+        async with session(keyword_settings) as client:
+            plain = await call(client, "memory_get", {"path": "MEMORY.md"})
+            memory = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "memory"})
+            assert plain == memory and memory["text"] == whole and "corpora" not in memory
+            both = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "all",
+                                                     "from": 1, "lines": 1})
+            assert both["text"] == whole.splitlines()[0]
+            assert both["corpora"] == [{"corpus": "memory", "outcome": "ok"},
+                                       {"corpus": "wiki", "outcome": "not-registered"}]
+            wiki = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "wiki"})
+            assert wiki["text"] == "" and wiki["path"] == "MEMORY.md"
+            assert wiki["corpora"] == [{"corpus": "wiki", "outcome": "not-registered"}]
+            assert "Wiki corpus is not registered" in wiki["warning"]
+            for corpus in ("sessions", "everything", 3):
+                await refused(client, "memory_get", {"path": "MEMORY.md", "corpus": corpus})
+
+    anyio.run(scenario)
 
 
 def test_search_answers_at_once_when_dirty_and_syncs_in_background(
