@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,4 +65,22 @@ def header(title: str, **fields: object) -> str:
     loaded machine are only comparable as ratios)."""
     extra = "  ".join(f"{k}={v}" for k, v in fields.items())
     return (f"memq {title} benchmark  {dt.datetime.now().isoformat(timespec='seconds')}  "
-            f"nproc={os.cpu_count()}  load(1 min)={os.getloadavg()[0]:.2f}  {extra}")
+            f"commit={code_commit()}  nproc={os.cpu_count()}  "
+            f"load(1 min)={os.getloadavg()[0]:.2f}  {extra}")
+
+
+def code_commit() -> str:
+    """The commit of the code measured (short hash, ``+changes`` when the checkout has
+    uncommitted changes to tracked files; ``unknown`` outside a git checkout)."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")

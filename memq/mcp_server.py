@@ -43,7 +43,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
-from pipeline.search.corpus import CORPORA
+from pipeline.search.corpus import CORPORA, GET_CORPORA, corpus_outcomes
 
 log = logging.getLogger("memq.mcp")
 
@@ -53,8 +53,8 @@ MIN_TOKEN_CHARS = 16
 RECALL = (
     "## Memory Recall\n"
     "Before answering anything about prior work, decisions, dates, people, preferences, or "
-    "todos: run memory_search on MEMORY.md + memory/*.md; then use memory_get to pull only the "
-    "needed lines. If low confidence after search, say you checked.\n"
+    "todos: run memory_search; for memory-file hits, use memory_get to pull only the needed "
+    "lines. If low confidence after search, say you checked.\n"
     "To remember something for later, use memory_append (daily log or long-term memory)."
 )
 CITE_ON = ("Citations: include Source: <path#line> when it helps the user verify memory "
@@ -62,12 +62,18 @@ CITE_ON = ("Citations: include Source: <path#line> when it helps the user verify
 CITE_OFF = ("Citations are disabled: do not mention file paths or line numbers in replies "
             "unless the user explicitly asks.")
 
+#: Each tool's description (a template: ``{files}``, ``{search}``, ``{evergreen}`` are filled in
+#: by :func:`tool_descriptions` from the memory's settings) and input schema.
 TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "memory_search": (
-        "Mandatory recall step: search the agent's memory (MEMORY.md + memory/*.md) by meaning "
-        "and keywords before answering questions about prior work, decisions, dates, people, "
-        "preferences, or todos. Returns the top snippets with path, startLine and endLine; then "
-        "call memory_get for just the lines you need. `mode` says hybrid or keyword-only; "
+        "Mandatory recall step: search {search} by meaning and keywords before answering "
+        "questions about prior work, decisions, dates, people, preferences, or todos. Returns "
+        "the top snippets with path, startLine and endLine; then call memory_get for just the "
+        "lines you need.{evergreen} `corpus=memory` restricts hits to indexed memory files "
+        "(no session transcript chunks); `corpus=sessions` searches indexed session "
+        "transcripts only and answers unavailable when session indexing is disabled; "
+        "`corpus=wiki` finds nothing (memq has no compiled wiki) and says so in `warning`; "
+        "`corpus=all` or none searches everything indexed. `mode` says hybrid or keyword-only; "
         "`pending` (chunks without vectors yet) or `dirty` (files changed since the last "
         "index, a sync is running) mean results may be incomplete. With the QMD backend, "
         "`backend` says which engine answered (`fallback`: why memq's own index did). With "
@@ -80,7 +86,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
             "minScore": {"type": "number", "minimum": 0, "maximum": 1,
                          "description": "drop results scoring below this (default 0.35)"},
             "corpus": {"type": "string", "enum": list(CORPORA),
-                       "description": "memory: notes only; sessions: past conversations only; "
+                       "description": "memory: memory files only; sessions: session "
+                                      "transcripts only; wiki: nothing (memq has no wiki); "
                                       "all (default): everything indexed"},
             "projects": {"type": "array", "maxItems": 64,
                          "items": {"type": "string", "minLength": 1},
@@ -90,17 +97,19 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         }},
     ),
     "memory_get": (
-        "Read lines of a memory file (MEMORY.md, memory/*.md or a configured extra path), "
-        "typically right after memory_search: pass a result's path with from=startLine and "
-        "lines=endLine-startLine+1 (widen a little for context) to pull only the needed lines "
-        "instead of whole files. Paths outside the memory files are refused; a memory file "
-        "that does not exist yet reads as empty text.",
+        "Read lines of {files}, typically right after memory_search: pass a result's path "
+        "with from=startLine and lines=endLine-startLine+1 (widen a little for context) to "
+        "pull only the needed lines instead of whole files. Paths outside the memory files "
+        "are refused; a memory file that does not exist yet reads as empty text.",
         {"type": "object", "additionalProperties": False, "required": ["path"], "properties": {
             "path": {"type": "string", "minLength": 1,
                      "description": "e.g. MEMORY.md or memory/2026-11-03.md"},
             "from": {"type": "integer", "minimum": 1, "description": "first line (1-based)"},
             "lines": {"type": "integer", "minimum": 0,
                       "description": "how many lines (default: to the end of the file)"},
+            "corpus": {"type": "string", "enum": list(GET_CORPORA),
+                       "description": "memory or all (default): the memory files; wiki: "
+                                      "nothing (memq has no wiki)"},
         }},
     ),
     "memory_append": (
@@ -131,6 +140,42 @@ ANNOTATIONS: dict[str, types.ToolAnnotations] = {
         title="Append to memory", read_only_hint=False, destructive_hint=False,
         idempotent_hint=False, open_world_hint=False),
 }
+
+
+#: The memory files, in OpenClaw 2026.9.6's words (``resolveMemorySourceContract``).
+MEMORY_FILES = "MEMORY.md, USER.md, Markdown files recursively under memory/"
+QMD_DEFAULT_FILES = "MEMORY.md, Markdown files recursively under memory/"
+EVERGREEN = (" Older notes rank lower (temporal decay); MEMORY.md and USER.md are "
+             "evergreen and never decay.")
+
+
+def memory_sources(settings: Settings) -> tuple[str, str]:
+    """What ``memory_get`` reads and what ``memory_search`` searches, as description text.
+
+    As OpenClaw 2026.9.6: the memory files, configured extra paths when there are some, and
+    indexed session transcripts when ``sources`` has them. With ``backend: "qmd"`` a search
+    reads QMD's collections (``memory-root``/``memory-dir``: no ``USER.md``, and the
+    ``qmd.paths`` ones), while ``memory_get`` still reads every memory file.
+    """
+    extra = ", configured extra paths" if settings.extra_paths or settings.extra_path_patterns \
+        else ""
+    files = MEMORY_FILES + extra
+    if settings.backend == "qmd":
+        qmd = settings.qmd
+        parts = [QMD_DEFAULT_FILES] if qmd.include_default_memory else []
+        parts += ["configured QMD paths"] if qmd.paths else []
+        parts += ["exported session transcripts"] if qmd.sessions.enabled else []
+        return files, ", ".join(parts) or "the configured QMD collections"
+    sessions = ", indexed session transcripts" if "sessions" in settings.sources else ""
+    return files, files + sessions
+
+
+def tool_descriptions(settings: Settings) -> dict[str, str]:
+    """Each tool's description for the memory of ``settings`` (:data:`TOOLS`' templates)."""
+    files, search = memory_sources(settings)
+    decays = settings.backend == "builtin" and settings.query.hybrid.temporal_decay.enabled
+    fill = {"files": files, "search": search, "evergreen": EVERGREEN if decays else ""}
+    return {name: text.format(**fill) for name, (text, _) in TOOLS.items()}
 
 
 class ToolRefused(RequestRefused):
@@ -181,10 +226,14 @@ class MemoryTools:
         return results.to_dict()
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
+        corpus = args.get("corpus")
+        if corpus == "wiki":  # OpenClaw's answer when no wiki corpus is registered
+            return {"path": args["path"], "text": "", **corpus_outcomes(corpus)}
         try:
-            return self.memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
+            text = self.memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
         except MemoryPathError as exc:
             raise ToolRefused(str(exc)) from exc
+        return {**text, **corpus_outcomes(corpus)} if corpus == "all" else text
 
     def append(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -200,11 +249,13 @@ def build_server(memory: Memory) -> Server[Any]:
     calls: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "memory_search": tools.search, "memory_get": tools.get, "memory_append": tools.append}
 
+    descriptions = tool_descriptions(settings)
+
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
-            types.Tool(name=name, title=ANNOTATIONS[name].title, description=text,
+            types.Tool(name=name, title=ANNOTATIONS[name].title, description=descriptions[name],
                        input_schema=schema, annotations=ANNOTATIONS[name])
-            for name, (text, schema) in TOOLS.items()])
+            for name, (_, schema) in TOOLS.items()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name

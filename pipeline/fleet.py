@@ -223,6 +223,16 @@ class RedisLeases:
         return bool(self._hold(keys=[LEASE_PREFIX + job_id], args=[token, int(ttl * 1000)]))
 
 
+def describe(message: dict[str, Any]) -> str:
+    """A message in one short line, for Flower's and the worker log's args (Celery's default,
+    a clipped repr of the whole message, costs more than the send and shows chunk text and
+    vectors): the memory and reason it names, and how many items each of its lists holds."""
+    parts = [f"{key}={message[key]}" for key in ("memory", "reason", "op") if key in message]
+    parts += [f"{key}={len(value)}" for key, value in message.items()
+              if isinstance(value, list)]
+    return "[" + " ".join(parts) + "]"
+
+
 class FleetDispatcher:
     """Sends work to the fleet on ``broker_url``: embedding jobs to ``embed.<provider>``,
     results and batch news to the writer's ``store``, batch jobs to ``batch.<provider>``, index
@@ -254,7 +264,8 @@ class FleetDispatcher:
             result = self.app.send_task(task, args=[message], queue=queue,
                                         countdown=countdown or None,
                                         priority=self._priority(route),
-                                        connection=self._connection, task_id=task_id)
+                                        connection=self._connection, task_id=task_id,
+                                        argsrepr=describe(message), kwargsrepr="{}")
         return str(result.id)
 
     def _priority(self, route: Route | None) -> int | None:

@@ -57,6 +57,8 @@ COUNTS = ("files", "changed", "deleted", "chunks_queued", "chunks_cached", "embe
 EXPIRE_EVERY_S = 3600.0
 PROGRESS_EVERY_S = 1.0
 SQLITE_BUSY_MS = 30_000
+#: How many closed job logs' databases keep a pooled connection (see PooledSessions.release).
+IDLE_DATABASES = 4
 
 
 class JobLogError(MemqError):
@@ -91,6 +93,7 @@ class PooledSessions(SessionManager):
 
     _engines_by_process: ClassVar[dict[tuple[int, str], Engine]] = {}
     _prepared_engines: ClassVar[set[Engine]] = set()
+    _idle: ClassVar[dict[tuple[int, str], None]] = {}  # released databases, oldest first
     _shared_lock = threading.Lock()
 
     def __init__(self, engine_callback: Any = None) -> None:
@@ -100,6 +103,7 @@ class PooledSessions(SessionManager):
     def get_engine(self, dburi: str, **kwargs: Any) -> Engine:
         key = (os.getpid(), dburi)
         with self._shared_lock:
+            self._idle.pop(key, None)
             engine = self._engines_by_process.get(key)
             if engine is None:
                 engine = self._engines_by_process[key] = sa.create_engine(dburi, **kwargs)
@@ -115,13 +119,25 @@ class PooledSessions(SessionManager):
         with self._shared_lock:
             self._prepared_engines.add(engine)
 
-    def invalidate(self, dburi: str) -> None:
-        """Drop the pooled connections to ``dburi`` (after a database error, or when a job
-        log is closed); the engine stays usable and connects again when next used."""
-        self._sessions.pop(dburi, None)
+    def release(self, dburi: str) -> None:
+        """A job log of ``dburi`` was closed. Its pooled connection is kept for the next job
+        log of the same database (a loop over many memories opens one per memory: closing
+        the last connection to a SQLite file checkpoints it, and the next one opens, tunes
+        and recompiles again); only the :data:`IDLE_DATABASES` most recently released
+        databases keep theirs, the rest are closed. The engine stays usable and connects
+        again when next used."""
+        key = (os.getpid(), dburi)
         with self._shared_lock:
-            engine = self._engines_by_process.get((os.getpid(), dburi))
-        if engine is not None:
+            self._idle.pop(key, None)
+            self._idle[key] = None
+            evicted = list(self._idle)[:-IDLE_DATABASES] if len(self._idle) > IDLE_DATABASES \
+                else []
+            engines = []
+            for old in evicted:
+                del self._idle[old]
+                if (engine := self._engines_by_process.get(old)) is not None:
+                    engines.append(engine)
+        for engine in engines:
             engine.dispose()
 
 
@@ -230,6 +246,9 @@ class JobLog:
     own ``DatabaseBackend``, reads with one SQLAlchemy Core query. Thread-safe; ``close()``
     releases its connections."""
 
+    _backends: ClassVar[dict[tuple[int, str, int], Any]] = {}  # (pid, url, keep_days)
+    _backends_lock = threading.Lock()
+
     def __init__(self, url: str, *, keep_days: int = 7) -> None:
         self.url = url
         self.keep_days = keep_days
@@ -247,21 +266,33 @@ class JobLog:
 
     @property
     def backend(self) -> Any:
-        """Celery's ``DatabaseBackend`` on this log (an app that never touches a broker)."""
+        """Celery's ``DatabaseBackend`` on this log (an app that never touches a broker),
+        shared by every job log of the same database in this process."""
         with self._lock:
             if self._backend is None:
-                from celery import Celery
-
                 path = self._sqlite_file()
                 if path is not None:  # SQLite makes the file, not its folder
                     path.parent.mkdir(parents=True, exist_ok=True)
-                app = Celery("memq-jobs", set_as_current=False)
-                app.conf.update(celery_backend_settings(self.url, self.keep_days),
-                                result_serializer="json", accept_content=["json"])
-                backend = app.backend
-                backend.session_manager = PooledSessions(engine_callback=tune_engine)
-                self._backend = backend
+                self._backend = self._shared_backend(self.url, self.keep_days)
             return self._backend
+
+    @classmethod
+    def _shared_backend(cls, url: str, keep_days: int) -> Any:
+        """The Celery ``DatabaseBackend`` of ``url`` for this process (a forked child makes
+        its own): building a Celery app and its backend costs more than the row a new
+        memory's index pass records."""
+        key = (os.getpid(), url, keep_days)
+        with cls._backends_lock:
+            backend = cls._backends.get(key)
+            if backend is None:
+                from celery import Celery
+
+                app = Celery("memq-jobs", set_as_current=False)
+                app.conf.update(celery_backend_settings(url, keep_days),
+                                result_serializer="json", accept_content=["json"])
+                backend = cls._backends[key] = app.backend
+                backend.session_manager = PooledSessions(engine_callback=tune_engine)
+            return backend
 
     def _sqlalchemy_url(self) -> str:
         return self.url.removeprefix("db+")
@@ -422,7 +453,7 @@ class JobLog:
         if engine is not None:
             engine.dispose()
         if backend is not None:
-            backend.session_manager.invalidate(self._sqlalchemy_url())
+            backend.session_manager.release(self._sqlalchemy_url())
 
 
 def _local_request(task: str, host: str | None) -> SimpleNamespace:

@@ -184,7 +184,7 @@ class Memory:
         self._providers = ProviderPool() if providers is None else providers
         self._held = HeldCopies() if in_memory else None
         #: ``rerank.*``: the cross-encoder stage and its outage state (None when off).
-        self._reranker = build_reranker(self.settings.rerank)
+        self._reranker = build_reranker(self.settings.rerank, local=self.settings.local)
         self._dispatcher = dispatcher
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
         self._local = local

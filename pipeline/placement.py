@@ -7,8 +7,9 @@ shard's reader answers over the broker, and this host never creates or claims a 
 ``fleet.localShards`` says which shards are local: ``"all"``, ``"none"``, shard numbers, or
 ``"auto"`` (the default): the shards a writer or reader started from this host's data dir
 claimed (``<data dir>/shards/<n>.json``, written at their start by :func:`claim`), plus any
-memory whose store file is already here. Without a broker there is no fleet to ask: every
-memory is local.
+memory whose store file is already here. The data dir is the settings' own
+(``Settings.data_dir``, from the environment they were loaded with), not the process's.
+Without a broker there is no fleet to ask: every memory is local.
 """
 
 from __future__ import annotations
@@ -64,8 +65,13 @@ def unclaim(shards: Iterable[int], env: Mapping[str, str] | None = None) -> list
 
 def claimed(env: Mapping[str, str] | None = None) -> set[int]:
     """The shards this host's data dir claims."""
+    return claimed_in(claims_dir(env))
+
+
+def claimed_in(folder: Path) -> set[int]:
+    """The shards claimed in the claims ``folder`` (``<data dir>/shards``)."""
     try:
-        names = os.listdir(claims_dir(env))
+        names = os.listdir(folder)
     except OSError:
         return set()
     return {int(stem) for name in names
@@ -84,4 +90,5 @@ def store_is_here(settings: Settings) -> bool:
         return False
     if isinstance(local, tuple):
         return shard in local
-    return shard in claimed() or settings.store.path.exists()
+    # The claims of the data dir these settings were loaded for (not the process's).
+    return shard in claimed_in(settings.data_dir / CLAIMS_FOLDER) or settings.store.path.exists()

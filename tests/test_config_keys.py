@@ -62,11 +62,11 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
         "watch", "fleet", "chunking", "query", "rerank", "cache", "store", "sync", "remote",
         "local",
         "models", "brokerUrl", "resultBackend", "agentId", "sessionsDir", "citations", "backend",
-        "qmd", "configFile", "warnings",
+        "qmd", "dataDir", "configFile", "warnings",
     ]  # fmt: skip
     assert list(d["store"]) == ["driver", "path", "fts", "vector"]
     assert list(d["rerank"]) == ["enabled", "provider", "baseUrl", "apiKey", "apiKeyEnv",
-                                 "model", "topN", "timeoutMs"]
+                                 "model", "modelPath", "topN", "timeoutMs"]
     assert list(d["sync"]) == [
         "onSessionStart", "onSearch", "watch", "watchDebounceMs", "intervalMinutes", "sessions",
     ]  # fmt: skip
@@ -112,7 +112,7 @@ def test_docs_list_every_key_and_variable() -> None:
 
 def test_output_only_rows_are_not_config_keys(tmp_path: Path) -> None:
     """settings_to_dict shows configFile and friends, but a file may not set them."""
-    for key in ("configFile", "warnings", "extraPathPatterns", "remote.apiKeyEnv",
+    for key in ("configFile", "dataDir", "warnings", "extraPathPatterns", "remote.apiKeyEnv",
                 "rerank.apiKeyEnv", "models.providers"):
         assert key not in READ
     cfg = tmp_path / "memq.json"

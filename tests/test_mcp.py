@@ -19,7 +19,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from memq.mcp_server import is_loopback, parse_bind
+from memq.mcp_server import is_loopback, parse_bind, tool_descriptions
 from pipeline.config import Settings
 from pipeline.results import SearchHit
 from pipeline.search.citations import apply_citations
@@ -71,7 +71,10 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
             assert set(tools) == {"memory_search", "memory_get", "memory_append"}
             assert "memory_get" in tools["memory_search"].description
             assert "before answering" in tools["memory_search"].description
-            assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+            for name in ("memory_search", "memory_get"):
+                assert "MEMORY.md, USER.md" in tools[name].description
+            assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines",
+                                                                     "corpus"}
             assert tools["memory_search"].input_schema["required"] == ["query"]
             titles = {name: (t.title, t.annotations.title) for name, t in tools.items()}
             assert titles == {"memory_search": ("Search memory", "Search memory"),
@@ -122,6 +125,34 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
     memory_after = (ws / "MEMORY.md").read_text()
     assert memory_after.startswith(memory_before)
     assert memory_after.endswith("- Sam switched to decaf after 14:00.\n")
+
+
+def test_descriptions_name_what_the_tools_read(workspace: Path, make_settings,
+                                               tmp_path: Path) -> None:
+    """As OpenClaw 2026.9.6's memory_search / memory_get: USER.md is memory (and evergreen),
+    extra paths and session transcripts are named when configured, every corpus is told."""
+    plain = tool_descriptions(make_settings(workspace, provider="none"))
+    search, get = plain["memory_search"], plain["memory_get"]
+    files = "MEMORY.md, USER.md, Markdown files recursively under memory/"
+    assert f"search {files} by meaning" in search and f"Read lines of {files}," in get
+    assert "extra paths" not in search and "session transcripts by" not in search
+    for corpus in ("corpus=memory", "corpus=sessions", "corpus=wiki", "corpus=all"):
+        assert corpus in search
+    assert "MEMORY.md and USER.md are evergreen" not in search  # decay off (write_config)
+    extra = tmp_path / "notes"
+    extra.mkdir()
+    wide = tool_descriptions(make_settings(
+        workspace, provider="none", extraPaths=[str(extra)], sources=["memory", "sessions"],
+        experimental={"sessionMemory": True},
+        query={"hybrid": {"temporalDecay": {"enabled": True}}}))
+    more = f"{files}, configured extra paths"
+    assert f"search {more}, indexed session transcripts by meaning" in wide["memory_search"]
+    assert f"Read lines of {more}," in wide["memory_get"]
+    assert "MEMORY.md and USER.md are evergreen" in wide["memory_search"]
+    qmd = tool_descriptions(make_settings(workspace, provider="none", backend="qmd"))
+    # QMD's collections (memory-root, memory-dir) do not hold USER.md; memory_get reads it
+    assert "search MEMORY.md, Markdown files recursively under memory/ by" in qmd["memory_search"]
+    assert f"Read lines of {files}," in qmd["memory_get"]
 
 
 def test_hostile_arguments_are_tool_errors(keyword_settings: Settings, tmp_path: Path) -> None:
@@ -175,6 +206,31 @@ def test_hostile_arguments_are_tool_errors(keyword_settings: Settings, tmp_path:
     assert outside.read_text() == "secret\n"
     files_after = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
     assert files_after == files_before
+
+
+def test_memory_get_takes_openclaws_corpus_argument(keyword_settings: Settings) -> None:
+    """memory_get's ``corpus`` as OpenClaw 2026.9.6 takes it: memory (the files), all (the
+    files, and no wiki registered), wiki (nothing: memq has none), anything else refused."""
+    whole = (keyword_settings.workspace / "MEMORY.md").read_text()
+
+    async def scenario() -> None:
+        async with session(keyword_settings) as client:
+            plain = await call(client, "memory_get", {"path": "MEMORY.md"})
+            memory = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "memory"})
+            assert plain == memory and memory["text"] == whole and "corpora" not in memory
+            both = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "all",
+                                                     "from": 1, "lines": 1})
+            assert both["text"] == whole.splitlines()[0]
+            assert both["corpora"] == [{"corpus": "memory", "outcome": "ok"},
+                                       {"corpus": "wiki", "outcome": "not-registered"}]
+            wiki = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "wiki"})
+            assert wiki["text"] == "" and wiki["path"] == "MEMORY.md"
+            assert wiki["corpora"] == [{"corpus": "wiki", "outcome": "not-registered"}]
+            assert "Wiki corpus is not registered" in wiki["warning"]
+            for corpus in ("sessions", "everything", 3):
+                await refused(client, "memory_get", {"path": "MEMORY.md", "corpus": corpus})
+
+    anyio.run(scenario)
 
 
 def test_search_answers_at_once_when_dirty_and_syncs_in_background(

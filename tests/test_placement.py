@@ -58,6 +58,27 @@ def test_auto_follows_this_hosts_claims_and_stores(tmp_path: Path,
     assert store_is_here(settings)
 
 
+def test_auto_reads_the_claims_of_the_settings_own_data_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several hosts in one process: each one's settings answer from its own ``MEMQ_HOME``,
+    never from the process's."""
+    monkeypatch.setenv("MEMQ_HOME", str(tmp_path / "process"))
+    hosts = {name: {"HOME": str(tmp_path / "home"), "MEMQ_HOME": str(tmp_path / name),
+                    "MEMQ_FLEET_SHARDS": "3", "MEMQ_BROKER_URL": "redis://127.0.0.1:1/0",
+                    "MEMQ_LOCAL_SHARDS": "auto",
+                    "MEMQ_STORE_PATH": str(tmp_path / "nowhere" / f"{name}.sqlite")}
+             for name in ("a", "b")}
+    settings = {name: load_settings(workspace=tmp_path, env=env) for name, env in hosts.items()}
+    assert settings["a"].data_dir == tmp_path / "a"
+    shard = settings["a"].fleet.shard_of("main")
+    claim([shard], "writer-1@a", "writer", env=hosts["a"])
+    assert claimed(hosts["a"]) == {shard} and claimed() == set()
+    assert store_is_here(settings["a"])
+    assert not store_is_here(settings["b"])
+    claim([shard], "reader-1@process", "reader")  # the process's own data dir
+    assert not store_is_here(settings["b"])
+
+
 def test_query_messages_are_checked(tmp_path: Path) -> None:
     request = QueryRequest("main", "search", {"query": "x", "maxResults": 3}, shard=2)
     assert QueryRequest.from_json(request.to_json()) == request

@@ -188,7 +188,7 @@ def test_status(booted: QmdBackend) -> None:
     ws = booted.settings.workspace
     assert s["backend"] == "qmd" and s["available"] is True and s["down"] is None
     docs = {c["name"]: c["documents"] for c in s["collections"]}
-    assert docs == {"memory-root-main": 1, "memory-alt-main": 0,
+    assert docs == {"memory-root-main": 1,
                     "memory-dir-main": len(list((ws / "memory").glob("*.md"))),
                     "notes-main": 1}  # ops.md: qmd skips the symlinked link.md
     assert all(c["bound"] for c in s["collections"])
@@ -200,8 +200,7 @@ def test_status(booted: QmdBackend) -> None:
 
 def test_command_lines_for_every_mode(booted: QmdBackend) -> None:
     qmd = str(tool("qmd"))
-    names = ["-c", "memory-root-main", "-c", "memory-alt-main", "-c", "memory-dir-main",
-             "-c", "notes-main"]
+    names = ["-c", "memory-root-main", "-c", "memory-dir-main", "-c", "notes-main"]
     for mode in ("search", "vsearch", "query"):
         assert booted.search_command("budget review", 3, mode=mode) == [
             qmd, mode, "budget review", "--json", "-n", "3", *names]
@@ -235,18 +234,16 @@ def test_update_after_a_file_change_finds_the_new_text(make: Callable[..., Any])
 def test_collections_are_kept_or_rebound(make: Callable[..., Any], tmp_path: Path) -> None:
     backend, _ = make()
     first = backend.ensure_collections()
-    assert first["added"] == ["memory-root-main", "memory-alt-main", "memory-dir-main",
-                              "notes-main"]
+    assert first["added"] == ["memory-root-main", "memory-dir-main", "notes-main"]
     again = backend.ensure_collections()
-    assert again["added"] == [] and len(again["kept"]) == 4
+    assert again["added"] == [] and len(again["kept"]) == 3
     other = tmp_path / "notes2"
     other.mkdir()
     (other / "radio.md").write_text("# Radio\n\nThe ham radio callsign is CT7ABC.\n")
     moved, _ = make(paths=[{"path": str(other), "name": "notes"}], includeDefaultMemory=False)
     report = moved.ensure_collections()
     assert report["added"] == ["notes-main"]  # the same name, now bound to notes2
-    assert sorted(report["removed"]) == ["memory-alt-main", "memory-dir-main",
-                                         "memory-root-main"]
+    assert sorted(report["removed"]) == ["memory-dir-main", "memory-root-main"]
     moved.update(force=True)
     assert [r.path for r in moved.search("callsign")] == ["qmd://notes-main/radio.md"]
     assert moved.search("kubernetes") == [] and moved.search("Zigbee") == []

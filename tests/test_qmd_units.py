@@ -45,7 +45,6 @@ def test_collections_follow_openclaw_names(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     assert got == [
         ("memory-root-main-agent", ws, "MEMORY.md", "memory"),
-        ("memory-alt-main-agent", ws, "memory.md", "memory"),
         ("memory-dir-main-agent", ws / "memory", "**/*.md", "memory"),
         ("team-docs-main-agent", notes, "**/*.md", "memory"),
         ("custom-2-main-agent", tmp_path / "other", "*.txt", "memory"),
@@ -56,6 +55,15 @@ def test_collections_follow_openclaw_names(tmp_path: Path) -> None:
         ("sessions-main-agent", home.root / "sessions", "**/*.md", "sessions"),
     ]
     assert home.root == s.store.path.with_name(s.store.path.stem + ".qmd")
+
+
+def test_lowercase_memory_md_is_in_no_default_collection(tmp_path: Path) -> None:
+    """As OpenClaw's QMD backend after 2026.3 (``memory-root`` and ``memory-dir`` only) and
+    memq's own sources: the legacy ``memory.md`` is no longer memory, so no ``memory-alt``."""
+    s = _settings(tmp_path)
+    got = collections(s, qmd_home(s))
+    assert [c.name for c in got] == ["memory-root-main-agent", "memory-dir-main-agent"]
+    assert "memory.md" not in {c.pattern for c in got}
 
 
 def test_include_default_memory_off(tmp_path: Path) -> None:

@@ -300,12 +300,9 @@ def test_an_empty_query_or_pool_is_not_sent() -> None:
     assert calls == []
 
 
-def test_config_local_is_refused_and_base_url_required(tmp_path: Path) -> None:
+def test_config_base_url_required(tmp_path: Path) -> None:
+    """(``provider: "local"`` and its ``modelPath``: tests/test_rerank_local.py.)"""
     cfg = tmp_path / "memq.json"
-    cfg.write_text(json.dumps({"rerank": {"enabled": True, "provider": "local"}}))
-    with pytest.raises(ConfigError, match=r"rerank\.provider: \"local\".*not supported by memq "
-                                          r"yet"):
-        load_settings(cfg, workspace=tmp_path, env={"HOME": str(tmp_path)})
     cfg.write_text(json.dumps({"rerank": {"enabled": True}}))
     with pytest.raises(ConfigError, match=r"rerank\.baseUrl: must be set"):
         load_settings(cfg, workspace=tmp_path, env={"HOME": str(tmp_path)})

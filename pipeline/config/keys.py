@@ -38,8 +38,7 @@ FTS_TOKENIZERS: tuple[str, ...] = ("unicode61", "trigram")
 CITATIONS: tuple[str, ...] = ("auto", "on", "off")
 FUSIONS: tuple[str, ...] = ("weighted", "rrf")
 #: ``rerank.provider``: an HTTP ``/rerank`` endpoint (Jina, Cohere, Voyage, llama.cpp's server
-#: shape), or "local" (a GGUF reranker in process: accepted by the table, refused by
-#: :class:`~pipeline.config.settings.RerankSettings` until memq serves it).
+#: shape), or "local" (a GGUF cross-encoder run in process by llama.cpp).
 RERANK_PROVIDERS: tuple[str, ...] = ("http", "local")
 MAX_RERANK_TOP_N = 200
 MODALITIES: tuple[str, ...] = ("image", "audio")
@@ -347,6 +346,7 @@ KEYS: tuple[Key, ...] = (
     Key("rerank.apiKey", Spec("secret", nullable=True)),
     Key("rerank.apiKeyEnv", OPT_STR, read=False),
     Key("rerank.model", STR),
+    Key("rerank.modelPath", OPT_STR),
     Key("rerank.topN", _int(1, hi=MAX_RERANK_TOP_N)),
     Key("rerank.timeoutMs", _int(1)),
     Key("cache.enabled", BOOL),
@@ -410,6 +410,7 @@ KEYS: tuple[Key, ...] = (
     Key("qmd.limits.timeoutMs", _int(0), top_only=True),
     Key("qmd.scope", Spec("qmd_scope"), top_only=True),
     Key("qmd.mcporter", Spec("any"), attr=None, ignored=True, top_only=True),
+    Key("dataDir", Spec("dir"), read=False),
     Key("configFile", Spec("file", nullable=True), read=False),
     Key("warnings", LIST, read=False),
 )  # fmt: skip

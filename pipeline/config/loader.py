@@ -34,6 +34,7 @@ from pipeline.config.keys import (
     keys_at,
 )
 from pipeline.config.paths import (
+    data_dir,
     default_result_backend,
     default_sessions_dir,
     default_store_path,
@@ -101,7 +102,8 @@ class _Loader:
             self.agent_id = self._agent_id()
         settings: Settings = self.build(Settings, "")
         self._warn(settings)
-        return dataclasses.replace(settings, warnings=tuple(dict.fromkeys(self.warnings)))
+        return dataclasses.replace(settings, data_dir=data_dir(self.env),
+                                   warnings=tuple(dict.fromkeys(self.warnings)))
 
     def build(self, cls: type, owner: str) -> Any:
         """The settings object ``cls`` at attribute path ``owner``, its nested ones first."""
@@ -267,15 +269,19 @@ def _model_providers(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
     return {"model_providers": tuple(entries.items())}
 
 
-def _model_path(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
-    """Local paths are made absolute; ``hf:``/``huggingface:`` URIs and URLs are kept as
-    written."""
-    if entry is None:
-        return {}
-    path = ld.checked("local.modelPath")
-    if path and not re.match(r"^(hf:|huggingface:|[A-Za-z][A-Za-z0-9+.-]*://)", path):
-        path = str(resolve(path, entry.base, ld.env))
-    return {"model_path": path or None}
+def _model_path(key: str) -> Callable[[_Loader, Entry | None], dict[str, Any]]:
+    """The resolver of a model file (``local.modelPath``, ``rerank.modelPath``): local paths
+    are made absolute; ``hf:``/``huggingface:`` URIs and URLs are kept as written."""
+
+    def resolve_path(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
+        if entry is None:
+            return {}
+        path = ld.checked(key)
+        if path and not re.match(r"^(hf:|huggingface:|[A-Za-z][A-Za-z0-9+.-]*://)", path):
+            path = str(resolve(path, entry.base, ld.env))
+        return {"model_path": path or None}
+
+    return resolve_path
 
 
 def _model_cache_dir(ld: _Loader, entry: Entry | None) -> dict[str, Any]:
@@ -374,7 +380,8 @@ _RESOLVERS: dict[str, Callable[[_Loader, Entry | None], dict[str, Any]]] = {
     "remote.apiKey": _api_key("remote.apiKey"),
     "rerank.apiKey": _api_key("rerank.apiKey"),
     "models.providers": _model_providers,
-    "local.modelPath": _model_path,
+    "local.modelPath": _model_path("local.modelPath"),
+    "rerank.modelPath": _model_path("rerank.modelPath"),
     "local.modelCacheDir": _model_cache_dir,
     "extraPaths": _extra_paths,
     "sessionsDir": _sessions_dir,

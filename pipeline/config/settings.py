@@ -35,6 +35,7 @@ from pipeline.config.keys import (
 )
 from pipeline.config.paths import (
     absolute,
+    data_dir,
     default_result_backend,
     default_sessions_dir,
     default_store_path,
@@ -164,7 +165,10 @@ class RerankSettings(_Validated):
     Off by default. ``provider`` ``http`` posts to ``base_url`` + ``/rerank`` (required when
     enabled); ``api_key`` is kept as written (a key, ``${VAR}`` or a variable name) and
     ``api_key_env`` is the variable of a SecretRef, both resolved where the request is made and
-    never shown. ``local`` (a GGUF reranker through llama.cpp) is not served yet: refused.
+    never shown. ``local`` runs a GGUF cross-encoder in process through llama.cpp
+    (:mod:`pipeline.search.rerank_local`): ``model_path`` (required when enabled) is a file,
+    an ``hf:<owner>/<repo>/<file.gguf>`` URI or an http(s) URL, as ``local.modelPath``; it
+    uses ``local.threads`` and ``local.modelCacheDir``. ``timeout_ms`` applies to ``http``.
     """
 
     enabled: bool = False
@@ -173,16 +177,21 @@ class RerankSettings(_Validated):
     api_key: str | None = None
     api_key_env: str | None = None
     model: str = ""
+    model_path: str | None = None
     top_n: int = 20
     timeout_ms: int = 5000
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.provider == "local":
-            raise Invalid("rerank.provider", '"local" (a GGUF reranker through llama.cpp) is not '
-                          'supported by memq yet; use "http" with a /rerank endpoint (llama.cpp\'s '
-                          "llama-server --reranking serves one)", show(self.provider))
-        if self.enabled and not self.base_url:
+        if self.model_path is not None and not self.model_path.strip():
+            _set(self, "model_path", None)
+        if not self.enabled:
+            return
+        if self.provider == "local" and not self.model_path:
+            raise Invalid("rerank.modelPath", 'must be set when rerank.provider is "local" '
+                          "(a GGUF cross-encoder: a file, hf:<owner>/<repo>/<file.gguf> or an "
+                          "http(s) URL)", None)
+        if self.provider == "http" and not self.base_url:
             raise Invalid("rerank.baseUrl", "must be set when rerank.enabled is true (the "
                           "endpoint's base, e.g. https://api.jina.ai/v1)", None)
 
@@ -500,8 +509,10 @@ class Settings(_Validated):
     ``sources`` is the effective list (OpenClaw drops ``sessions`` unless session memory is on,
     and an empty list means ``("memory",)``). ``session_memory`` is ``experimental.sessionMemory``
     or ``rememberAcrossConversations``. ``store`` defaults to :func:`default_store_path` and
-    ``sessions_dir`` to OpenClaw's transcripts folder for ``agent_id``. ``warnings`` lists things
-    worth showing in ``memq status`` (clamped values, ignored keys...).
+    ``sessions_dir`` to OpenClaw's transcripts folder for ``agent_id``. ``data_dir`` is the data
+    dir of the environment the settings were loaded from (:func:`~pipeline.config.paths.data_dir`;
+    this host's shard claims live there). ``warnings`` lists things worth showing in
+    ``memq status`` (clamped values, ignored keys...).
     """
 
     workspace: Path
@@ -540,6 +551,7 @@ class Settings(_Validated):
     qmd: QmdSettings = field(default_factory=QmdSettings)
     #: An openclaw.json's ``models.providers`` entries memq uses, as (provider, entry) pairs.
     model_providers: tuple[tuple[str, ProviderEntry], ...] = ()
+    data_dir: Path = None  # type: ignore[assignment]  # filled by __post_init__
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -573,6 +585,7 @@ class Settings(_Validated):
             _set(self, "sessions_dir", default_sessions_dir(self.agent_id))
         if self.result_backend is None:
             _set(self, "result_backend", default_result_backend())
+        _set(self, "data_dir", data_dir() if self.data_dir is None else absolute(self.data_dir))
         if self.config_file is not None:
             _set(self, "config_file", absolute(self.config_file))
         _set(self, "warnings", tuple(self.warnings))

@@ -1,4 +1,5 @@
-"""Convert a Hugging Face BERT sentence-transformer into a GGUF that llama.cpp loads as "bert".
+"""Convert a Hugging Face BERT sentence-transformer or cross-encoder into a GGUF that llama.cpp
+loads as "bert".
 
 This is a small, torch-free port of what llama.cpp's ``convert_hf_to_gguf.py`` ``BertModel`` does
 (``conversion/bert.py`` plus ``TextModel.set_gguf_parameters`` / ``get_vocab_base`` in
@@ -25,6 +26,16 @@ What llama.cpp needs, and where it comes from:
   ``position_ids`` and MLM/NSP heads are dropped. Norms, biases, ``position_embd`` and
   ``token_types`` stay float32 (as llama.cpp's converter forces; an f16 ``token_types`` aborts
   the process in ggml's CPU add).
+
+A cross-encoder (``BertForSequenceClassification`` with one label, e.g.
+cross-encoder/ms-marco-MiniLM-L-6-v2) becomes a reranker: ``bert.pooling_type`` RANK, the
+pooler ``bert.pooler.dense`` as llama.cpp's ``cls`` (applied with tanh to the [CLS] state, as
+HF's ``BertPooler``) and ``classifier`` as ``cls.output``, and ``tokenizer.ggml.add_sep_token``
+false, so llama.cpp's rerank input is ``[CLS] query [SEP] document [SEP]`` (llama.cpp's
+``format_prompt_rerank``; HF's pair template). Unlike llama.cpp's own converter, which drops the
+pooler and so scores ``classifier(h_cls)`` instead of ``classifier(tanh(pooler(h_cls)))``, the
+scores keep the model's trained scale. One difference from HF stays: llama.cpp adds token type
+0 to every position, where HF gives the document's tokens type 1.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import contextlib
 import json
 import os
 import struct
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -51,6 +63,14 @@ PHANTOM_SPACE = "\u2581"
 
 # tokenizer_config / special_tokens_map key -> what it is, in llama.cpp terms
 BERT_SPECIAL_TOKENS = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
+
+# HF tensor names of a cross-encoder's head (after the "bert." prefix is dropped) -> llama.cpp's.
+_RANK_HEAD = {
+    "pooler.dense.weight": "cls.weight",
+    "pooler.dense.bias": "cls.bias",
+    "classifier.weight": "cls.output.weight",
+    "classifier.bias": "cls.output.bias",
+}
 
 # Files the converter may read; anything else in a model directory is ignored.
 MODEL_FILES = (
@@ -280,14 +300,17 @@ def _load_safetensors(raw: bytes) -> dict[str, np.ndarray]:
         return out
 
 
-def _hf_to_gguf_name(name: str, tmap: gguf.TensorNameMap) -> str | None:
-    """Map an HF BERT tensor name, or None for tensors llama.cpp's BertModel drops."""
+def _hf_to_gguf_name(name: str, tmap: gguf.TensorNameMap, *, rank: bool = False) -> str | None:
+    """Map an HF BERT tensor name, or None for tensors llama.cpp's BertModel drops. With
+    ``rank`` (a cross-encoder) the pooler and classifier become the rank head."""
     if name.startswith("bert."):
         name = name[5:]
     if name.endswith(".gamma"):
         name = name[:-6] + ".weight"
     if name.endswith(".beta"):
         name = name[:-5] + ".bias"
+    if rank and name in _RANK_HEAD:
+        return _RANK_HEAD[name]
     if name in ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"):
         return None
     if name.startswith(("cls.predictions", "cls.seq_relationship", "pooler.")):
@@ -320,6 +343,23 @@ def _tensor_sort_key(name: str) -> tuple[int, str]:
     return -1, name
 
 
+def _is_cross_encoder(cfg: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> bool:
+    """Whether the model is a one-label ``BertForSequenceClassification`` (a reranker); raises
+    for a classifier memq cannot score with (several labels, no pooler)."""
+    archs = cfg.get("architectures") or []
+    if "classifier.weight" not in tensors and "BertForSequenceClassification" not in archs:
+        return False
+    weight = tensors.get("classifier.weight")
+    if weight is None or weight.ndim != 2:
+        raise BertConversionError("a sequence classifier without a classifier.weight matrix")
+    if weight.shape[0] != 1:
+        raise BertConversionError(f"the classifier has {weight.shape[0]} labels; only one-label "
+                                  "cross-encoders (a relevance logit) are supported")
+    if not {"pooler.dense.weight", "bert.pooler.dense.weight"} & set(tensors):
+        raise BertConversionError("a cross-encoder without bert.pooler.dense")
+    return True
+
+
 def convert_bert_to_gguf(
     model_files: Mapping[str, bytes] | Path,
     out_path: Path,
@@ -328,14 +368,16 @@ def convert_bert_to_gguf(
     name: str | None = None,
     pooling: gguf.PoolingType | None = None,
 ) -> Path:
-    """Write a llama.cpp "bert" GGUF for a HF BERT sentence-transformer; return ``out_path``.
+    """Write a llama.cpp "bert" GGUF for a HF BERT sentence-transformer, or a reranker GGUF
+    for a one-label BERT cross-encoder (see the module docstring); return ``out_path``.
 
     ``model_files`` is either a model directory or a mapping from relative file name
     (``"config.json"``, ``"vocab.txt"``, ``"model.safetensors"``, optionally
     ``"tokenizer_config.json"``, ``"special_tokens_map.json"``, ``"tokenizer.json"``,
     ``"modules.json"`` and ``"<pooling dir>/config.json"``) to file contents.
     ``dtype`` is ``"f16"`` (matrices as float16) or ``"f32"``; norms and biases are always float32.
-    ``name`` sets ``general.name``; ``pooling`` overrides the sentence-transformers pooling mode.
+    ``name`` sets ``general.name``; ``pooling`` overrides the sentence-transformers pooling mode
+    (a cross-encoder is always RANK).
     The file is written to a temporary name next to ``out_path`` and renamed into place.
     """
     import gguf
@@ -383,6 +425,9 @@ def convert_bert_to_gguf(
         )
 
     tokens, toktypes, special_ids, norm = _build_vocab(files, vocab_size)
+    rank = _is_cross_encoder(cfg, tensors)
+    if rank:
+        pooling = gguf.PoolingType.RANK
 
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -420,6 +465,8 @@ def convert_bert_to_gguf(
             w.add_mask_token_id(special_ids["mask_token"])
         w.add_add_bos_token(True)
         w.add_add_eos_token(True)
+        if rank:  # [CLS] query [SEP] document [SEP]: no second separator between the two
+            w.add_add_sep_token(False)
         if "lowercase" in norm:
             w.add_bool(_KEY_NORMALIZER_LOWERCASE, norm["lowercase"])
         if "strip_accents" in norm:
@@ -428,7 +475,7 @@ def convert_bert_to_gguf(
 
         tmap = gguf.TensorNameMap(gguf.MODEL_ARCH.BERT, n_layer)
         seen: set[str] = set()
-        mapped = [(_hf_to_gguf_name(k, tmap), arr) for k, arr in tensors.items()]
+        mapped = [(_hf_to_gguf_name(k, tmap, rank=rank), arr) for k, arr in tensors.items()]
         # safetensors hands tensors back in hash order; sort so the same weights always give
         # a byte-identical file (globals first, then blk.0, blk.1, ...).
         mapped.sort(key=lambda item: _tensor_sort_key(item[0] or ""))
@@ -446,6 +493,8 @@ def convert_bert_to_gguf(
             w.add_tensor(new_name, data)
 
         must_have = {"token_embd.weight", "position_embd.weight", "token_embd_norm.weight"}
+        if rank:
+            must_have |= set(_RANK_HEAD.values())
         if missing := must_have - seen:
             raise BertConversionError(f"missing tensors: {sorted(missing)}")
         pos = tensors.get("embeddings.position_embeddings.weight")
@@ -469,3 +518,33 @@ def convert_bert_to_gguf(
             tmp.unlink()
         raise
     return out_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.embeddings.gguf_bert MODEL_DIR OUT.gguf [--dtype f16|f32]``:
+    convert a downloaded HF BERT sentence-transformer or one-label cross-encoder directory."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.embeddings.gguf_bert",
+        description="Convert a Hugging Face BERT sentence-transformer (an embedding model) or a "
+                    "one-label BERT cross-encoder (a reranker, e.g. "
+                    "cross-encoder/ms-marco-MiniLM-L-6-v2) into a GGUF llama.cpp loads.")
+    parser.add_argument("model_dir", type=Path, help="the model's directory (config.json, "
+                        "vocab.txt, model.safetensors, tokenizer files)")
+    parser.add_argument("out", type=Path, help="the .gguf file to write")
+    parser.add_argument("--dtype", choices=("f16", "f32"), default="f16",
+                        help="matrices as float16 (default) or float32")
+    parser.add_argument("--name", help="general.name (default: from config.json)")
+    args = parser.parse_args(argv)
+    try:
+        out = convert_bert_to_gguf(args.model_dir, args.out, dtype=args.dtype, name=args.name)
+    except (BertConversionError, OSError, ValueError) as exc:
+        print(f"cannot convert {args.model_dir}: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -42,17 +42,11 @@ import numpy as np
 
 from pipeline.embeddings.base import l2_normalise
 from pipeline.embeddings.default_model import DEFAULT_MODEL_ID, default_model_path
-from pipeline.embeddings.gguf_header import trained_context_length
-from pipeline.embeddings.model_source import ModelSource, is_downloadable, model_source
+from pipeline.embeddings.llama_model import MAX_CONTEXT, ModelFile, decode_pooled, load_llama
 from pipeline.errors import EmbeddingError, ProviderUnavailable
 
 __all__ = ["MAX_CONTEXT", "LocalProvider", "split_windows"]
 
-# Largest context ever allocated. Non-causal attention over n tokens costs O(n^2) memory per
-# head, and memq's chunks are at most 2048 bytes anyway; longer inputs are windowed.
-MAX_CONTEXT = 2048
-# Used when a GGUF does not state its trained context.
-FALLBACK_CONTEXT = 512
 # Queries of at most this many tokens are decoded on one thread (see the module docstring).
 QUERY_ONE_THREAD_TOKENS = 64
 
@@ -102,30 +96,16 @@ class LocalProvider:
             raise ValueError("threads must be >= 1")
         self._threads = threads or os.cpu_count() or 1
         self._cache_dir = cache_dir
-        self._path: Path | None = None
-        self._source: ModelSource | None = None
-        if model_path is None:
-            self.model = DEFAULT_MODEL_ID
-        else:
-            text = str(model_path)
-            if is_downloadable(text):
-                self._source = model_source(text, cache_dir)
-                name = self._source.file_name
-            else:
-                self._path = Path(text).expanduser()
-                if not self._path.is_file():
-                    raise ProviderUnavailable(f"local model file not found: {self._path}")
-                name = self._path.name
-            # The stable id is the file name without ".gguf", so pointing at the cached default
-            # model by path gives the same id ("all-MiniLM-L6-v2-f16") as model_path=None.
-            self.model = name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+        # The stable id is the file name without ".gguf", so pointing at the cached default
+        # model by path gives the same id ("all-MiniLM-L6-v2-f16") as model_path=None.
+        self._file = None if model_path is None else ModelFile(model_path, cache_dir)
+        self.model = DEFAULT_MODEL_ID if self._file is None else self._file.model
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._llm: Any = None
         self._ctx_threads = 0
         self._dims = 0
         self._n_ctx = 0
-        self._pooled = True
         self._prefix: list[int] = []
         self._suffix: list[int] = []
 
@@ -135,15 +115,8 @@ class LocalProvider:
         """The GGUF this provider loads: the configured file, the downloaded one (downloaded
         now if it is not in the cache yet) or memq's default model (converted on first use).
         Raises ProviderUnavailable when it cannot be had."""
-        if self._source is not None:
-            found = self._source.present()
-            if found is not None:
-                return found
-            from pipeline.embeddings.download import fetch_model
-
-            return fetch_model(self._source)
-        if self._path is not None:
-            return self._path
+        if self._file is not None:
+            return self._file.file()
         return default_model_path(self._cache_dir)
 
     def _check_fork(self) -> None:
@@ -158,49 +131,15 @@ class LocalProvider:
         """Load the model if needed. The caller holds ``self._lock``."""
         if self._llm is not None:
             return self._llm
-        try:
-            import llama_cpp
-        except ImportError as exc:
-            raise ProviderUnavailable(f"llama-cpp-python is not installed: {exc}") from exc
         path = self.model_file()
-        try:
-            n_ctx_train = trained_context_length(path)
-        except Exception as exc:
-            raise ProviderUnavailable(f"{path} is not a readable GGUF file: {exc}") from exc
-        n_ctx = min(n_ctx_train or FALLBACK_CONTEXT, MAX_CONTEXT)
-        llm = None
-        errors: list[str] = []
-        # Flash attention measured ~1.7x faster for 200-token chunks on CPU (same vectors to
-        # cosine > 0.999); if this llama.cpp build or model cannot use it, load without.
-        for flash in (True, False):
-            try:
-                llm = llama_cpp.Llama(
-                    model_path=str(path),
-                    embedding=True,
-                    n_ctx=n_ctx,
-                    n_batch=n_ctx,
-                    n_ubatch=n_ctx,
-                    n_threads=self._threads,
-                    n_threads_batch=self._threads,
-                    flash_attn=flash,
-                    verbose=False,
-                )
-                break
-            except Exception as exc:
-                errors.append(f"{exc}")
-        if llm is None:
-            raise ProviderUnavailable(f"llama.cpp could not load {path}: {'; '.join(errors)}")
-        if problem := _tokenizer_problem(llama_cpp, llm):
-            llm.close()
-            raise ProviderUnavailable(f"{path}: {problem}")
+        llm, n_ctx = load_llama(path, self._threads)
+        import llama_cpp  # load_llama has checked it is installed
+
         pooling = int(llm.pooling_type())
         if pooling == llama_cpp.LLAMA_POOLING_TYPE_RANK:
             llm.close()
             raise ProviderUnavailable(f"{path} is a reranker (rank pooling), not an embedder")
-        self._pooled = pooling != llama_cpp.LLAMA_POOLING_TYPE_NONE
-        # Not llm.n_ctx(): llama.cpp pads the context up (to a multiple of 256), and a sequence
-        # longer than the trained positions would read past the position-embedding table.
-        self._n_ctx = min(n_ctx, llm.n_ctx())
+        self._n_ctx = n_ctx
         self._dims = llm.n_embd()
         self._prefix, self._suffix = _special_affixes(llm)
         if self._n_ctx - len(self._prefix) - len(self._suffix) < 1:
@@ -216,23 +155,10 @@ class LocalProvider:
         """Run one sequence (at most n_ctx tokens) and return its pooled, unnormalised vector."""
         import llama_cpp
 
-        llm = self._llm
-        ctx, batch = llm._ctx, llm._batch  # the same objects Llama.embed() drives
-        ctx.kv_cache_clear()
-        batch.reset()
-        batch.add_sequence(ids, 0, True)
-        try:
-            ctx.decode(batch)
-        except RuntimeError as exc:
-            raise EmbeddingError(f"llama.cpp failed to embed {len(ids)} tokens: {exc}") from exc
-        finally:
-            batch.reset()
-        if self._pooled:
-            ptr = llama_cpp.llama_get_embeddings_seq(ctx.ctx, 0)
-            if not ptr:
-                raise EmbeddingError("llama.cpp returned no pooled embedding")
-            return np.ctypeslib.as_array(ptr, shape=(self._dims,)).astype(np.float32)
-        ptr = llama_cpp.llama_get_embeddings(ctx.ctx)
+        pooled = decode_pooled(self._llm, ids, self._dims)
+        if pooled is not None:
+            return pooled
+        ptr = llama_cpp.llama_get_embeddings(self._llm._ctx.ctx)
         if not ptr:
             raise EmbeddingError("llama.cpp returned no token embeddings")
         tokens = np.ctypeslib.as_array(ptr, shape=(len(ids), self._dims))
@@ -321,28 +247,6 @@ class LocalProvider:
 
     def __repr__(self) -> str:
         return f"LocalProvider(model={self.model!r}, threads={self._threads})"
-
-
-def _tokenizer_problem(llama_cpp: Any, llm: Any) -> str | None:
-    """Why tokenising with special tokens would GGML_ASSERT (abort the process), if it would.
-
-    llama.cpp asserts that [CLS]/[SEP] exist for a WordPiece vocabulary, and that BOS/EOS exist
-    when the vocabulary asks for them to be added; a hand-made GGUF can lack them.
-    """
-    vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    null = llama_cpp.LLAMA_TOKEN_NULL
-    if llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_NONE:
-        return "the GGUF has no tokenizer vocabulary"
-    bos, eos = llama_cpp.llama_vocab_bos(vocab), llama_cpp.llama_vocab_eos(vocab)
-    if llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_WPM:
-        if bos == null or llama_cpp.llama_vocab_sep(vocab) == null:
-            return "WordPiece vocabulary without valid [CLS]/[SEP] token ids"
-        return None
-    if llama_cpp.llama_vocab_get_add_bos(vocab) and bos == null:
-        return "the vocabulary adds a BOS token but has none"
-    if llama_cpp.llama_vocab_get_add_eos(vocab) and eos == null:
-        return "the vocabulary adds an EOS token but has none"
-    return None
 
 
 def _special_affixes(llm: Any) -> tuple[list[int], list[int]]:

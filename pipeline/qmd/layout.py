@@ -6,11 +6,14 @@ per memory beside its index: ``<store path without .sqlite>.qmd/``, so two works
 share a QMD index, and removing a memory's files removes its QMD state too.
 
 **The collections** (OpenClaw 2026.3.24, ``resolveDefaultCollections`` / ``resolveCustomPaths``
-in ``dist/search-manager-BS0Qj_gi.js``, session collection in ``dist/qmd-manager-CdVu0x02.js``):
+in ``dist/search-manager-BS0Qj_gi.js``, session collection in ``dist/qmd-manager-CdVu0x02.js``;
+the default ones as its later QMD backends, which OpenClaw removed in 2026.8.1):
 
-- with ``includeDefaultMemory``: ``memory-root-<agent>`` (the workspace, mask ``MEMORY.md``),
-  ``memory-alt-<agent>`` (the workspace, ``memory.md``), ``memory-dir-<agent>``
-  (``<workspace>/memory``, ``**/*.md``);
+- with ``includeDefaultMemory``: ``memory-root-<agent>`` (the workspace, mask ``MEMORY.md``)
+  and ``memory-dir-<agent>`` (``<workspace>/memory``, ``**/*.md``). No ``memory-alt`` for the
+  legacy lower-case ``memory.md`` (2026.3 had one): it is no longer memory, in OpenClaw
+  2026.9.6 and in memq's own sources. ``USER.md`` has no collection (OpenClaw's QMD backends,
+  2026.3 and later, gave it none), so only the builtin backend searches it;
 - one per ``paths[]`` entry: ``<name or custom-N>-<agent>`` (N counts entries from 1), mask
   the entry's ``pattern`` or ``**/*.md``. A path that is a file becomes its folder with the
   file's (glob-escaped) name as the mask, as OpenClaw 2026.4+ does; 2026.3 handed qmd the file,
@@ -108,7 +111,6 @@ def collections(settings: Settings, home: QmdHome) -> list[Collection]:
     workspace = settings.workspace
     if qmd.include_default_memory:
         for base, path, pattern in (("memory-root", workspace, "MEMORY.md"),
-                                    ("memory-alt", workspace, "memory.md"),
                                     ("memory-dir", workspace / "memory", DEFAULT_PATTERN)):
             out.append(Collection(_unique(f"{base}-{agent}", taken), path, pattern, "memory"))
     seen: set[tuple[Path, str]] = set()

@@ -14,6 +14,8 @@ from pipeline.errors import RequestRefused
 from pipeline.results import SearchResults
 
 CORPORA = ("memory", "wiki", "all", "sessions")
+#: ``memory_get``'s corpora (OpenClaw 2026.9: it reads files, never transcripts).
+GET_CORPORA = ("memory", "wiki", "all")
 SESSIONS_DISABLED = "Session transcript search is not enabled."
 SESSIONS_ACTION = ("ask the operator to enable semantic session search by enabling "
                    "memory.search.experimental.sessionMemory and adding \"sessions\" to "
@@ -46,3 +48,16 @@ def corpus_sources(settings: Settings, corpus: str | None) -> tuple[str, ...] | 
     if corpus in (None, "all") or settings.sources == (corpus,):
         return None
     return (corpus,)
+
+
+def corpus_outcomes(corpus: str | None) -> dict[str, object]:
+    """What a ``memory_get`` of ``corpus`` says of each corpus it asked, as OpenClaw 2026.9
+    does: ``wiki`` alone is not registered (with a warning), ``all`` read the memory files
+    and found no wiki; ``memory`` (or none) says nothing."""
+    if corpus == "wiki":
+        return {"corpora": [{"corpus": "wiki", "outcome": "not-registered"}],
+                "warning": NO_WIKI}
+    if corpus == "all":
+        return {"corpora": [{"corpus": "memory", "outcome": "ok"},
+                            {"corpus": "wiki", "outcome": "not-registered"}]}
+    return {}

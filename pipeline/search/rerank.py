@@ -15,7 +15,9 @@ A reranker that cannot answer (timeout, connection, HTTP error, an answer that i
 answer says why in its ``rerank`` note, a warning is logged once per outage (never the key),
 and for ``RETRY_S`` seconds the endpoint is not asked again. The HTTP client lives in
 :mod:`pipeline.search.rerank_http` (imported only when a reranker is configured: a one-shot
-search without one imports no httpx).
+search without one imports no httpx); ``rerank.provider: "local"``, a GGUF cross-encoder in
+llama.cpp, in :mod:`pipeline.search.rerank_local` (a missing, unreadable or wrong model file is
+an outage like any other: the fused order stands and the note says why).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from pipeline.config import RerankSettings
+from pipeline.config import LocalSettings, RerankSettings
 from pipeline.search.fusion import Candidate
 from pipeline.search.rerank_wire import RerankFailed
 
@@ -125,17 +127,42 @@ class Reranker:
             scorer.close()
 
 
-def build_reranker(settings: RerankSettings, env: Mapping[str, str] | None = None
-                   ) -> Reranker | None:
-    """The configured reranker (None when ``rerank.enabled`` is false). Its scorer, and the
-    HTTP client it needs, are built on first use."""
+def build_reranker(settings: RerankSettings, env: Mapping[str, str] | None = None, *,
+                   local: LocalSettings | None = None) -> Reranker | None:
+    """The configured reranker (None when ``rerank.enabled`` is false). Its scorer (the HTTP
+    client, or the local model, loaded with ``local.threads`` from ``local.modelCacheDir``) is
+    built on first use."""
     if not settings.enabled:
         return None
+    model = settings.model
+    if settings.provider == "local":
+        local = local or LocalSettings()
 
-    def build() -> Scorer:
-        from pipeline.search.rerank_http import HttpScorer  # httpx: only with a reranker
+        def build() -> Scorer:
+            from pipeline.search.rerank_local import LocalScorer  # llama.cpp: only when used
 
-        return HttpScorer(settings, env)
+            assert settings.model_path is not None  # RerankSettings requires it
+            return LocalScorer(settings.model_path, threads=local.threads,
+                               cache_dir=local.model_cache_dir)
 
-    return Reranker(build, provider=settings.provider, model=settings.model,
-                    top_n=settings.top_n)
+        model = model or _local_model_id(settings.model_path, local)
+    else:
+
+        def build() -> Scorer:
+            from pipeline.search.rerank_http import HttpScorer  # httpx: only with a reranker
+
+            return HttpScorer(settings, env)
+
+    return Reranker(build, provider=settings.provider, model=model, top_n=settings.top_n)
+
+
+def _local_model_id(model_path: str | None, local: LocalSettings) -> str:
+    """The local reranker's id for the note (its file name without ``.gguf``), or "" when
+    the configured file cannot be named (the note then has none; the search says why)."""
+    from pipeline.embeddings.llama_model import ModelFile
+    from pipeline.errors import ProviderUnavailable
+
+    try:
+        return ModelFile(model_path or "", local.model_cache_dir).model
+    except ProviderUnavailable:
+        return ""

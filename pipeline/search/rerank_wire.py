@@ -1,6 +1,6 @@
 """What a ``/rerank`` answer means, and why a reranker could not give one: shared by the stage
-(:mod:`pipeline.search.rerank`) and its clients (:mod:`pipeline.search.rerank_http`), without
-the HTTP stack."""
+(:mod:`pipeline.search.rerank`) and its scorers (:mod:`pipeline.search.rerank_http`,
+:mod:`pipeline.search.rerank_local`), without the HTTP stack or llama.cpp."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 
 from pipeline.errors import MemqError
 
-#: Why a reranker could not answer.
-KINDS = ("timeout", "connection", "http", "refused", "json", "key")
+#: Why a reranker could not answer ("model": the local model file is missing, unreadable, not
+#: a reranker, or llama.cpp failed on it).
+KINDS = ("timeout", "connection", "http", "refused", "json", "key", "model")
 
 
 class RerankFailed(MemqError, RuntimeError):
@@ -49,9 +50,10 @@ def scores_from_answer(data: Any, count: int) -> list[float]:
         raise RerankFailed("json", f"the answer scores {len(scores)} of {count} documents")
     ordered = [scores[i] for i in range(count)]
     if any(not 0.0 <= s <= 1.0 for s in ordered):
-        ordered = [_logistic(s) for s in ordered]
+        ordered = [logistic(s) for s in ordered]
     return ordered
 
 
-def _logistic(x: float) -> float:
+def logistic(x: float) -> float:
+    """1 / (1 + e^-x), without overflow: a relevance logit as a probability."""
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))

