@@ -8,6 +8,7 @@ import copy
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,14 @@ from tests.secrets_scan import (  # the whole-suite secrets check: hooks for eve
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
+
+# The tests stop `memq watch` and other long-running commands with SIGINT, as Ctrl-C would. A
+# suite started as a background job of a non-interactive shell (`pytest &` in a script)
+# inherits SIGINT ignored, and every process it spawns would too (an ignored signal survives
+# exec; Python then keeps it ignored): give this process a handler, which exec resets to the
+# default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Every memory of the suite is one this host holds (a one-host fleet), unless a test says
 # otherwise: the tests of hosts that hold no store set fleet.localShards per host.
