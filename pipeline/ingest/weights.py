@@ -25,6 +25,7 @@ suffix of a line by counting matches instead of walking it in Python.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -48,16 +49,28 @@ def _class(ranges: tuple[tuple[int, int], ...]) -> str:
     return "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
 
 
-_WEIGHTED = tuple((surcharge, re.compile(f"[{_class(ranges)}]")) for surcharge, ranges in _BUCKETS)
-_ANY_WEIGHTED = re.compile("[" + "".join(_class(r) for _, r in _BUCKETS) + "]")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
-
-# Surcharge by code point, for the vectorised weights of long lines.
 _TABLE_SIZE = max(b for _, ranges in _BUCKETS for _, b in ranges) + 2
-_SURCHARGE = np.zeros(_TABLE_SIZE, dtype=np.int64)
-for _surcharge, _ranges in _BUCKETS:
-    for _a, _b in _ranges:
-        _SURCHARGE[_a : _b + 1] = _surcharge
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], tuple[tuple[int, re.Pattern[str]], ...]]:
+    """(any weighted character, (surcharge, its bucket's characters) per bucket), compiled on
+    first use: only text with non-ASCII characters needs them, and a one-shot search that
+    never chunks need not pay for them."""
+    weighted = tuple((surcharge, re.compile(f"[{_class(ranges)}]"))
+                     for surcharge, ranges in _BUCKETS)
+    return re.compile("[" + "".join(_class(r) for _, r in _BUCKETS) + "]"), weighted
+
+
+@functools.cache
+def _surcharges() -> np.ndarray:
+    """Surcharge by code point, for the vectorised weights of long lines."""
+    table = np.zeros(_TABLE_SIZE, dtype=np.int64)
+    for surcharge, ranges in _BUCKETS:
+        for a, b in ranges:
+            table[a : b + 1] = surcharge
+    return table
 
 
 def utf16_len(text: str) -> int:
@@ -72,9 +85,10 @@ def estimate_string_chars(text: str) -> int:
     if text.isascii():
         return len(text)
     total = utf16_len(text)
-    if _ANY_WEIGHTED.search(text) is None:
+    any_weighted, weighted = _patterns()
+    if any_weighted.search(text) is None:
         return total
-    for surcharge, pattern in _WEIGHTED:
+    for surcharge, pattern in weighted:
         total += surcharge * len(pattern.findall(text))
     return total
 
@@ -82,11 +96,12 @@ def estimate_string_chars(text: str) -> int:
 def is_plain(text: str) -> bool:
     """True when every character of ``text`` weighs 1 (no astral and no weighted character),
     so weights, UTF-16 units and Python indices all agree."""
-    return text.isascii() or (_ASTRAL.search(text) is None and _ANY_WEIGHTED.search(text) is None)
+    return text.isascii() or (_ASTRAL.search(text) is None
+                               and _patterns()[0].search(text) is None)
 
 
 def code_point_weights(text: str) -> tuple[np.ndarray, np.ndarray]:
     """(UTF-16 units, weight) of each code point of ``text`` (no lone surrogates)."""
     cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)
     units = 1 + (cps > 0xFFFF)
-    return units, units + _SURCHARGE[np.minimum(cps, _TABLE_SIZE - 1)]
+    return units, units + _surcharges()[np.minimum(cps, _TABLE_SIZE - 1)]
