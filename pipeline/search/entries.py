@@ -57,17 +57,17 @@ def _specificities(db: Database, query: str, ranked: list[Candidate],
     # then checked); a query without "/" is the name or stem of every file found.
     found = reads.first_chunks_named(db, wanted.rsplit("/", 1)[-1], sources,
                                      None if "/" in wanted else EXACT_PATH_LIMIT)
-    named = {path: rowid for rowid, path in found
-             if weights.exact_path_specificity(query, path) > 0}
-    if len(named) > EXACT_PATH_LIMIT:
-        named = dict(sorted(named.items())[:EXACT_PATH_LIMIT])
-    if not named:
+    levels = {path: (rowid, level) for rowid, path in found
+              if (level := weights.exact_path_specificity(query, path)) > 0}
+    if len(levels) > EXACT_PATH_LIMIT:
+        levels = dict(sorted(levels.items())[:EXACT_PATH_LIMIT])
+    if not levels:
         return {}
     have = {c.rowid for c in ranked}
-    ranked.extend(Candidate(rowid) for rowid in named.values() if rowid not in have)
-    return {rowid: weights.exact_path_specificity(query, path)
+    ranked.extend(Candidate(rowid) for rowid, _ in levels.values() if rowid not in have)
+    return {rowid: levels[path][1]
             for rowid, path, _ in reads.chunk_files(db, [c.rowid for c in ranked])
-            if path in named}
+            if path in levels}
 
 
 def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
