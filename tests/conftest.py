@@ -16,6 +16,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,20 @@ def _private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's data dir (default stores, the job log, shard claims) is its own, never the
     machine's ~/.local/share/memq, which other test sessions share."""
     monkeypatch.setenv("MEMQ_HOME", str(tmp_path / "memq-data"))
+
+
+class DailyLogDays:
+    """The daily logs (``memory/YYYY-MM-DD.md``) a note appended inside a ``with`` block may go to.
+
+    The day is read on entry and again on exit, so a run that crosses midnight accepts either
+    day instead of failing on the clock (a note's day is the appender's ``date.today()``)."""
+
+    def __enter__(self) -> DailyLogDays:
+        self.paths = {f"memory/{date.today().isoformat()}.md"}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.paths.add(f"memory/{date.today().isoformat()}.md")
 
 
 def write_config(path: Path, **keys: object) -> Path:

@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,7 @@ from memq.mcp_server import is_loopback, parse_bind, tool_descriptions
 from pipeline.config import Settings
 from pipeline.results import SearchHit
 from pipeline.search.citations import apply_citations
-from tests.conftest import REPO, run_memq
-
-TODAY = date.today().isoformat()
+from tests.conftest import REPO, DailyLogDays, run_memq
 
 
 def server_params(settings: Settings) -> StdioServerParameters:
@@ -63,6 +60,7 @@ async def refused(client: Client, tool: str, args: Any) -> str:
 def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settings) -> None:
     ws = keyword_settings.workspace
     memory_before = (ws / "MEMORY.md").read_text()
+    daily: dict[str, str] = {}
 
     async def scenario() -> None:
         async with session(keyword_settings) as client:
@@ -103,14 +101,16 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
                            "lines": 2}
 
             note = "- Zorblax rollout moved to Thursday; Priya owns the runbook."
-            saved = await call(client, "memory_append", {"text": note})
-            assert saved["path"] == f"memory/{TODAY}.md" and saved["target"] == "daily"
+            with DailyLogDays() as days:
+                saved = await call(client, "memory_append", {"text": note})
+            assert saved["path"] in days.paths and saved["target"] == "daily"
+            daily["path"] = saved["path"]
             assert saved["indexed"] is True and saved["vectors"] == "none (keyword-only index)"
             back = await call(client, "memory_get", {"path": saved["path"],
                                                      "from": saved["startLine"], "lines": 1})
             assert back["text"] == note
             hits = await call(client, "memory_search", {"query": "Zorblax runbook"})
-            assert hits["results"][0]["path"] == f"memory/{TODAY}.md"
+            assert hits["results"][0]["path"] == daily["path"]
             assert "Zorblax" in hits["results"][0]["snippet"] and "dirty" not in hits
 
             decaf = {"text": "- Sam switched to decaf after 14:00.", "target": "longterm"}
@@ -120,7 +120,7 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
             assert hits["results"][0]["path"] == "MEMORY.md"
 
     anyio.run(scenario)
-    assert (ws / f"memory/{TODAY}.md").read_text() == (
+    assert (ws / daily["path"]).read_text() == (
         "- Zorblax rollout moved to Thursday; Priya owns the runbook.\n")
     memory_after = (ws / "MEMORY.md").read_text()
     assert memory_after.startswith(memory_before)
