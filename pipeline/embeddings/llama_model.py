@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.embeddings.gguf_header import trained_context_length
+from pipeline.embeddings.llama_import import import_llama_cpp
 from pipeline.embeddings.model_source import ModelSource, is_downloadable, model_source
 from pipeline.errors import EmbeddingError, ProviderUnavailable
 
@@ -75,7 +76,7 @@ def load_llama(path: Path, threads: int, *, pooling_type: int | None = None) -> 
     up past the position-embedding table). ``pooling_type`` forces a pooling (e.g.
     ``LLAMA_POOLING_TYPE_RANK``); None keeps the GGUF's. Raises ProviderUnavailable."""
     try:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
     except ImportError as exc:
         raise ProviderUnavailable(f"llama-cpp-python is not installed: {exc}") from exc
     try:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.embeddings.llama_import import import_llama_cpp
 from pipeline.embeddings.llama_model import ModelFile, decode_pooled, load_llama
 from pipeline.errors import EmbeddingError, ProviderUnavailable
 from pipeline.search.rerank_wire import RerankFailed, logistic
@@ -92,8 +93,7 @@ class LocalScorer:
         if self._llm is not None:
             return self._llm
         try:
-            import llama_cpp
-
+            llama_cpp = import_llama_cpp()
             path = self._file.file()
             llm, n_ctx = load_llama(path, self._threads,
                                     pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK)
