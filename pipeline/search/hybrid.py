@@ -194,7 +194,7 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     picked, fill = _select(ranked, found, min_score, max_results, len(exact))
     rows = reads.chunk_rows(db, [c.rowid for c in exact + picked + fill])
     exact = _exact_order(weighed, {c.rowid for c in exact if c.rowid in rows}, rows,
-                         hybrid.mmr.lambda_ if hybrid.mmr.enabled else None)
+                         hybrid.mmr.lambda_ if hybrid.mmr.enabled else None, max_results)
     picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading
     fill = [c for c in fill if c.rowid in rows]
     note, head = None, len(picked)
@@ -203,27 +203,31 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
                                                 [rows[c.rowid][3] for c in picked],
                                                 weighed.factors)
         head = reranked or head  # MMR stays among the reranked: their scores are another scale
-    if hybrid.mmr.enabled:
+    if hybrid.mmr.enabled:  # only the places left after the exact matches are shown
         picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
                            [rows[c.rowid][3] for c in picked[:head]],
-                           hybrid.mmr.lambda_) + picked[head:]
+                           hybrid.mmr.lambda_, limit=max_results - len(exact)) + picked[head:]
     return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid))
                    for c in (exact + picked + fill)[:max_results]], note)
 
 
 def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple[Any, ...]],
-                 mmr_lambda: float | None) -> list[Candidate]:
-    """The exact-path matches that were ``kept``, in order; with MMR on (``mmr_lambda``), each
-    group re-ordered by MMR over its ranking scores, as OpenClaw's ``rerankExactGroup``."""
+                 mmr_lambda: float | None, limit: int) -> list[Candidate]:
+    """The first ``limit`` exact-path matches that were ``kept``, in order; with MMR on
+    (``mmr_lambda``), each group re-ordered by MMR over its ranking scores, as OpenClaw's
+    ``rerankExactGroup``."""
     out: list[Candidate] = []
     for group in weighed.groups:
+        if len(out) >= limit:
+            break
         members = [(c, score) for c, score in group if c.rowid in kept]
         if mmr_lambda is None or len(members) < 2:
             out += [c for c, _ in members]
             continue
         out += mmr_order([c for c, _ in members], [score for _, score in members],
-                         [rows[c.rowid][3] for c, _ in members], mmr_lambda)
-    return out
+                         [rows[c.rowid][3] for c, _ in members], mmr_lambda,
+                         limit=limit - len(out))
+    return out[:limit]
 
 
 def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_results: int,

@@ -5,6 +5,13 @@ the items already taken, relevance min-max normalised over the pool. Similarity 
 Unicode word tokens (CJK as bigrams, :func:`pipeline.store.tokens.words`), and two texts with
 no tokens are not similar (OpenClaw's ASCII-only tokens made every CJK snippet identical).
 Scores are not changed, only the order.
+
+A step looks at the items by relevance, best first, and stops at the first whose λ·relevance
+(what it would score with no similarity at all) is below the best value found: no later item
+can win. An item's tokens and its similarities to the items taken are computed only when it
+is looked at, so a step costs a few Jaccard comparisons, not one per item left; ``limit``
+stops after the first items taken (a search shows ``maxResults``). The order is the one the
+plain greedy loop gives (``tests/test_mmr_order.py`` pins it).
 """
 
 from __future__ import annotations
@@ -18,26 +25,61 @@ T = TypeVar("T")
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a ∩ b| / |a ∪ b|; 0 when either set is empty."""
     if not a or not b:
         return 0.0
-    return len(a & b) / len(a | b)
+    common = len(a & b)
+    return common / (len(a) + len(b) - common)
+
+
+class _Pool:
+    """The items' relevance, tokens (read on first use) and nearest similarity to the taken."""
+
+    def __init__(self, scores: Sequence[float], texts: Sequence[str]) -> None:
+        lo, hi = min(scores), max(scores)
+        self.rel = [(s - lo) / (hi - lo) if hi > lo else 1.0 for s in scores]
+        self.texts = texts
+        self.tokens: list[frozenset[str] | None] = [None] * len(texts)
+        self.nearest = [0.0] * len(texts)  # max similarity to the taken items folded in
+        self.folded = [0] * len(texts)  # how many of the taken items that covers
+
+    def words_of(self, i: int) -> frozenset[str]:
+        found = self.tokens[i]
+        if found is None:
+            found = self.tokens[i] = frozenset(words(self.texts[i]))
+        return found
+
+    def nearest_to(self, i: int, taken: list[int]) -> float:
+        """Item ``i``'s max similarity to everything ``taken`` (folding in the new ones)."""
+        if self.folded[i] < len(taken):
+            mine = self.words_of(i)
+            near = self.nearest[i]
+            for j in taken[self.folded[i]:]:
+                near = max(near, jaccard(mine, self.words_of(j)))
+            self.nearest[i], self.folded[i] = near, len(taken)
+        return self.nearest[i]
 
 
 def mmr_order(items: Sequence[T], scores: Sequence[float], texts: Sequence[str],
-              lambda_: float) -> list[T]:
-    """``items`` re-ordered by MMR; ``scores`` and ``texts`` are parallel to ``items``."""
+              lambda_: float, limit: int | None = None) -> list[T]:
+    """``items`` re-ordered by MMR; ``scores`` and ``texts`` are parallel to ``items``.
+    ``limit``: only the first ``limit`` of that order (None: all of it)."""
+    count = len(items) if limit is None else max(0, min(limit, len(items)))
     if len(items) < 2:
-        return list(items)
-    lo, hi = min(scores), max(scores)
-    rel = [(s - lo) / (hi - lo) if hi > lo else 1.0 for s in scores]
-    tokens = [frozenset(words(t)) for t in texts]
-    left = list(range(len(items)))
-    nearest = [0.0] * len(items)  # max similarity to anything taken so far
-    order: list[int] = []
-    while left:
-        best = max(left, key=lambda i: (lambda_ * rel[i] - (1 - lambda_) * nearest[i], -i))
-        order.append(best)
+        return list(items)[:count]
+    pool = _Pool(scores, texts)
+    rel = pool.rel
+    left = sorted(range(len(items)), key=lambda i: (-rel[i], i))  # bounds non-increasing
+    taken: list[int] = []
+    while len(taken) < count:
+        best, best_value = left[0], lambda_ * rel[left[0]] - (1 - lambda_) * pool.nearest_to(
+            left[0], taken)
+        for i in left[1:]:
+            if lambda_ * rel[i] < best_value:  # similarity only lowers a value: none can win
+                break
+            value = lambda_ * rel[i] - (1 - lambda_) * pool.nearest_to(i, taken)
+            if value > best_value or (value == best_value and i < best):
+                best, best_value = i, value
+        taken.append(best)
         left.remove(best)
-        for i in left:
-            nearest[i] = max(nearest[i], jaccard(tokens[i], tokens[best]))
-    return [items[i] for i in order]
+    return [items[i] for i in taken]
