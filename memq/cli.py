@@ -773,10 +773,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_shard(args: argparse.Namespace) -> int:
     """``memq shard copy|forget --shard N``: move a shard's stores to this host through the
     broker, or say this host holds them no more."""
-    from pipeline.placement import unclaim
+    from pipeline.placement import claims_of, unclaim_in
 
-    if args.action == "forget":
-        dropped = unclaim([args.shard])
+    if args.action == "forget":  # the claims of the settings' data dir (not the process's)
+        dropped = unclaim_in(claims_of(_settings(args)), [args.shard])
         _emit(args, {"shard": args.shard, "forgotten": bool(dropped)},
               f"this host no longer claims shard {args.shard}" if dropped else
               f"this host did not claim shard {args.shard}")

@@ -6,7 +6,7 @@ shard's reader answers over the broker, and this host never creates or claims a 
 
 ``fleet.localShards`` says which shards are local: ``"all"``, ``"none"``, shard numbers, or
 ``"auto"`` (the default): the shards a writer or reader started from this host's data dir
-claimed (``<data dir>/shards/<n>.json``, written at their start by :func:`claim`), plus any
+claimed (``<data dir>/shards/<n>.json``, written at their start by :func:`claim_in`), plus any
 memory whose store file is already here. The data dir is the settings' own
 (``Settings.data_dir``, from the environment they were loaded with), not the process's.
 Without a broker there is no fleet to ask: every memory is local.
@@ -32,11 +32,22 @@ def claims_dir(env: Mapping[str, str] | None = None) -> Path:
     return data_dir(env) / CLAIMS_FOLDER
 
 
+def claims_of(settings: Settings) -> Path:
+    """Where the shard claims of ``settings``' own data dir are kept (``Settings.data_dir``,
+    from the environment they were loaded with, not the process's)."""
+    return settings.data_dir / CLAIMS_FOLDER
+
+
 def claim(shards: Iterable[int], node: str, role: str,
           env: Mapping[str, str] | None = None) -> list[Path]:
     """Record that this host's data dir holds the stores of ``shards`` (a writer or reader
     ``node`` of ``role`` serves them from here); the files written."""
-    folder = claims_dir(env)
+    return claim_in(claims_dir(env), shards, node, role)
+
+
+def claim_in(folder: Path, shards: Iterable[int], node: str, role: str) -> list[Path]:
+    """:func:`claim` in the claims ``folder`` (``<data dir>/shards``, e.g.
+    :func:`claims_of` some settings); the files written."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for shard in sorted(set(shards)):
@@ -53,10 +64,15 @@ def claim(shards: Iterable[int], node: str, role: str,
 def unclaim(shards: Iterable[int], env: Mapping[str, str] | None = None) -> list[int]:
     """This host no longer holds the stores of ``shards`` (its shard was moved); the shards
     it had claimed."""
+    return unclaim_in(claims_dir(env), shards)
+
+
+def unclaim_in(folder: Path, shards: Iterable[int]) -> list[int]:
+    """:func:`unclaim` in the claims ``folder``; the shards it had claimed."""
     dropped = []
     for shard in sorted(set(shards)):
         try:
-            (claims_dir(env) / f"{shard}.json").unlink()
+            (folder / f"{shard}.json").unlink()
             dropped.append(shard)
         except FileNotFoundError:
             pass
@@ -91,4 +107,4 @@ def store_is_here(settings: Settings) -> bool:
     if isinstance(local, tuple):
         return shard in local
     # The claims of the data dir these settings were loaded for (not the process's).
-    return shard in claimed_in(settings.data_dir / CLAIMS_FOLDER) or settings.store.path.exists()
+    return shard in claimed_in(claims_of(settings)) or settings.store.path.exists()

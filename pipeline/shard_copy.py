@@ -3,12 +3,13 @@
 ``memq shard copy --shard N`` runs on the host that is to hold shard N's stores. For each
 memory of the shard it asks the reader that serves the memory now (on the old host) for a
 copy of its store: the reader writes a consistent snapshot (SQLite's online backup, so the
-old writer may still be writing) into its data dir, and serves it in parts of
-:data:`PART_BYTES` (:func:`export_step`); the new host writes the parts, checks the whole
-against the snapshot's sha256 and makes it its store (:func:`pull_store`). Chunks, vectors,
-the embedding cache and the files' records travel whole: nothing is lost and nothing is
-embedded again. The same reads give a standby host a copy to start from if the old host is
-lost; without one, the producers send every file again and the new host embeds it.
+old writer may still be writing) into the data dir of the memory's settings
+(:func:`exports_of`), and serves it in parts of :data:`PART_BYTES` (:func:`export_step`);
+the new host writes the parts, checks the whole against the snapshot's sha256 and makes it
+its store (:func:`pull_store`). Chunks, vectors, the embedding cache and the files' records
+travel whole: nothing is lost and nothing is embedded again. The same reads give a standby
+host a copy to start from if the old host is lost; without one, the producers send every
+file again and the new host embeds it.
 
 A reader serves a snapshot of a memory only to a request for that memory on its shard (the
 reader's usual checks), under a token it made; a snapshot no one finished reading is removed
@@ -27,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.config.paths import data_dir
 from pipeline.errors import FleetError, MessageRefused
 from pipeline.messages import QueryRequest
 from pipeline.store import copies, schema
@@ -39,20 +39,22 @@ EXPORTS_FOLDER = "exports"
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
-def _exports() -> Path:
-    return data_dir() / EXPORTS_FOLDER
+def exports_of(settings: Settings) -> Path:
+    """Where a reader of ``settings``' memory writes its snapshots: ``<data dir>/exports`` of
+    the settings' own data dir (``Settings.data_dir``), not the process's."""
+    return settings.data_dir / EXPORTS_FOLDER
 
 
-def _snapshot_path(memory: str, token: str) -> Path:
+def _snapshot_path(settings: Settings, token: str) -> Path:
     if not _TOKEN.fullmatch(token):
         raise MessageRefused("export: not a token this host made")
-    return _exports() / f"{memory}-{token}.sqlite"
+    return exports_of(settings) / f"{settings.agent_id}-{token}.sqlite"
 
 
-def _remove_abandoned() -> None:
+def _remove_abandoned(folder: Path) -> None:
     now = time.time()
     try:
-        entries = list(os.scandir(_exports()))
+        entries = list(os.scandir(folder))
     except OSError:
         return
     for entry in entries:
@@ -69,19 +71,19 @@ def export_step(settings: Settings, args: dict[str, Any]) -> dict[str, Any]:
     (``offset``, ``size``), or ``close`` it."""
     token = args.get("token")
     if token is None:
-        _remove_abandoned()
+        _remove_abandoned(exports_of(settings))
         db = schema.open_store(settings.store.path, want_vectors=False)
         if db is None:
             return {"token": None, "bytes": 0}
         token = secrets.token_hex(16)
-        path = _snapshot_path(settings.agent_id, token)
+        path = _snapshot_path(settings, token)
         try:
             copies.snapshot(db, path)
         finally:
             db.close()
         return {"token": token, "bytes": path.stat().st_size, "sha256": copies.digest(path),
                 **copies.sizes(path)}
-    path = _snapshot_path(settings.agent_id, token)
+    path = _snapshot_path(settings, token)
     if args.get("close"):
         path.unlink(missing_ok=True)
         return {"closed": True}

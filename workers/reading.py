@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from celery import Task
 from celery.backends.rpc import RPCBackend
 from celery.signals import worker_init
 
+from pipeline.config.paths import data_dir
 from pipeline.errors import (
     AppendError,
     MemoryDisabled,
@@ -39,7 +41,7 @@ from pipeline.errors import (
 )
 from pipeline.memory import Memory
 from pipeline.messages import QueryReply, QueryRequest
-from pipeline.placement import claim
+from pipeline.placement import CLAIMS_FOLDER, claim_in
 from pipeline.routing import QUERY_PREFIX, QUERY_TASK, STORE_PREFIX, control_queue, shard_of_queue
 from pipeline.shard_copy import export_step
 from workers.app import app
@@ -138,19 +140,36 @@ def served_shards(queues: list[str]) -> dict[str, list[int]]:
     return out
 
 
+def claim_served(home: Path, queues: list[str], node: str) -> list[Path]:
+    """Claim the shards a worker ``node`` consuming ``queues`` serves (:func:`served_shards`)
+    in the data dir ``home`` (its settings' ``data_dir``); the claim files written."""
+    return [path for role, shards in served_shards(queues).items() if shards
+            for path in claim_in(home / CLAIMS_FOLDER, shards, node, role)]
+
+
+def _own_data_dir() -> Path:
+    """The data dir of this worker's own settings; the process's environment's when they
+    cannot be loaded (the same folder: a worker's settings come from its environment; a
+    broken config is reported with the first message)."""
+    try:
+        return runtime.settings_for(runtime.default_memory()).data_dir
+    except Exception as exc:
+        log.warning("claiming in the environment's data dir: no settings: %s", exc)
+        return data_dir()
+
+
 @worker_init.connect
 def claim_and_recover(sender: Any = None, **_: Any) -> None:
-    """Claim this worker's shards for this host; a writer ends its predecessor's cut-off
-    jobs (runs after :mod:`workers.single_writer` took the shards' leases)."""
+    """Claim this worker's shards in its settings' data dir; a writer ends its predecessor's
+    cut-off jobs (runs after :mod:`workers.single_writer` took the shards' leases)."""
     if os.environ.get(BROKER_DIR_ENV):  # the embedded fleet of one run: nothing to claim
         return
-    roles = served_shards(list(sender.app.amqp.queues.consume_from))
+    queues = list(sender.app.amqp.queues.consume_from)
     node = str(sender.hostname)
-    for role, shards in roles.items():
-        if shards:
-            claim(shards, node, role)
-    if roles["writer"]:
-        end_cut_off_jobs(roles["writer"], node)
+    claim_served(_own_data_dir(), queues, node)
+    writers = served_shards(queues)["writer"]
+    if writers:
+        end_cut_off_jobs(writers, node)
 
 
 def end_cut_off_jobs(shards: list[int], node: str) -> int:
