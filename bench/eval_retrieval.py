@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsets import add_data_arg, quick_collection
-from harness import scratch
+from harness import header, scratch
 
 from memq.evaluation import beir, report
 from memq.evaluation.command import evaluate, fused_keys
@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a 5-query, 40-document slice in a scratch folder: a smoke run")
     ap.add_argument("--keep", action="store_true", help="keep --quick's scratch folder")
     args = ap.parse_args(argv)
+    print(header("retrieval evaluation", dataset=args.dataset, split=args.split,
+                 quick=args.quick), flush=True)
     with scratch("memq-bench-eval-", args.keep) as tmp:
         folder, work_dir = args.data / args.dataset, None
         if args.quick:

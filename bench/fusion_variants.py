@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evalsets import add_data_arg, quick_collection
-from harness import add_common_args, scratch
+from harness import add_common_args, header, scratch
 
 from memq.evaluation import beir
 from memq.evaluation.metrics import beir_metrics, mean
@@ -79,6 +79,8 @@ def main() -> None:
                     help="a 5-query, 40-document slice in a scratch folder: a smoke run")
     add_common_args(ap)
     args = ap.parse_args()
+    print(header("fusion variants", dataset=args.dataset, split=args.split,
+                 quick=args.quick), flush=True)
     with scratch("memq-bench-fusion-", args.keep) as tmp:
         folder, work_dir = args.data / args.dataset, None
         if args.quick:

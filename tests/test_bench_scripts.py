@@ -207,10 +207,9 @@ def test_bench_script_quick_run(name: str, tmp_path_factory: pytest.TempPathFact
         env["MEMQ_TOOLS"] = str(tools_dir())
     done = run_bench(name, "--quick", *args, env=env)
     out = done.stdout
-    if name not in {"eval_retrieval", "fusion_variants"}:  # these print memq eval's report
-        # what, when and on which code: a quoted figure names its date and commit
-        assert re.search(r"^memq .+ benchmark  \d{4}-\d\d-\d\dT\S+  "
-                         r"commit=[0-9a-f]{7,}(\+changes)?  ", out, re.M), out
+    # what, when and on which code: a quoted figure names its date and commit
+    assert re.search(r"^memq .+ benchmark  \d{4}-\d\d-\d\dT\S+  "
+                     r"commit=[0-9a-f]{7,}(\+changes)?  ", out, re.M), out
     check_rows(out, quick.rows)
 
 
