@@ -114,9 +114,12 @@ def main() -> None:
             cfg.write_text(json.dumps({"provider": "local", "brokerUrl": broker.url,
                                        "store": {"path": str(store)},
                                        "local": {"threads": args.threads}}), encoding="utf-8")
-            settings = load_settings(config_file=cfg, workspace=workspace, env={})
-            env = {**os.environ, "MEMQ_CONFIG": str(cfg), "MEMQ_WORKSPACE": str(workspace),
-                   "MEMQ_BROKER_URL": broker.url}
+            # The workers claim their shard in this data dir, where this process's settings
+            # look for the claim (else the index would be sent to a reader nobody runs).
+            home = {"MEMQ_HOME": str(tmp / "home")}
+            settings = load_settings(config_file=cfg, workspace=workspace, env=home)
+            env = {**os.environ, **home, "MEMQ_CONFIG": str(cfg),
+                   "MEMQ_WORKSPACE": str(workspace), "MEMQ_BROKER_URL": broker.url}
             model = default_model_path(settings.local.model_cache_dir)
             for role, queue in (("embed worker", embed_queue("local")), ("writer", store_queue(0))):
                 workers[role] = WorkerProcess(

@@ -49,8 +49,12 @@ def run_setup(tmp: Path, ws: Path, broker: EmbeddedBroker, url: str, workers: in
     cfg.write_text(json.dumps({"provider": "openai", "brokerUrl": broker.url,
                                "remote": {"baseUrl": url, "apiKey": KEY},
                                "store": {"path": str(tmp / name / "memq.sqlite")}}))
-    settings = load_settings(config_file=cfg, workspace=ws, env={"OPENAI_API_KEY": KEY})
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "MEMQ_BROKER_URL": broker.url, CHECK_ENV: "off"}
+    # The writer claims its shard in this data dir, where these settings look for the claim
+    # (else the index would be sent to a reader nobody runs).
+    home = {"MEMQ_HOME": str(tmp / "home")}
+    settings = load_settings(config_file=cfg, workspace=ws, env={"OPENAI_API_KEY": KEY, **home})
+    env = {**os.environ, **home, "OPENAI_API_KEY": KEY, "MEMQ_BROKER_URL": broker.url,
+           CHECK_ENV: "off"}
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
     fleet = [WorkerProcess(worker_argv([store_queue(0)], f"writer-{name}@%h", quiet_cluster=True),
