@@ -61,14 +61,10 @@ def claim_in(folder: Path, shards: Iterable[int], node: str, role: str) -> list[
     return written
 
 
-def unclaim(shards: Iterable[int], env: Mapping[str, str] | None = None) -> list[int]:
-    """This host no longer holds the stores of ``shards`` (its shard was moved); the shards
-    it had claimed."""
-    return unclaim_in(claims_dir(env), shards)
-
-
 def unclaim_in(folder: Path, shards: Iterable[int]) -> list[int]:
-    """:func:`unclaim` in the claims ``folder``; the shards it had claimed."""
+    """This host no longer holds the stores of ``shards`` (its shard was moved): their claims
+    in the claims ``folder`` (e.g. :func:`claims_of` some settings) are removed; the shards it
+    had claimed."""
     dropped = []
     for shard in sorted(set(shards)):
         try:

@@ -14,7 +14,7 @@ message came in on (:meth:`~workers.runtime.WorkerRuntime.readable`); paths are 
 for a local read. Nothing a message says can make it read another memory's store.
 
 At start, a worker that serves a shard's stores (a writer: ``store.<N>``, a reader:
-``query.<N>``) claims the shard in this host's data dir (:func:`pipeline.placement.claim`),
+``query.<N>``) claims the shard in this host's data dir (:func:`pipeline.placement.claim_in`),
 and a writer ends the jobs its previous run left running on ``control.<N>``: they were cut
 off (a kill, a crash) and their rows would otherwise say "running" forever; a job whose
 message comes back runs again and ends in its own final state.
