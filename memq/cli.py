@@ -104,6 +104,10 @@ def _warn(message: str) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    if args.remote and (args.allow_deletions or args.files_here):
+        print("memq: --allow-deletions and --files-here act on the files of the host that runs "
+              "the pass: run `memq index` with them there, not --remote", file=sys.stderr)
+        return 2
     if args.all:
         return _index_all(args)
     if args.remote:
@@ -114,7 +118,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     settings = _existing(_settings(args))
     progress = ProgressBar(args)
     run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
-                    on_progress=progress, warn=_warn)
+                    on_progress=progress, warn=_warn, allow_deletions=args.allow_deletions,
+                    files_here=args.files_here)
     progress.close()
     r = run.report
     data = {"mode": run.mode, "provider": run.provider, "model": run.model, "reason": run.reason,
@@ -199,7 +204,8 @@ def _index_one(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from workers.indexing import run_index
 
     run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
-                    warn=_warn)
+                    warn=_warn, allow_deletions=args.allow_deletions,
+                    files_here=args.files_here)
     r = run.report
     problem = run.outcome.problem() if run.waited else None
     summary = (f"{r.files} files ({r.changed} changed, {r.deleted} deleted), "
@@ -899,6 +905,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="return once jobs are enqueued")
     p.add_argument("--retry-failed", action="store_true", help="queue failed chunks again")
     p.add_argument("--progress", action="store_true", help="progress bar even when not a tty")
+    p.add_argument("--allow-deletions", action="store_true",
+                   help="let this pass remove every file or most files of the memory from its "
+                        "index (refused otherwise: an empty or unmounted folder looks the same)")
+    p.add_argument("--files-here", action="store_true",
+                   help="on the store's host: make this host's folder the memory's files "
+                        "(its store was fed by a producer on another host)")
     p.add_argument("--remote", action="store_true",
                    help="enqueue the pass for the writer host (queue control); print the job id")
     p.add_argument("--all", action="store_true",

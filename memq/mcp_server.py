@@ -40,6 +40,7 @@ from pipeline.errors import (
     MemoryDisabled,
     MemoryPathError,
     RequestRefused,
+    WorkspaceMissing,
 )
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
@@ -208,8 +209,8 @@ class MemoryTools:
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
             stale = self.memory.stale_files()
-        except FleetError:  # the shard does not answer: the search says so, below
-            stale = []
+        except (FleetError, WorkspaceMissing):  # the shard does not answer, or cannot tell:
+            stale = []  # the search says what it can, below
         # Never sync in the request path: the answer comes from the index as it is (and says
         # so), the background sync catches up.
         results = self.memory.search(

@@ -69,6 +69,24 @@ class WorkspaceMissing(MemqError, FileNotFoundError):
     folder): nothing is indexed or searched, and no store is created for it."""
 
 
+class FilesElsewhere(WorkspaceMissing):
+    """The memory's files are sent by a producer on another host (its store records that
+    host's folder), and the folder at the workspace's path here is not that folder (an empty
+    mount point, a stale copy): a pass here would read the wrong files, so none runs."""
+
+
+class DeletionRefused(MemqError, RuntimeError):
+    """A pass would remove every file (or most files) of a memory from its index, as when the
+    folder is empty, missing or unmounted: nothing was deleted. ``deleted`` of ``known``
+    files would have gone; the user says so explicitly to let it happen
+    (``allow_deletions``, ``memq index --allow-deletions``)."""
+
+    def __init__(self, message: str, *, deleted: int, known: int) -> None:
+        super().__init__(message)
+        self.deleted = deleted
+        self.known = known
+
+
 class MemoryDisabled(MemqError, RuntimeError):
     """The memory is turned off (``enabled = false``): as OpenClaw, which then builds no memory
     manager and registers no memory tools, nothing is searched, read, appended or indexed."""

@@ -33,6 +33,8 @@ from pipeline.config import Settings, load_settings
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.embeddings.registry import ProviderChoice, choose_provider, fallback_note
 from pipeline.errors import (
+    AppendError,
+    DeletionRefused,
     EmbeddingError,
     FleetError,
     MemoryPathError,
@@ -41,6 +43,7 @@ from pipeline.errors import (
     memory_disabled,
 )
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
+from pipeline.ingest.safety import kept_text, reads_own_files, record_files_from
 from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
 from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
 from pipeline.placement import store_is_here
@@ -336,7 +339,10 @@ class Memory:
                 warning = f"query embedding unavailable, keyword results only: {exc}"
         synced = 0
         if self.settings.sync.on_search if sync is None else sync:
-            synced = self._sync_rows(db, spec, provider)
+            try:
+                synced = self._sync_rows(db, spec, provider)
+            except DeletionRefused as exc:  # the index stays as it is; the caller is told
+                warning = f"not synced: {exc}"
         try:
             answer = search(db, self.settings, query, max_results=max_results,
                             min_score=min_score, provider=provider, held=self._held,
@@ -374,6 +380,8 @@ class Memory:
         cannot be built here (its input limit decides how chunks are cut).
         """
         if spec is not None and provider is None:
+            return 0
+        if not reads_own_files(db, self.settings):  # its producer on another host syncs it
             return 0
         stale = stale_memory_paths(db, self.settings)
         if not stale:
@@ -422,10 +430,37 @@ class Memory:
 
     def _read_file(self, target: Path, from_line: int | None, lines: int | None) -> MemoryText:
         rel = relative_path(self.settings.workspace, target)
+        kept = self._kept_text(rel)
+        if kept is not None:
+            return MemoryText.window(rel, kept, from_line, lines)
         if not target.exists():
             return MemoryText(rel, "")
         return MemoryText.window(rel, target.read_text(encoding="utf-8", errors="replace"),
                                  from_line, lines)
+
+    def _kept_text(self, path: str) -> str | None:
+        """The text of memory file ``path`` that the store keeps when its files are sent from
+        another host's folder (:mod:`pipeline.ingest.safety`): the folder here is not them.
+        ``""`` for a file the store does not know; None when the folder here is the files."""
+        db = self._open_store() if self.here else None
+        if db is None:
+            return None
+        try:
+            if reads_own_files(db, self.settings):
+                return None
+            return kept_text(db, path) or ""
+        finally:
+            db.close()
+
+    def _files_elsewhere(self) -> bool:
+        """Whether the store here is fed from another host's folder (not the one here)."""
+        db = self._open_store() if self.here else None
+        if db is None:
+            return False
+        try:
+            return not reads_own_files(db, self.settings)
+        finally:
+            db.close()
 
     def _get_elsewhere(self, path: str, from_line: int | None, lines: int | None
                        ) -> MemoryText:
@@ -488,6 +523,9 @@ class Memory:
         self._check_enabled()
         if not self.here:
             return self._append_elsewhere(text, target)
+        if self._files_elsewhere():
+            raise AppendError(f"the files of memory {self.name!r} are on the host that sends "
+                              "them to this store, not here: append the note there")
         note = append_note(text, target, settings=self.settings)
         try:
             run = self._refresher.refresh_now()
@@ -526,7 +564,8 @@ class Memory:
               on_progress: Callable[[int, int], None] | None = None,
               warn: Callable[[str], None] | None = None, job_id: str | None = None,
               origin: str = "local", host: str | None = None,
-              job_request: Any = None) -> IndexRun:
+              job_request: Any = None, allow_deletions: bool = False,
+              files_here: bool = False) -> IndexRun:
         """One index pass: bring the store in line with the files and embed what is new.
 
         ``wait`` returns only when every vector is written (else once the work is sent).
@@ -539,6 +578,13 @@ class Memory:
         ran it; ``job_request`` is the Celery request of the task running it, whose worker and
         queue go with the record).
 
+        A pass never empties a memory by an accident of the host (:mod:`pipeline.ingest.safety`):
+        one that would remove every file or most of them (an empty, missing or unmounted
+        folder) raises :class:`~pipeline.errors.DeletionRefused` unless ``allow_deletions``;
+        one over a folder that is not the memory's files (they are sent from another host's
+        folder) raises :class:`~pipeline.errors.FilesElsewhere` unless ``files_here`` makes
+        this folder the memory's files. Nothing is written then.
+
         For a memory whose store is on another host (:attr:`here`), the pass is a job for the
         shard's writer host (``mode == "remote"``), followed to the end with ``wait``.
         """
@@ -547,9 +593,13 @@ class Memory:
         self._check_enabled()
         started, began = time.monotonic(), time.time()
         if not self.here:
+            if files_here:
+                raise FleetError(f"--files-here makes the folder of the store's host the "
+                                 f"files of memory {self.name!r}: run it on the host of shard "
+                                 f"{self.shard}'s store")
             return self._index_elsewhere(wait=wait, retry_failed=retry_failed,
                                          rebuild=rebuild, on_progress=on_progress, warn=warn,
-                                         started=started)
+                                         started=started, allow_deletions=allow_deletions)
         choice = choice or choose_provider(self.settings)
         if choice.fallback_from is not None:
             log.warning("%s", choice.reason)
@@ -565,7 +615,8 @@ class Memory:
             self._carry_old_job_log(db)
             self._logged(run, origin, host, job_request, lambda progress: self._produce(
                 run, db, choice, wait=wait, retry_failed=retry_failed, rebuild=rebuild,
-                on_progress=progress, warn=warn, began=began), on_progress)
+                on_progress=progress, warn=warn, began=began, allow_deletions=allow_deletions,
+                files_here=files_here), on_progress)
             self._qmd_after(run.report)
             return run
         except db.operational_error as exc:
@@ -608,8 +659,8 @@ class Memory:
     def _index_elsewhere(self, *, wait: bool, retry_failed: bool, rebuild: str | None,
                          on_progress: Callable[[int, int], None] | None,
                          warn: Callable[[str], None] | None, started: float,
-                         paths: list[Path] | None = None, interactive: bool = False
-                         ) -> IndexRun:
+                         paths: list[Path] | None = None, interactive: bool = False,
+                         allow_deletions: bool = False) -> IndexRun:
         """An index pass of a memory whose store is on another host, followed to the end (its
         vectors written) with ``wait``: with the files here, a pass here that sends what
         changed to the shard's writer (nothing when nothing changed); without them, a job for
@@ -624,7 +675,12 @@ class Memory:
         if here:
             job_id, report = self.remote.produce(paths=paths, interactive=interactive,
                                                  retry_failed=retry_failed,
-                                                 origin="sync" if interactive else "remote")
+                                                 origin="sync" if interactive else "remote",
+                                                 allow_deletions=allow_deletions)
+        elif allow_deletions:
+            raise FleetError(f"--allow-deletions lets a pass over the files of memory "
+                             f"{self.name!r} remove them from its index: run it on the host "
+                             f"that holds them ({self.workspace} is not here)")
         else:
             job_id, report = self.remote.queue_index(
                 retry_failed=retry_failed, rebuild=rebuild, interactive=interactive), None
@@ -827,12 +883,14 @@ class Memory:
     def _produce(self, run: IndexRun, db: Database, choice: ProviderChoice, *, wait: bool,
                  retry_failed: bool, rebuild: str | None,
                  on_progress: Callable[[int, int], None] | None,
-                 warn: Callable[[str], None] | None, began: float) -> None:
+                 warn: Callable[[str], None] | None, began: float,
+                 allow_deletions: bool = False, files_here: bool = False) -> None:
         from pipeline.ingest.producer import index_once
 
         settings = self.settings
+        guards = {"allow_deletions": allow_deletions, "files_here": files_here}
         if choice.spec is None:
-            run.report = index_once(db, settings, choice, None)
+            run.report = index_once(db, settings, choice, None, **guards)
             run.vectors = VECTORS_NONE
             if run.report.rebuild_needed or rebuild:
                 run.rebuild = self._rebuild(choice, None, wait=True,
@@ -844,7 +902,7 @@ class Memory:
         try:
             batch = dispatcher.batch_routing(settings.remote.batch)
             run.report = index_once(db, settings, choice, dispatcher.embed,
-                                    retry_failed=retry_failed, batch=batch)
+                                    retry_failed=retry_failed, batch=batch, **guards)
             run.vectors = VECTORS_QUEUED if dispatcher.durable else VECTORS_EMBEDDED
             run.batch_resumed = dispatcher.resume_batches(db, self.name, self.shard)
             resume = wait and rebuild_info(db) is not None  # finish one left unfinished
@@ -1050,6 +1108,7 @@ class Memory:
             indexed = schema.get_meta(db, "index") is not None
             choice = self._index_choice(db) if indexed else choose_provider(self.settings)
             report, media = apply_changes(db, self.settings, choice, message.changes)
+            record_files_from(db, message.folder, message.job)
             report.errors = [*message.errors, *report.errors]
             if report.rebuild_needed:
                 raise FleetError(f"the index of memory {self.name!r} was built for another "

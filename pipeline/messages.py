@@ -554,7 +554,8 @@ class FileChanges:
     of its shard (``control.<shard>``), which applies them exactly as a local pass would; the
     ``last`` part also queues the embedding work. ``files`` is how many files the pass looked
     at, ``errors`` what it could not read (a folder it cannot list: its files are kept);
-    ``retry_failed`` queues the memory's failed chunks again."""
+    ``retry_failed`` queues the memory's failed chunks again; ``folder`` identifies the folder
+    the files were read from (host, device, inode: :mod:`pipeline.ingest.safety`)."""
 
     memory: str
     job: str
@@ -567,17 +568,21 @@ class FileChanges:
     shard: int = 0
     interactive: bool = False
     retry_failed: bool = False
+    folder: str | None = None
 
     @property
     def route(self) -> Route:
         return Route(self.shard, self.interactive)
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "file-changes", "memory": self.memory, "job": self.job,
-                "changes": [c.to_json() for c in self.changes], "part": self.part,
-                "last": self.last, "files": self.files, "errors": list(self.errors),
-                "origin": self.origin, "route": self.route.to_json(),
-                "retry_failed": self.retry_failed}
+        out = {"v": VERSION, "kind": "file-changes", "memory": self.memory, "job": self.job,
+               "changes": [c.to_json() for c in self.changes], "part": self.part,
+               "last": self.last, "files": self.files, "errors": list(self.errors),
+               "origin": self.origin, "route": self.route.to_json(),
+               "retry_failed": self.retry_failed}
+        if self.folder is not None:
+            out["folder"] = self.folder
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FileChanges:
@@ -587,7 +592,8 @@ class FileChanges:
                    fields.each("changes", FileChange.from_json), fields.whole("part", 0),
                    fields.flag("last", True), fields.whole("files", 0),
                    fields.each("errors", _text, ()), fields.text("origin", "remote"),
-                   route.shard, route.interactive, fields.flag("retry_failed", False))
+                   route.shard, route.interactive, fields.flag("retry_failed", False),
+                   fields.optional_text("folder"))
 
 
 # -- reads from any host ----------------------------------------------------------------------

@@ -29,6 +29,7 @@ from kombu.exceptions import OperationalError
 from pipeline.config import Settings, redact_url
 from pipeline.errors import (
     AppendError,
+    DeletionRefused,
     FleetError,
     MemoryDisabled,
     MemoryPathError,
@@ -38,6 +39,7 @@ from pipeline.errors import (
 )
 from pipeline.fleet import FleetDispatcher, client_app
 from pipeline.ingest.producer import IndexReport, Known
+from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
 from pipeline.jobs import JobRecord
 from pipeline.messages import IndexRequest, QueryReply, QueryRequest
@@ -213,7 +215,7 @@ class RemoteMemory:
                 else:
                     self.queue_index(interactive=True)
                 results.syncing = True
-            except FleetError as exc:
+            except (FleetError, DeletionRefused) as exc:  # answered all the same, and told
                 results.sync_error = str(exc)
         return results
 
@@ -244,12 +246,15 @@ class RemoteMemory:
                 for path, row in dict(listed).items()}
 
     def produce(self, *, paths: list[Path] | None = None, interactive: bool = False,
-                retry_failed: bool = False, origin: str = "remote"
-                ) -> tuple[str | None, IndexReport]:
+                retry_failed: bool = False, origin: str = "remote",
+                allow_deletions: bool = False) -> tuple[str | None, IndexReport]:
         """A producer pass over the memory's files on this host, against its store on the
         shard's host: what changed is sent to the shard's writer (:mod:`pipeline.ingest.
-        transfer`); a pass that finds nothing sends nothing (job None)."""
-        changes, report = changes_since(self.settings, self.manifest(), paths)
+        transfer`); a pass that finds nothing sends nothing (job None). A pass that would
+        empty the memory raises :class:`~pipeline.errors.DeletionRefused` (nothing is sent)
+        unless ``allow_deletions``."""
+        changes, report = changes_since(self.settings, self.manifest(), paths,
+                                        allow_deletions=allow_deletions)
         report.changed = sum(1 for c in changes if c.op == "write")
         report.deleted = sum(1 for c in changes if c.op == "delete")
         if not changes and not retry_failed:
@@ -259,7 +264,8 @@ class RemoteMemory:
             for message in packed(changes, memory=self.name, job=job, files=report.files,
                                   errors=report.errors, shard=self.shard,
                                   interactive=interactive, origin=origin,
-                                  retry_failed=retry_failed):
+                                  retry_failed=retry_failed,
+                                  folder=folder_identity(self.settings.workspace)):
                 self.fleet.file_changes(message)
         except (OperationalError, OSError) as exc:
             raise FleetError(f"the broker {redact_url(str(self.settings.broker_url))} did "

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.batch.policy import all_policies
 from pipeline.config import Settings
 from pipeline.ingest.reindex import progress_of, rebuild_info
+from pipeline.ingest.safety import files_from
 from pipeline.store import batches, reads, schema
 from pipeline.store.vectors import count_vectors, vector_dims
 
@@ -94,6 +95,7 @@ def index_status(settings: Settings, jobs: JobLog | None = None) -> dict[str, An
             sqlite_driver=db.driver,
             last_index_at=schema.get_meta(db, "last_index_at"),
             watch=schema.get_meta(db, "watch"),
+            files_from=files_from(db),  # a producer on another host sends the files
         )
         status.update(_recent_jobs(settings, jobs))
         status["batch"] = batch_status(db)

@@ -32,16 +32,19 @@ def fleet_dispatcher(settings: Settings, provider: str, *, durable: bool) -> Fle
 def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = False,
               on_progress: Callable[[int, int], None] | None = None,
               warn: Callable[[str], None] | None = None,
-              choice: ProviderChoice | None = None, rebuild: str | None = None) -> IndexRun:
+              choice: ProviderChoice | None = None, rebuild: str | None = None,
+              allow_deletions: bool = False, files_here: bool = False) -> IndexRun:
     """Index the memory once through the fleet (:meth:`pipeline.Memory.index`); with ``wait``,
     return only when every vector is written (or the rebuild ``rebuild`` names is swapped in).
     A memory whose store is on another host is indexed there: a job for its shard, followed
-    to the end with ``wait``.
+    to the end with ``wait``. ``allow_deletions`` and ``files_here``: see
+    :meth:`pipeline.Memory.index`.
     """
+    guards = {"allow_deletions": allow_deletions, "files_here": files_here}
     if not store_is_here(settings):
         with Memory(settings=settings, in_memory=False) as memory:
             return memory.index(wait=wait, retry_failed=retry_failed, rebuild=rebuild,
-                                on_progress=on_progress, warn=warn)
+                                on_progress=on_progress, warn=warn, **guards)
     choice = choice or choose_provider(settings)
     with ExitStack() as stack:
         dispatcher = None
@@ -51,7 +54,7 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
         memory = stack.enter_context(Memory(settings=settings, dispatcher=dispatcher,
                                             in_memory=False))
         return memory.index(wait=wait, retry_failed=retry_failed, rebuild=rebuild,
-                            choice=choice, on_progress=on_progress, warn=warn)
+                            choice=choice, on_progress=on_progress, warn=warn, **guards)
 
 
 __all__ = ["IndexingFailed", "fleet_dispatcher", "run_index"]

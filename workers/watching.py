@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.errors import FleetError
+from pipeline.errors import DeletionRefused, FilesElsewhere, FleetError
 from pipeline.fleet import FleetDispatcher
 from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
@@ -328,6 +328,8 @@ class WatchGroup:
                 for service in self.services:
                     try:
                         service.watcher.step()
+                    except (DeletionRefused, FilesElsewhere) as refused:  # nothing written
+                        log.error("watching %s: %s", service.settings.agent_id, refused)
                     except FleetError:
                         raise
                     except Exception:  # one memory's failure must not stop the others

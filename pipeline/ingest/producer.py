@@ -46,6 +46,7 @@ from pipeline.ingest.multimodal import (
     file_chunks,
     read_media,
 )
+from pipeline.ingest.safety import check_deletions, check_files_here
 from pipeline.ingest.sessions import read_session_file, session_files, session_files_at
 from pipeline.ingest.sources import (
     SourceFile,
@@ -331,11 +332,14 @@ class Scan:
 
 
 def scan_sources(settings: Settings, known: dict[str, Known],
-                 paths: Iterable[Path] | None = None) -> Scan:
+                 paths: Iterable[Path] | None = None, *, allow_deletions: bool = False
+                 ) -> Scan:
     """List a memory's files against what the store knows (``known``): every one, or with
     ``paths`` (what a watcher saw change: files or folders) only those. A full scan of a
     workspace that is not there raises :class:`~pipeline.errors.WorkspaceMissing`: its files
-    are unknown, not deleted."""
+    are unknown, not deleted. A scan that would remove every file or most of them (an empty,
+    missing or unmounted folder) raises :class:`~pipeline.errors.DeletionRefused` unless
+    ``allow_deletions`` (:func:`pipeline.ingest.safety.check_deletions`)."""
     report = IndexReport()
     if paths is None:
         if not settings.workspace.is_dir():
@@ -373,25 +377,31 @@ def scan_sources(settings: Settings, known: dict[str, Known],
         gone = {p for p in known if p not in present and in_scope(p, scopes)
                 and not in_scope(p, hidden)}
     report.files = len(on_disk) + (len(live.sessions) if live else 0)
+    check_deletions(settings, known.keys(), gone, report.files, allow=allow_deletions)
     return Scan(on_disk, live, gone, report)
 
 
 def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
-               paths: Iterable[Path] | None = None) -> IndexReport:
+               paths: Iterable[Path] | None = None, *, allow_deletions: bool = False,
+               files_here: bool = False) -> IndexReport:
     """Bring chunk rows in line with the disk. Keyword search is complete when this returns.
 
     With ``paths`` (what a watcher saw change: files or folders), only those are looked at;
     without, every memory file is. A store built for another fingerprint is not touched:
     ``report.rebuild_needed`` says a new index must be built (see :mod:`pipeline.ingest.reindex`).
+    A store fed from another host's folder is not synced from this one, and a pass that would
+    empty the memory is refused (:mod:`pipeline.ingest.safety`; ``files_here`` and
+    ``allow_deletions`` say otherwise).
     """
     schema.ensure_schema(db)
+    check_files_here(db, settings, files_here=files_here)
     if not adopt_identity(db, index_identity(choice.spec, settings)):
         return IndexReport(rebuild_needed=True)
     with schema.transaction(db):
         schema.set_meta(db, "mode_reason", choice.reason)
     max_input = choice.provider.max_input_bytes if choice.provider else None
     known = reads.known_files(db)
-    scan = scan_sources(settings, known, paths)
+    scan = scan_sources(settings, known, paths, allow_deletions=allow_deletions)
     report = scan.report
     with schema.WriteBatch(db) as batch:
         for read in scan.reads(known, settings):
@@ -497,8 +507,8 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
 def index_once(db: Database, settings: Settings, choice: ProviderChoice,
                submit: Submit | None, *, retry_failed: bool = False,
                paths: Iterable[Path] | None = None, requeue_after_s: float = REQUEUE_AFTER_S,
-               batch: workflow.BatchRouting | None = None, interactive: bool | None = None
-               ) -> IndexReport:
+               batch: workflow.BatchRouting | None = None, interactive: bool | None = None,
+               allow_deletions: bool = False, files_here: bool = False) -> IndexReport:
     """One producer pass: sync chunk rows, then (with a provider) queue what needs vectors.
 
     ``paths`` limits the pass to what changed (a watcher's batch); ``requeue_after_s`` is how
@@ -506,8 +516,10 @@ def index_once(db: Database, settings: Settings, choice: ProviderChoice,
     the chunks to provider batch jobs when ``remote.batch.enabled`` (see :func:`queue_pending`).
     ``interactive`` puts the jobs in the interactive lane, ahead of bulk work (by default, a
     pass over a watcher's ``paths`` is interactive and a full pass is bulk).
+    ``allow_deletions`` and ``files_here``: see :func:`sync_files`.
     """
-    report = sync_files(db, settings, choice, paths)
+    report = sync_files(db, settings, choice, paths, allow_deletions=allow_deletions,
+                        files_here=files_here)
     if report.rebuild_needed:
         return report
     if choice.spec is not None and submit is not None:

@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 
 from pipeline.config import Settings
 from pipeline.ingest.globs import PathPatterns
+from pipeline.ingest.safety import reads_own_files
 from pipeline.ingest.sources import (
     MEMORY_SOURCE,
     SourceFile,
@@ -63,13 +64,17 @@ def stale_memory_paths(db: Database, settings: Settings) -> list[Path]:
 
 
 def find_stale(settings: Settings) -> list[str]:
-    """Memory files the index does not reflect yet (all of them when nothing is indexed)."""
+    """Memory files the index does not reflect yet (all of them when nothing is indexed);
+    none when the store's files are sent from another host's folder
+    (:mod:`pipeline.ingest.safety`): this host cannot tell."""
     db = schema.open_store(settings.store.path, want_vectors=False)
     if db is None:
         return [f.path for f in memory_files(settings.workspace, settings.extra_paths,
                                              settings.multimodal,
                                              patterns=PathPatterns.of(settings))]
     try:
+        if not reads_own_files(db, settings):  # sent from another host's folder: not this one
+            return []
         return [relative_path(settings.workspace, p) for p in stale_memory_paths(db, settings)]
     finally:
         db.close()

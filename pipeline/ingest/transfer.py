@@ -41,6 +41,7 @@ from pipeline.ingest.producer import (
     scan_sources,
 )
 from pipeline.ingest.refresh import stat_memory_files
+from pipeline.ingest.safety import keep_text
 from pipeline.ingest.transcripts import SESSIONS_SOURCE
 from pipeline.messages import FileChange, FileChanges
 from pipeline.store import reads, schema, writer
@@ -80,12 +81,14 @@ def _change(read: FileRead, decision: str) -> FileChange:
 
 
 def changes_since(settings: Settings, manifest: dict[str, Known],
-                  paths: list[Path] | None = None) -> tuple[list[FileChange], IndexReport]:
+                  paths: list[Path] | None = None, *, allow_deletions: bool = False
+                  ) -> tuple[list[FileChange], IndexReport]:
     """What changed in the memory's files on this host since its store saw them
     (``manifest``: the store's files, as its shard's reader lists them), and the pass's report
     so far (files looked at, what could not be read). ``paths`` limits the pass as a watcher's
-    batch does."""
-    scan = scan_sources(settings, manifest, paths)
+    batch does. A pass that would empty the memory raises
+    :class:`~pipeline.errors.DeletionRefused` unless ``allow_deletions``."""
+    scan = scan_sources(settings, manifest, paths, allow_deletions=allow_deletions)
     changes = []
     for read in scan.reads(manifest, settings):
         decision = decide(read, manifest.get(read.path), settings)
@@ -98,9 +101,11 @@ def changes_since(settings: Settings, manifest: dict[str, Known],
 
 def packed(changes: list[FileChange], *, memory: str, job: str, files: int,
            errors: list[str], shard: int, interactive: bool, origin: str,
-           retry_failed: bool = False) -> Iterator[FileChanges]:
+           retry_failed: bool = False, folder: str | None = None) -> Iterator[FileChanges]:
     """``changes`` as the messages of one pass, each of at most :data:`MESSAGE_MAX_BYTES` of
-    file bytes (a larger file alone), in order; the last one says it is the last."""
+    file bytes (a larger file alone), in order; the last one says it is the last. ``folder``
+    is the identity of the folder they were read from
+    (:func:`~pipeline.ingest.safety.folder_identity`)."""
     groups: list[list[FileChange]] = [[]]
     size = 0
     for change in changes:
@@ -112,7 +117,7 @@ def packed(changes: list[FileChange], *, memory: str, job: str, files: int,
     for part, group in enumerate(groups):
         yield FileChanges(memory, job, tuple(group), part, part == len(groups) - 1, files,
                           tuple(errors) if part == 0 else (), origin, shard, interactive,
-                          retry_failed)
+                          retry_failed, folder)
 
 
 def _read_of(change: FileChange, settings: Settings) -> FileRead:
@@ -156,7 +161,7 @@ def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:
     """Memory files on this host that the store (``manifest``) does not reflect: new, gone,
     or with another stat. Stat only, as :func:`~pipeline.ingest.refresh.stale_memory_paths`
     (session transcripts left out: they have their own thresholds)."""
-    scan = scan_sources(settings, manifest)
+    scan = scan_sources(settings, manifest, allow_deletions=True)  # a look: nothing deleted
     stale = []
     for file in scan.on_disk:
         if file.source != "memory":
@@ -214,4 +219,7 @@ def apply_changes(db: Database, settings: Settings, choice: ProviderChoice,
                 if read.media is not None:
                     media[read.path] = read.media
                 apply_read(batch, read, current, settings, max_input, report)
+                if change.source == "memory" and read.media is None and read.text is not None:
+                    with batch.unit():  # memory_get's text on a host without the files
+                        keep_text(db, change.path, read.text)
     return report, media

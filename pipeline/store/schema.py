@@ -25,7 +25,11 @@ reads them again and fills the values. Their chunks keep their rows and vectors 
 same id): nothing is embedded again. Version 6 also keys
 every file by its name and stem (``files.name_key``, ``stem_key``, indexed:
 :mod:`pipeline.store.path_keys`), so a query naming a file finds it with an index seek; an
-older store's files get their keys when it is opened.
+older store's files get their keys when it is opened. Version 7 added ``file_texts``: the
+text of each memory file that a producer on another host sent (:mod:`pipeline.ingest.safety`),
+so the store's host answers ``memory_get`` without the files; its rows go with their file's
+row. An older store gains the table, and its memory Markdown files are marked changed as in
+version 6, so the next pass (on the host of the files) sends them again (no re-embedding).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from pipeline.message_fields import ProviderSpec
 from pipeline.store.engine import Database, connect
 from pipeline.store.path_keys import name_keys
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: The last version whose full-text table differs from today's (older stores rebuild it).
 FTS_VERSION = 2
 FTS_TOKENIZER = "porter unicode61"
@@ -71,6 +75,13 @@ CREATE TABLE IF NOT EXISTS files (
     stem_key   TEXT
 );
 CREATE INDEX IF NOT EXISTS idx_files_name_key ON files(name_key);
+CREATE TABLE IF NOT EXISTS file_texts (
+    path TEXT PRIMARY KEY,
+    text TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS file_texts_gone AFTER DELETE ON files BEGIN
+    DELETE FROM file_texts WHERE path = old.path;
+END;
 CREATE INDEX IF NOT EXISTS idx_files_stem_key ON files(stem_key);
 CREATE TABLE IF NOT EXISTS chunks (
     rowid      INTEGER PRIMARY KEY,
@@ -189,6 +200,12 @@ UPDATE files SET hash = '', size = -1
  WHERE source = 'memory' AND lower(path) LIKE '%.md' AND error IS NULL;
 """
 ENTRY_VALUES_VERSION = 6
+# Version 7: the texts a producer on another host sent; memory Markdown files sent again.
+_RESEND_MEMORY_FILES = """
+UPDATE files SET hash = '', size = -1
+ WHERE source = 'memory' AND lower(path) LIKE '%.md' AND error IS NULL;
+"""
+FILE_TEXTS_VERSION = 7
 _REFILL_FTS = (
     "INSERT INTO chunks_fts(rowid, text) SELECT rowid, memq_fts_text(text) FROM chunks;"
 )
@@ -226,6 +243,8 @@ def ensure_schema(db: Database) -> None:
                      and _lacks_column(db, "chunks", "importance"))
         if fill_keys:
             upgrade = f"{_ADD_ENTRY_VALUES}\n{upgrade}"
+        elif version is not None and int(version) < FILE_TEXTS_VERSION:
+            upgrade = f"{_RESEND_MEMORY_FILES}\n{upgrade}"
         db.conn.executescript(
             f"BEGIN IMMEDIATE;\n{upgrade}\nINSERT INTO meta(key, value) VALUES "
             f"('schema_version', '{SCHEMA_VERSION}') ON CONFLICT(key) DO UPDATE SET "
