@@ -529,33 +529,58 @@ def cmd_memories(args: argparse.Namespace) -> int:
 
     catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
     names = [catalog.settings(args.agent).agent_id] if args.agent else catalog.names()
+    if args.prune:
+        try:
+            pruned = catalog.prune()
+        except ShardUnreachable as exc:
+            raise ShardUnreachable(f"memq memories --prune refused, nothing was removed: "
+                                   f"whether a live writer or reader serves a store cannot "
+                                   f"be known ({exc})") from None
+    else:
+        pruned = []
     infos = catalog.describe(names)
-    pruned = catalog.prune() if args.prune else []
-    orphans = catalog.orphans()
+    try:
+        orphans: list[Any] | None = catalog.orphans()
+    except ShardUnreachable:
+        orphans = None  # cannot be told without the fleet; fleetErrors says why
     data = {"config": str(catalog.config_file) if catalog.config_file else None,
             "default": catalog.default, "memories": [i.to_dict() for i in infos],
-            "orphanedStores": [o.to_dict() for o in orphans],
-            "pruned": [o.to_dict() for o in pruned]}
+            "orphanedStores": None if orphans is None else [o.to_dict() for o in orphans],
+            "pruned": [o.to_dict() for o in pruned], "fleetErrors": catalog.fleet_errors}
     lines = []
     for i in infos:
         when = (datetime.fromtimestamp(i.last_index_at).isoformat(timespec="seconds")
                 if i.last_index_at else "never")
+        size = _size(i.size) if i.size is not None else "-"
         lines.append(f"{'*' if i.default else ' '} {i.name:<20} {i.state:<12} {when:<19} "
-                     f"{_size(i.size):>9}  {i.workspace}")
-        lines.append(f"  {'':<20} store: {i.store}"
+                     f"{size:>9}  {i.workspace}")
+        lines.append(f"  {'':<20} {_store_where(i)}"
                      + (f" (owned by {i.owner['memory']}, {i.owner['workspace']})"
                         if i.state == "foreign" and i.owner else ""))
     lines += [f"removed {o.store} ({_size(o.size)}): memory {o.memory}, workspace "
               f"{o.workspace} is gone" for o in pruned]
     if orphans:
-        lines.append("orphaned stores (their workspace is gone; `memq memories --prune` "
-                     "removes them):")
+        lines.append("orphaned stores (their workspace is gone and nothing serves them; "
+                     "`memq memories --prune` removes them):")
         lines += [f"  {o.store} ({_size(o.size)}): memory {o.memory}, workspace {o.workspace}"
                   for o in orphans]
     elif args.prune and not pruned:
         lines.append("no orphaned stores to remove")
+    for error in catalog.fleet_errors:
+        _warn(f"the fleet cannot be asked, this host's view only: {error}")
     _emit(args, data, "\n".join(lines))
     return 0
+
+
+def _store_where(info: Any) -> str:
+    """Where a memory's store is, and which node serves it (``memq memories``)."""
+    shard = f"shard {info.shard}, " if info.shard is not None else ""
+    served = f"served by {info.served_by}" if info.served_by else "served by no live worker"
+    if not info.here:
+        return f"store: on another host ({shard}{served})"
+    if info.shard is None:
+        return f"store: {info.store}"
+    return f"store: {info.store} ({shard}{served})"
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
