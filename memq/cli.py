@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 ROLES = ("writer", "reader", "embed", "batch")
 #: memory_search's corpus values (pipeline.search.corpus.CORPORA, not imported by `--help`).
 SEARCH_CORPORA = ("memory", "wiki", "all", "sessions")
+#: Characters of a snippet ``memq search`` shows (``--json`` gives the whole snippet).
+SNIPPET_SHOWN = 200
 #: Exit status when the memory's shard did not answer (its reader or the broker is down).
 EXIT_UNREACHABLE = 3
 
@@ -307,7 +309,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())
         lines.append(f"{hit['score']:.3f}  {hit['path']}:{hit['startLine']}-{hit['endLine']}\n"
-                     f"       {snippet[:200]}")
+                     f"       {_cut(snippet, SNIPPET_SHOWN)}")
     if not out["results"]:
         lines.append("no results")
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
@@ -334,6 +336,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, ending with "…" when it was cut there."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _rerank_footer(note: dict[str, Any] | None) -> str:
     """What the reranker did, for the search footer ("" when none is configured)."""
     if not note:
@@ -344,16 +351,37 @@ def _rerank_footer(note: dict[str, Any] | None) -> str:
     return f" rerank {who}: {note.get('reranked', 0)} reranked"
 
 
+#: What ``memq get`` reads (MemoryPathError's "path required" is OpenClaw's wording, kept by
+#: the library and MCP; the CLI names the rule instead).
+_GET_RULE = ("memq get reads only MEMORY.md, USER.md, .md files under memory/ and the "
+             "configured extra paths, never a symlink")
+_PATH_REQUIRED = "path required"
+#: ``memq get --json``'s ``status`` for a memory file that does not exist (OpenClaw's word).
+NOT_FOUND = "not_found"
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     from pipeline.errors import MemoryPathError
     from pipeline.memory import Memory
 
     try:
         with Memory(settings=_existing(_settings(args)), in_memory=False) as memory:
-            out = memory.get(args.path, args.from_line, args.lines).to_dict()
+            got = memory.get(args.path, args.from_line, args.lines)
     except MemoryPathError as exc:
-        print(f"memq: {exc}", file=sys.stderr)
+        why = str(exc)
+        if why.startswith(_PATH_REQUIRED):
+            detail = why[len(_PATH_REQUIRED):].lstrip(": ")
+            why = f"outside the memory files; {_GET_RULE}" + (
+                f"; expected {detail}" if detail and "memory .md file" not in detail else "")
+        print(f"memq: refused {args.path}: {why}", file=sys.stderr)
         return 2
+    out = got.to_dict()
+    if got.from_line is None:  # the library's empty text for a file that could exist
+        if args.json:
+            _emit(args, {**out, "status": NOT_FOUND}, "")
+        _warn(f"{got.path} does not exist (no such memory file; `memq search` finds the "
+              "ones that do)")
+        return 1
     _emit(args, out, out["text"])
     return 0
 
