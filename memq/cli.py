@@ -119,17 +119,19 @@ def cmd_index(args: argparse.Namespace) -> int:
                     on_progress=progress, warn=_warn)
     progress.close()
     r = run.report
+    held = _store_held(settings)
     data = {"mode": run.mode, "provider": run.provider, "model": run.model, "reason": run.reason,
             "files": r.files, "changed": r.changed, "deleted": r.deleted,
             "fileErrors": r.errors, "chunksFromCache": r.chunks_cached,
             "chunksQueued": r.chunks_queued, "jobs": r.jobs, "waited": run.waited,
             **run.outcome.to_dict(), "seconds": round(run.seconds, 3),
-            "job": run.job_id, "batchJobs": r.batch_jobs, "batchResumed": run.batch_resumed}
+            "job": run.job_id, "batchJobs": r.batch_jobs, "batchResumed": run.batch_resumed,
+            **_held_json(held)}
     lines = [f"indexed {r.files} files ({r.changed} changed, {r.deleted} deleted) in "
              f"{run.seconds:.1f}s",
              f"mode: {run.mode}" + (f" ({run.provider}/{run.model})" if run.provider else "")
              + (f": {run.reason}" if run.mode in ("keyword-only", "remote") else ""),
-             f"chunks: {_chunks_line(run)}"]
+             f"chunks: {_chunks_line(run, held)}"]
     if r.batch_jobs:
         lines.append(f"batch: {r.batch_jobs} provider batch job(s) submitted "
                      "(`memq batch list`)")
@@ -144,10 +146,40 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _chunks_line(run: Any) -> str:
-    """What became of the pass's chunks, as counted in the store (``chunks: …``)."""
+def _store_held(settings: Settings) -> dict[str, int] | None:
+    """What the memory's store holds after a pass (``chunks``, ``vectors``, ``pending``,
+    ``failed``), from the store or its shard's reader; None when it cannot be read."""
+    from pipeline.memory import Memory
+
+    try:
+        with Memory(settings=settings, in_memory=False) as memory:
+            status = memory.status()
+    except (MemqError, OSError) as exc:
+        _warn(f"what the store holds cannot be read: {exc}")
+        return None
+    return {k: int(status.get(k) or 0) for k in ("chunks", "vectors", "pending", "failed")}
+
+
+def _held_json(held: dict[str, int] | None) -> dict[str, int | None]:
+    """``memq index --json``'s counts of what the store holds (None: unknown)."""
+    return {"chunksInStore": held["chunks"] if held else None,
+            "vectorsInStore": held["vectors"] if held else None}
+
+
+def _chunks_line(run: Any, held: dict[str, int] | None = None) -> str:
+    """What became of the pass's chunks, as counted in the store (``chunks: …``); a pass
+    that changed nothing says what the store ``held`` holds."""
     r, written = run.report, run.outcome.written
     cached = f"{r.chunks_cached} from cache"
+    if held is not None and not (r.changed or r.deleted or r.chunks_queued):
+        if run.mode == "keyword-only":
+            vectors = "no vectors (keyword-only index)"
+        elif held["vectors"] >= held["chunks"]:
+            vectors = "all embedded"
+        else:
+            vectors = (f"{held['vectors']} embedded, {held['pending']} pending, "
+                       f"{held['failed']} failed")
+        return f"{held['chunks']} in the store, {vectors}; nothing changed"
     if run.mode == "keyword-only":
         return "no vectors (keyword-only index)"
     if not run.waited:
@@ -203,11 +235,12 @@ def _index_one(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     run = run_index(settings, wait=not args.no_wait, retry_failed=args.retry_failed,
                     warn=_warn)
     r = run.report
+    held = _store_held(settings)
     problem = run.outcome.problem() if run.waited else None
     summary = (f"{r.files} files ({r.changed} changed, {r.deleted} deleted), "
-               f"chunks: {_chunks_line(run)}, {run.seconds:.1f}s")
+               f"chunks: {_chunks_line(run, held)}, {run.seconds:.1f}s")
     return {"job": run.job_id, "files": r.files, "changed": r.changed, "deleted": r.deleted,
-            "chunksQueued": r.chunks_queued, **run.outcome.to_dict(),
+            "chunksQueued": r.chunks_queued, **run.outcome.to_dict(), **_held_json(held),
             **({"problem": problem} if problem else {}),
             "summary": summary + (f"; {problem}" if problem else "")}
 
