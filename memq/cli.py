@@ -671,8 +671,17 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(f"memq: watching {watched[0].workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
     run_watch(watched, polling=args.polling, debounce_s=debounce,
-              reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat, roster=roster)
+              reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat, roster=roster,
+              on_pass=_print_pass)
     return 0
+
+
+def _print_pass(memory: str, report: Any) -> None:
+    """``memq watch``'s line for a pass that changed something (counts only, on stdout)."""
+    files = "file" if report.changed == 1 else "files"
+    print(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {memory}: "
+          f"{report.changed} {files} changed, {report.deleted} deleted, "
+          f"{report.chunks_queued} chunks queued", flush=True)
 
 
 def _watch_reading(args: argparse.Namespace) -> Reading:
