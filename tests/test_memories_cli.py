@@ -157,6 +157,15 @@ def test_every_host_sees_who_serves_a_store_and_prune_never_deletes_a_served_one
             human = agent.memq("memories")
             assert "served by reader-0@store" in human.stdout, human.stdout + human.stderr
 
+            # Read through the shard's reader: a typo'd file is said missing (exit 1), and
+            # a second pass from the gateway says what the store holds.
+            missing = agent.memq("get", "--agent", "alpha", "memory/2026-11-3.md")
+            assert missing.returncode == 1 and missing.stdout == "", missing.stderr
+            assert "memory/2026-11-3.md does not exist" in missing.stderr
+            again = gateway.memq("index", "--agent", "alpha")
+            assert again.returncode == 0, again.stderr
+            assert "in the store, all embedded; nothing changed" in again.stdout, again.stdout
+
             kept = Path(store.settings(config, "alpha").store.path)
             assert kept.is_relative_to(store.data) and kept.exists()
 
