@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 ROLES = ("writer", "reader", "embed", "batch")
 #: memory_search's corpus values (pipeline.search.corpus.CORPORA, not imported by `--help`).
 SEARCH_CORPORA = ("memory", "wiki", "all", "sessions")
+#: Characters of a snippet ``memq search`` shows (``--json`` gives the whole snippet).
+SNIPPET_SHOWN = 200
 #: Exit status when the memory's shard did not answer (its reader or the broker is down).
 EXIT_UNREACHABLE = 3
 
@@ -122,17 +124,19 @@ def cmd_index(args: argparse.Namespace) -> int:
                     files_here=args.files_here)
     progress.close()
     r = run.report
+    held = _store_held(settings)
     data = {"mode": run.mode, "provider": run.provider, "model": run.model, "reason": run.reason,
             "files": r.files, "changed": r.changed, "deleted": r.deleted,
             "fileErrors": r.errors, "chunksFromCache": r.chunks_cached,
             "chunksQueued": r.chunks_queued, "jobs": r.jobs, "waited": run.waited,
             **run.outcome.to_dict(), "seconds": round(run.seconds, 3),
-            "job": run.job_id, "batchJobs": r.batch_jobs, "batchResumed": run.batch_resumed}
+            "job": run.job_id, "batchJobs": r.batch_jobs, "batchResumed": run.batch_resumed,
+            **_held_json(held)}
     lines = [f"indexed {r.files} files ({r.changed} changed, {r.deleted} deleted) in "
              f"{run.seconds:.1f}s",
              f"mode: {run.mode}" + (f" ({run.provider}/{run.model})" if run.provider else "")
              + (f": {run.reason}" if run.mode in ("keyword-only", "remote") else ""),
-             f"chunks: {_chunks_line(run)}"]
+             f"chunks: {_chunks_line(run, held)}"]
     if r.batch_jobs:
         lines.append(f"batch: {r.batch_jobs} provider batch job(s) submitted "
                      "(`memq batch list`)")
@@ -147,10 +151,40 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _chunks_line(run: Any) -> str:
-    """What became of the pass's chunks, as counted in the store (``chunks: …``)."""
+def _store_held(settings: Settings) -> dict[str, int] | None:
+    """What the memory's store holds after a pass (``chunks``, ``vectors``, ``pending``,
+    ``failed``), from the store or its shard's reader; None when it cannot be read."""
+    from pipeline.memory import Memory
+
+    try:
+        with Memory(settings=settings, in_memory=False) as memory:
+            status = memory.status()
+    except (MemqError, OSError) as exc:
+        _warn(f"what the store holds cannot be read: {exc}")
+        return None
+    return {k: int(status.get(k) or 0) for k in ("chunks", "vectors", "pending", "failed")}
+
+
+def _held_json(held: dict[str, int] | None) -> dict[str, int | None]:
+    """``memq index --json``'s counts of what the store holds (None: unknown)."""
+    return {"chunksInStore": held["chunks"] if held else None,
+            "vectorsInStore": held["vectors"] if held else None}
+
+
+def _chunks_line(run: Any, held: dict[str, int] | None = None) -> str:
+    """What became of the pass's chunks, as counted in the store (``chunks: …``); a pass
+    that changed nothing says what the store ``held`` holds."""
     r, written = run.report, run.outcome.written
     cached = f"{r.chunks_cached} from cache"
+    if held is not None and not (r.changed or r.deleted or r.chunks_queued):
+        if run.mode == "keyword-only":
+            vectors = "no vectors (keyword-only index)"
+        elif held["vectors"] >= held["chunks"]:
+            vectors = "all embedded"
+        else:
+            vectors = (f"{held['vectors']} embedded, {held['pending']} pending, "
+                       f"{held['failed']} failed")
+        return f"{held['chunks']} in the store, {vectors}; nothing changed"
     if run.mode == "keyword-only":
         return "no vectors (keyword-only index)"
     if not run.waited:
@@ -207,11 +241,12 @@ def _index_one(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
                     warn=_warn, allow_deletions=args.allow_deletions,
                     files_here=args.files_here)
     r = run.report
+    held = _store_held(settings)
     problem = run.outcome.problem() if run.waited else None
     summary = (f"{r.files} files ({r.changed} changed, {r.deleted} deleted), "
-               f"chunks: {_chunks_line(run)}, {run.seconds:.1f}s")
+               f"chunks: {_chunks_line(run, held)}, {run.seconds:.1f}s")
     return {"job": run.job_id, "files": r.files, "changed": r.changed, "deleted": r.deleted,
-            "chunksQueued": r.chunks_queued, **run.outcome.to_dict(),
+            "chunksQueued": r.chunks_queued, **run.outcome.to_dict(), **_held_json(held),
             **({"problem": problem} if problem else {}),
             "summary": summary + (f"; {problem}" if problem else "")}
 
@@ -313,7 +348,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())
         lines.append(f"{hit['score']:.3f}  {hit['path']}:{hit['startLine']}-{hit['endLine']}\n"
-                     f"       {snippet[:200]}")
+                     f"       {_cut(snippet, SNIPPET_SHOWN)}")
     if not out["results"]:
         lines.append("no results")
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
@@ -340,6 +375,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, ending with "…" when it was cut there."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _rerank_footer(note: dict[str, Any] | None) -> str:
     """What the reranker did, for the search footer ("" when none is configured)."""
     if not note:
@@ -350,16 +390,37 @@ def _rerank_footer(note: dict[str, Any] | None) -> str:
     return f" rerank {who}: {note.get('reranked', 0)} reranked"
 
 
+#: What ``memq get`` reads (MemoryPathError's "path required" is OpenClaw's wording, kept by
+#: the library and MCP; the CLI names the rule instead).
+_GET_RULE = ("memq get reads only MEMORY.md, USER.md, .md files under memory/ and the "
+             "configured extra paths, never a symlink")
+_PATH_REQUIRED = "path required"
+#: ``memq get --json``'s ``status`` for a memory file that does not exist (OpenClaw's word).
+NOT_FOUND = "not_found"
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     from pipeline.errors import MemoryPathError
     from pipeline.memory import Memory
 
     try:
         with Memory(settings=_existing(_settings(args)), in_memory=False) as memory:
-            out = memory.get(args.path, args.from_line, args.lines).to_dict()
+            got = memory.get(args.path, args.from_line, args.lines)
     except MemoryPathError as exc:
-        print(f"memq: {exc}", file=sys.stderr)
+        why = str(exc)
+        if why.startswith(_PATH_REQUIRED):
+            detail = why[len(_PATH_REQUIRED):].lstrip(": ")
+            why = f"outside the memory files; {_GET_RULE}" + (
+                f"; expected {detail}" if detail and "memory .md file" not in detail else "")
+        print(f"memq: refused {args.path}: {why}", file=sys.stderr)
         return 2
+    out = got.to_dict()
+    if got.from_line is None:  # the library's empty text for a file that could exist
+        if args.json:
+            _emit(args, {**out, "status": NOT_FOUND}, "")
+        _warn(f"{got.path} does not exist (no such memory file; `memq search` finds the "
+              "ones that do)")
+        return 1
     _emit(args, out, out["text"])
     return 0
 
@@ -535,33 +596,58 @@ def cmd_memories(args: argparse.Namespace) -> int:
 
     catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
     names = [catalog.settings(args.agent).agent_id] if args.agent else catalog.names()
+    if args.prune:
+        try:
+            pruned = catalog.prune()
+        except ShardUnreachable as exc:
+            raise ShardUnreachable(f"memq memories --prune refused, nothing was removed: "
+                                   f"whether a live writer or reader serves a store cannot "
+                                   f"be known ({exc})") from None
+    else:
+        pruned = []
     infos = catalog.describe(names)
-    pruned = catalog.prune() if args.prune else []
-    orphans = catalog.orphans()
+    try:
+        orphans: list[Any] | None = catalog.orphans()
+    except ShardUnreachable:
+        orphans = None  # cannot be told without the fleet; fleetErrors says why
     data = {"config": str(catalog.config_file) if catalog.config_file else None,
             "default": catalog.default, "memories": [i.to_dict() for i in infos],
-            "orphanedStores": [o.to_dict() for o in orphans],
-            "pruned": [o.to_dict() for o in pruned]}
+            "orphanedStores": None if orphans is None else [o.to_dict() for o in orphans],
+            "pruned": [o.to_dict() for o in pruned], "fleetErrors": catalog.fleet_errors}
     lines = []
     for i in infos:
         when = (datetime.fromtimestamp(i.last_index_at).isoformat(timespec="seconds")
                 if i.last_index_at else "never")
+        size = _size(i.size) if i.size is not None else "-"
         lines.append(f"{'*' if i.default else ' '} {i.name:<20} {i.state:<12} {when:<19} "
-                     f"{_size(i.size):>9}  {i.workspace}")
-        lines.append(f"  {'':<20} store: {i.store}"
+                     f"{size:>9}  {i.workspace}")
+        lines.append(f"  {'':<20} {_store_where(i)}"
                      + (f" (owned by {i.owner['memory']}, {i.owner['workspace']})"
                         if i.state == "foreign" and i.owner else ""))
     lines += [f"removed {o.store} ({_size(o.size)}): memory {o.memory}, workspace "
               f"{o.workspace} is gone" for o in pruned]
     if orphans:
-        lines.append("orphaned stores (their workspace is gone; `memq memories --prune` "
-                     "removes them):")
+        lines.append("orphaned stores (their workspace is gone and nothing serves them; "
+                     "`memq memories --prune` removes them):")
         lines += [f"  {o.store} ({_size(o.size)}): memory {o.memory}, workspace {o.workspace}"
                   for o in orphans]
     elif args.prune and not pruned:
         lines.append("no orphaned stores to remove")
+    for error in catalog.fleet_errors:
+        _warn(f"the fleet cannot be asked, this host's view only: {error}")
     _emit(args, data, "\n".join(lines))
     return 0
+
+
+def _store_where(info: Any) -> str:
+    """Where a memory's store is, and which node serves it (``memq memories``)."""
+    shard = f"shard {info.shard}, " if info.shard is not None else ""
+    served = f"served by {info.served_by}" if info.served_by else "served by no live worker"
+    if not info.here:
+        return f"store: on another host ({shard}{served})"
+    if info.shard is None:
+        return f"store: {info.store}"
+    return f"store: {info.store} ({shard}{served})"
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -591,8 +677,17 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(f"memq: watching {watched[0].workspace} (Ctrl-C to stop)", file=sys.stderr)
     debounce = args.debounce_ms / 1000 if args.debounce_ms is not None else None
     run_watch(watched, polling=args.polling, debounce_s=debounce,
-              reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat, roster=roster)
+              reconcile_minutes=args.interval_minutes, heartbeat=args.heartbeat, roster=roster,
+              on_pass=_print_pass)
     return 0
+
+
+def _print_pass(memory: str, report: Any) -> None:
+    """``memq watch``'s line for a pass that changed something (counts only, on stdout)."""
+    files = "file" if report.changed == 1 else "files"
+    print(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {memory}: "
+          f"{report.changed} {files} changed, {report.deleted} deleted, "
+          f"{report.chunks_queued} chunks queued", flush=True)
 
 
 def _watch_reading(args: argparse.Namespace) -> Reading:

@@ -101,6 +101,26 @@ def test_a_healthy_run_reports_every_chunk_embedded(tmp_path: Path, workspace: P
         assert f"chunks: {texts} embedded of {texts}, 0 from cache" in done.stdout
 
 
+def test_a_run_that_changes_nothing_reports_what_the_store_holds(tmp_path: Path,
+                                                                 workspace: Path) -> None:
+    """README "Using it": a second run with nothing to do says what the store holds, not
+    "0 embedded of 0"; ``--json`` gives the same counts."""
+    with ProviderDouble("openai", api_key=SENTINEL) as double:
+        cfg = _openclaw(tmp_path, workspace, remote={"baseUrl": double.url, "apiKey": SENTINEL})
+        first = run_memq("index", "--json", env=_env(tmp_path, cfg), timeout=300)
+        assert first.returncode == 0, first.stderr
+        chunks = json.loads(first.stdout)["chunksQueued"]
+        assert chunks > 0
+        again = run_memq("index", env=_env(tmp_path, cfg), timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert f"chunks: {chunks} in the store, all embedded; nothing changed" in again.stdout
+        assert "embedded of 0" not in again.stdout
+        data = json.loads(run_memq("index", "--json", env=_env(tmp_path, cfg),
+                                   timeout=300).stdout)
+        assert (data["chunksInStore"], data["vectorsInStore"]) == (chunks, chunks)
+        assert (data["changed"], data["chunksQueued"]) == (0, 0)
+
+
 def test_the_library_counts_what_the_store_holds(tmp_path: Path, workspace: Path) -> None:
     """``Memory.index`` (in-process embedding): the same counts on the run object."""
     with ProviderDouble("openai", api_key=SENTINEL) as double:

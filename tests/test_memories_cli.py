@@ -115,3 +115,83 @@ def test_status_of_a_missing_workspace_exits_2(tmp_path: Path,
     done = run_memq("status", "--workspace", str(tmp_path / "nope"), env=env, timeout=120)
     assert done.returncode == 2, done.stderr
     assert f"workspace {tmp_path / 'nope'} does not exist" in done.stderr
+
+
+@pytest.mark.integration
+def test_every_host_sees_who_serves_a_store_and_prune_never_deletes_a_served_one(
+        tmp_path: Path, tiny_model: Path, broker_url: str) -> None:
+    """The team topology of docs/deploy.md, one memory on shard 0: a store host (writer,
+    reader, embed worker; the Markdown hidden), a gateway host with the Markdown (it indexes),
+    an agent host with only the config. ``memq memories`` agrees on every host (indexed,
+    served by the store host's reader); ``--prune`` on the store host keeps the store while a
+    claim here or a live worker serves it, refuses when the broker cannot be asked, and
+    removes it only once nothing serves it."""
+    from tests.hostkit import SimulatedFleet, private_database
+
+    workspaces = tmp_path / "workspaces"
+    write(workspaces / "alpha/MEMORY.md", "# alpha\n\nThe alpha team deploys on Tuesdays.\n")
+    write(workspaces / "alpha/memory/2026-11-03.md", "- The granite order shipped.\n")
+    config = write(tmp_path / "memq.json", json.dumps({
+        "provider": "local", "local": {"modelPath": str(tiny_model)},
+        "memories": [{"name": "alpha", "workspace": str(workspaces / "alpha")}]}))
+    with private_database() as jobs:
+        fleet = SimulatedFleet(tmp_path / "hosts", broker_url, config, jobs)
+        try:
+            store = fleet.host("store", hide=(workspaces,))
+            gateway = fleet.host("gateway")
+            agent = fleet.host("agent", hide=(workspaces,))
+            fleet.start_shard(store, 0)
+            fleet.wait_for_nodes(["store.0", "query.0", "control.0", "embed.local"])
+            indexed = gateway.memq("index", "--agent", "alpha", "--json")
+            assert indexed.returncode == 0, indexed.stderr + fleet.logs()
+
+            def alpha_on(host: object) -> dict:
+                done = host.memq("memories", "--json")  # type: ignore[attr-defined]
+                assert done.returncode == 0, done.stderr + fleet.logs()
+                return {m["name"]: m for m in json.loads(done.stdout)["memories"]}["alpha"]
+
+            views = {h.name: alpha_on(h) for h in (store, gateway, agent)}
+            assert {n: (v["state"], v["servedBy"], v["shard"]) for n, v in views.items()} == {
+                n: ("ok", "reader-0@store", 0) for n in views}, views
+            assert len({v["lastIndexAt"] for v in views.values()}) == 1
+            human = agent.memq("memories")
+            assert "served by reader-0@store" in human.stdout, human.stdout + human.stderr
+
+            # Read through the shard's reader: a typo'd file is said missing (exit 1), and
+            # a second pass from the gateway says what the store holds.
+            missing = agent.memq("get", "--agent", "alpha", "memory/2026-11-3.md")
+            assert missing.returncode == 1 and missing.stdout == "", missing.stderr
+            assert "memory/2026-11-3.md does not exist" in missing.stderr
+            again = gateway.memq("index", "--agent", "alpha")
+            assert again.returncode == 0, again.stderr
+            assert "in the store, all embedded; nothing changed" in again.stdout, again.stdout
+
+            kept = Path(store.settings(config, "alpha").store.path)
+            assert kept.is_relative_to(store.data) and kept.exists()
+
+            def prune_on_store(**extra: str) -> tuple[int, dict | None, str]:
+                done = store.memq("memories", "--prune", "--json", extra=extra or None)
+                return (done.returncode, json.loads(done.stdout) if done.returncode == 0
+                        else None, done.stderr)
+
+            code, out, err = prune_on_store()  # the shard's claim is here, its workers live
+            assert code == 0, err
+            assert out is not None and out["pruned"] == [] and out["orphanedStores"] == []
+            assert kept.exists()
+            claim = store.data / "shards" / "0.json"
+            claim.unlink()  # no claim left: the live writer and reader still serve it
+            code, out, err = prune_on_store()
+            assert code == 0 and out is not None and out["pruned"] == [], err
+            assert kept.exists()
+            code, out, err = prune_on_store(MEMQ_BROKER_URL="redis://127.0.0.1:9/0")
+            assert code == 3 and out is None, err
+            assert "refus" in err and "broker" in err and kept.exists()
+
+            for label in ("writer-0", "reader-0"):
+                store.kill(label)
+            code, out, err = prune_on_store()  # nothing serves it any more: a true orphan
+            assert code == 0, err
+            assert out is not None and [o["store"] for o in out["pruned"]] == [str(kept)]
+            assert not kept.exists()
+        finally:
+            fleet.stop()

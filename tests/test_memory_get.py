@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from pipeline.errors import MemoryPathError
 from pipeline.query import memory_get, memory_search
+from tests.conftest import run_memq
 
 
 def test_reads_line_windows(workspace: Path, make_settings) -> None:
@@ -74,3 +76,64 @@ def test_search_citations_point_memory_get_at_the_lines(workspace: Path, make_se
     assert "citation" not in off["results"][0] and "Source:" not in off["results"][0]["snippet"]
     with pytest.raises(ValueError, match="citations"):
         memory_search("x", settings=settings, citations="sometimes")
+
+
+def _cli_env(tmp_path: Path) -> dict[str, str]:
+    """The real CLI on its own data dir, keyword-only, no broker."""
+    return {"MEMQ_HOME": str(tmp_path / "data"), "MEMQ_CONFIG": "", "MEMQ_PROVIDER": "none",
+            "MEMQ_BROKER_URL": "", "REDIS_URL": "", "MEMQ_AGENT_ID": ""}
+
+
+def test_cli_get_of_a_missing_memory_file_says_so_and_exits_1(workspace: Path,
+                                                               tmp_path: Path) -> None:
+    """A typo'd date: the library reads it as empty text (it could exist), the CLI says the
+    file does not exist (stderr, exit 1), ``--json`` says ``not_found``; an existing empty
+    file still prints nothing and exits 0."""
+    env = _cli_env(tmp_path)
+    done = run_memq("get", "--workspace", str(workspace), "memory/2026-11-3.md", env=env,
+                    timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert "memory/2026-11-3.md does not exist" in done.stderr
+    as_json = run_memq("get", "--workspace", str(workspace), "--json", "memory/2026-11-3.md",
+                       env=env, timeout=120)
+    assert as_json.returncode == 1, as_json.stderr
+    assert json.loads(as_json.stdout) == {"path": "memory/2026-11-3.md", "text": "",
+                                          "status": "not_found"}
+    (workspace / "memory" / "empty.md").write_text("")
+    empty = run_memq("get", "--workspace", str(workspace), "memory/empty.md", env=env,
+                     timeout=120)
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, "\n", "")
+
+
+def test_cli_get_outside_the_memory_files_names_the_rule(workspace: Path,
+                                                        tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("not memory")
+    done = run_memq("get", "--workspace", str(workspace), "../README.md",
+                    env=_cli_env(tmp_path), timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert not done.stderr.startswith("memq: path required"), done.stderr
+    assert "../README.md" in done.stderr and "outside the memory files" in done.stderr
+    assert "MEMORY.md" in done.stderr and "memory/" in done.stderr
+
+
+def test_cli_search_marks_a_cut_snippet_with_an_ellipsis(workspace: Path,
+                                                         tmp_path: Path) -> None:
+    """``memq search`` shows 200 characters of a snippet: one cut there ends with "…", one
+    that fits is shown whole, without it."""
+    long_line = "- The zeppelin hangar " + " ".join(f"word{i}" for i in range(80)) + "\n"
+    (workspace / "memory" / "2026-11-20.md").write_text(long_line)
+    (workspace / "memory" / "2026-11-21.md").write_text("- A short zeppelin note.\n")
+    env = _cli_env(tmp_path)
+    assert run_memq("index", "--workspace", str(workspace), env=env,
+                    timeout=120).returncode == 0
+    done = run_memq("search", "--workspace", str(workspace), "--min-score", "0",
+                    "--citations", "off", "zeppelin",
+                    env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    snippets = {lines[i].split()[1].split(":")[0]: lines[i + 1].strip()
+                for i in range(len(lines) - 1) if "zeppelin" in lines[i + 1]}
+    cut = snippets["memory/2026-11-20.md"]
+    assert cut.endswith("…") and len(cut) == 201 and cut[:-1] in " ".join(long_line.split())
+    assert snippets["memory/2026-11-21.md"] == "- A short zeppelin note."

@@ -83,3 +83,50 @@ def test_memq_reindex_swaps_in_a_new_index(workspace: Path, tmp_path: Path,
     assert "memory/2026-11-18.md" in _search(workspace, env, "flight LH1169")
     refused = run_memq("reindex", "--workspace", str(workspace), "--no-wait", env=env)
     assert refused.returncode == 1 and "MEMQ_BROKER_URL" in refused.stderr
+
+
+def test_memq_watch_prints_one_line_per_pass_that_changed_something(
+        workspace: Path, tmp_path: Path) -> None:
+    """stdout: one line per pass that changed the index (files changed or deleted, chunks
+    queued), counts only, never memory text; a pass that changed nothing prints nothing."""
+    import os
+    import re
+
+    env = {**os.environ, "MEMQ_HOME": str(tmp_path / "home"), "MEMQ_PROVIDER": "none",
+           "MEMQ_BROKER_URL": "", "REDIS_URL": "", "MEMQ_CONFIG": "", "MEMQ_AGENT_ID": ""}
+    out, err = tmp_path / "watch.out", tmp_path / "watch.err"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "memq.cli", "watch", "--workspace",
+                                 str(workspace), "--debounce-ms", "200", "--polling"],
+                                cwd=REPO, env=env, stdout=stdout, stderr=stderr)
+    line = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d main: (\d+) files? changed, "
+                      r"(\d+) deleted, (\d+) chunks queued$")
+
+    def passes(count: int) -> list[tuple[int, ...]]:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rows = out.read_text().splitlines()
+            if len(rows) >= count:
+                break
+            time.sleep(0.2)
+        rows = out.read_text().splitlines()
+        assert len(rows) == count, out.read_text() + err.read_text()
+        matched = [line.match(row) for row in rows]
+        assert all(matched), rows
+        return [tuple(int(g) for g in m.groups()) for m in matched if m]
+
+    note = workspace / "memory" / "2026-12-01.md"
+    try:
+        (first,) = passes(1)  # the reconcile at start indexes every file
+        assert first[0] == len(list(workspace.rglob("*.md"))) and first[1] == 0
+        note.write_text("# 2026-12-01\n\n- The piano tuner comes on Thursday.\n")
+        assert passes(2)[1] == (1, 0, 0)
+        note.unlink()
+        assert passes(3)[2] == (0, 1, 0)
+        time.sleep(1.5)  # polling passes that find nothing new print nothing
+        assert len(out.read_text().splitlines()) == 3
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+    assert code == 130, err.read_text()
+    assert "piano" not in out.read_text() + err.read_text()

@@ -52,6 +52,16 @@ HEARTBEAT_S = 5.0
 ROSTER_CHECK_S = 2.0
 
 
+#: Called after every pass of ``memq watch`` that changed something: the memory and its
+#: report (counts only; never memory text).
+PassHook = Callable[[str, IndexReport], None]
+
+
+def changed_something(report: IndexReport) -> bool:
+    """Whether a pass changed the index: files changed or deleted, or chunks queued."""
+    return bool(report.changed or report.deleted or report.chunks_queued)
+
+
 @dataclass
 class WatchStats:
     """What a watch session did, for its caller and its tests."""
@@ -70,8 +80,10 @@ class WatchService:
     def __init__(self, settings: Settings, choice: ProviderChoice,
                  dispatcher: FleetDispatcher | None, *,
                  reconcile_s: float, lost_after_s: float = LOST_AFTER_S,
-                 polling: bool | None = None, debounce_s: float | None = None) -> None:
+                 polling: bool | None = None, debounce_s: float | None = None,
+                 on_pass: PassHook | None = None) -> None:
         self.settings, self.choice, self.dispatcher = settings, choice, dispatcher
+        self.on_pass = on_pass
         self.submit = dispatcher.embed if dispatcher is not None else None
         self.reconcile_s, self.lost_after_s = reconcile_s, lost_after_s
         self.stats = WatchStats()
@@ -105,7 +117,13 @@ class WatchService:
             log.warning("configuration changed: building a new index beside the live one")
         # (A rebuild already under way is re-targeted by its next step if it is for an older
         # configuration than this one.)
+        return self._passed(report)
+
+    def _passed(self, report: IndexReport) -> IndexReport:
+        """Record a pass's ``report``, and tell ``on_pass`` when it changed something."""
         self.stats.last_report = report
+        if self.on_pass is not None and changed_something(report):
+            self.on_pass(self.settings.agent_id, report)
         return report
 
     def on_batch(self, paths: set[Path]) -> None:
@@ -188,21 +206,21 @@ class ProducerService(WatchService):
     needs no model and creates no store; the shard's host embeds, rebuilds and requeues."""
 
     def __init__(self, settings: Settings, *, reconcile_s: float,
-                 polling: bool | None = None, debounce_s: float | None = None) -> None:
+                 polling: bool | None = None, debounce_s: float | None = None,
+                 on_pass: PassHook | None = None) -> None:
         from pipeline.remote import RemoteMemory  # Celery loads only when used
 
         self.remote = RemoteMemory(settings)
         super().__init__(settings, ProviderChoice(None, None, "the store is on another host"),
                          None, reconcile_s=reconcile_s, polling=polling,
-                         debounce_s=debounce_s)
+                         debounce_s=debounce_s, on_pass=on_pass)
         self.qmd = None  # the shard's host runs QMD's jobs
 
     def _pass(self, paths: set[Path] | None, requeue_after_s: float = REQUEUE_AFTER_S
               ) -> IndexReport:
         _, report = self.remote.produce(paths=sorted(paths) if paths is not None else None,
                                         interactive=paths is not None, origin="watch")
-        self.stats.last_report = report
-        return report
+        return self._passed(report)
 
     def queues_idle(self) -> bool:
         return False  # the shard's writer requeues what was lost, as its passes run
@@ -430,7 +448,8 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
               debounce_s: float | None = None, reconcile_minutes: float | None = None,
               heartbeat: Path | None = None,
               on_start: Callable[[WatchGroup], None] | None = None,
-              roster: LiveRoster | None = None) -> dict[str, WatchStats]:
+              roster: LiveRoster | None = None,
+              on_pass: PassHook | None = None) -> dict[str, WatchStats]:
     """Watch the workspaces of ``memories`` until interrupted, with the fleet's broker (one
     connection shared by all) or embedded fleets (one per provider and shard).
 
@@ -438,6 +457,7 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
     every few seconds by the loop, for a container health check. A memory turned off
     (``enabled = false``) is not watched. With a ``roster`` (``memq watch --all``), memories
     added to the configuration later are watched too and removed ones are stopped.
+    ``on_pass`` hears of every pass that changed something (:data:`PassHook`).
     """
     for off in (m for m in memories if not m.enabled):
         log.warning("not watching %s: memory is disabled (enabled = false)", off.agent_id)
@@ -450,7 +470,7 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
                        or DEFAULT_RECONCILE_MINUTES)
             if not store_is_here(settings):
                 return ProducerService(settings, reconcile_s=minutes * 60, polling=polling,
-                                       debounce_s=debounce_s)
+                                       debounce_s=debounce_s, on_pass=on_pass)
             choice = choose_provider(settings)
             dispatcher: FleetDispatcher | None = None
             if choice.spec is not None:
@@ -465,7 +485,7 @@ def run_watch(memories: Sequence[Settings], *, polling: bool | None = None,
                 if not dispatcher.durable:  # its jobs die with it: let the next run queue them
                     stack.callback(_forget_queued, settings)
             return WatchService(settings, choice, dispatcher, reconcile_s=minutes * 60,
-                                polling=polling, debounce_s=debounce_s)
+                                polling=polling, debounce_s=debounce_s, on_pass=on_pass)
 
         group = WatchGroup([build(settings) for settings in memories], heartbeat=heartbeat,
                            roster=roster, build=build)
