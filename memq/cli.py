@@ -444,8 +444,9 @@ def _job_line(job: dict[str, Any]) -> str:
     when = datetime.fromtimestamp(began).isoformat(timespec="seconds") if began else "?"
     took = (f" in {job['finished_at'] - job['started_at']:.1f}s"
             if job["finished_at"] and job["started_at"] else "")
-    what = (f": {job['changed']} files changed, {job['chunks_queued']} chunks queued, "
-            f"{job['chunks_cached']} from cache" if job["state"] == "done" else "")
+    what = (f": {job['changed']} files changed, {job['deleted'] or 0} deleted, "
+            f"{job['chunks_queued']} chunks queued, {job['chunks_cached']} from cache"
+            if job["state"] == "done" else "")
     error = f": {job['error']}" if job["error"] else ""
     return f"{job['id']}  {job['kind'] or '-':<6} {job['state']:<7} {when}{took}{what}{error}"
 
