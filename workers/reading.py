@@ -178,7 +178,7 @@ def end_cut_off_jobs(shards: list[int], node: str) -> int:
     live worker runs them). How many."""
     try:
         own = runtime.settings_for(runtime.default_memory())
-        jobs = runtime.jobs(own)
+        jobs = runtime.jobs(own, scoped=False)
     except Exception as exc:  # a broken config is reported with the first message
         log.warning("could not look for cut-off jobs: %s", exc)
         return 0
@@ -189,7 +189,7 @@ def end_cut_off_jobs(shards: list[int], node: str) -> int:
                                 f"(killed or crashed); {node} started afterwards. Its "
                                 "message, if the broker kept it, runs it again.",
                         {"memory": job.memory, "origin": job.origin, "host": job.host,
-                         "startedAt": job.started_at})
+                         "store": job.store, "startedAt": job.started_at})
             ended += 1
     if ended:
         log.warning("ended %d job(s) a previous writer left running", ended)

@@ -28,7 +28,7 @@ from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
 from pipeline.fleet import FleetDispatcher, redis_client
 from pipeline.ingest.reindex import is_generation_of
-from pipeline.jobs import JobLog
+from pipeline.jobs import JobLog, store_key
 from pipeline.memory import Memory
 from pipeline.messages import ProviderSpec
 from pipeline.routing import shard_of_queue
@@ -57,7 +57,7 @@ class WorkerRuntime:
         self._redis: redis.Redis | None = None
         self._redis_known = False
         self._warm: WarmMemories | None = None
-        self._jobs: dict[str, JobLog] = {}
+        self._jobs: dict[tuple[str, str | None], JobLog] = {}
 
     def settings_for(self, memory: str) -> Settings:
         """The settings of ``memory``, from this worker's own environment and config file.
@@ -146,13 +146,17 @@ class WorkerRuntime:
                                                            local=True, jobs=self.jobs(s)))
         return self._warm.use(memory, settings)
 
-    def jobs(self, settings: Settings) -> JobLog:
-        """The job log of this host (``settings.result_backend``), kept open."""
+    def jobs(self, settings: Settings, *, scoped: bool = True) -> JobLog:
+        """The job log of this host (``settings.result_backend``), kept open: of the jobs of
+        the memory's store (``scoped``), else of every job."""
+        store = store_key(settings.store.path) if scoped else None
+        key = (settings.result_backend, store)
         with self._lock:
-            log = self._jobs.get(settings.result_backend)
+            log = self._jobs.get(key)
             if log is None:
-                log = self._jobs[settings.result_backend] = JobLog(
-                    settings.result_backend, keep_days=settings.fleet.jobs_keep_days)
+                log = self._jobs[key] = JobLog(settings.result_backend,
+                                               keep_days=settings.fleet.jobs_keep_days,
+                                               store=store)
             return log
 
     def served(self, memory: str, shard: int | None) -> Settings:
