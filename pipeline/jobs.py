@@ -328,7 +328,7 @@ class JobLog:
         if isinstance(meta, dict):
             meta = self._scoped(meta)
         try:
-            self.backend.store_result(job_id, meta, state, request=request)
+            self.backend.store_result(job_id, meta, state, request=_described(request))
         except Exception as exc:  # a job log that cannot be written must not fail the job
             log.warning("job %s: could not record %s in the job log %s: %s", job_id, state,
                         redact_url(self.url), _without_url(exc, self.url))
@@ -371,8 +371,8 @@ class JobLog:
         self._last_progress.pop(job_id, None)
         meta = self._scoped({"finishedAt": time.time(), **(meta or {})})
         try:
-            self.backend.mark_as_failure(job_id, JobFailed(error, meta), request=request or
-                                         _local_request(INDEX_JOB, meta.get("host")))
+            self.backend.mark_as_failure(job_id, JobFailed(error, meta), request=_described(
+                request or _local_request(INDEX_JOB, meta.get("host"))))
         except Exception as exc:
             log.warning("job %s: could not record its failure in the job log %s: %s", job_id,
                         redact_url(self.url), _without_url(exc, self.url))
@@ -509,6 +509,31 @@ def store_key(path: str | os.PathLike[str]) -> str:
     """How the job log names a memory's store: its absolute path (not resolved: a rebuild
     swaps the file a store path's link points to, the path stays)."""
     return os.path.abspath(os.fspath(path))
+
+
+class _Described:
+    """A Celery task request as the job log records it (Celery's extended result keeps the
+    task's arguments): the message described (:func:`pipeline.fleet.describe`: its memory and
+    counts), never its content (a producer's changes carry the memory's text)."""
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+        args = getattr(request, "args", None)
+        if isinstance(args, list | tuple):
+            from pipeline.fleet import describe  # Celery's client side: only when recording
+
+            self.args = [describe(a) if isinstance(a, dict) else type(a).__name__
+                         for a in args]
+        else:
+            self.args = None
+        self.kwargs = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
+
+
+def _described(request: Any) -> Any:
+    return None if request is None else _Described(request)
 
 
 def _local_request(task: str, host: str | None) -> SimpleNamespace:

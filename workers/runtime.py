@@ -125,17 +125,10 @@ class WorkerRuntime:
         return self._stores.get(path)
 
     def readable(self, memory: str, shard: int | None) -> Settings:
-        """The settings of ``memory`` for a read that came in on ``shard``'s query queue:
-        :meth:`served`, and with a one-memory configuration only that memory (a reader never
-        makes up settings for a name its configuration does not give)."""
-        settings = self.served(memory, shard)
-        with self._lock:
-            own = self._own_settings()
-            listed = self._listed(own)
-        if not listed and memory != own.agent_id:
-            raise MessageRefused(f"memory {memory!r} is not this host's memory "
-                                 f"({own.agent_id!r})")
-        return settings
+        """The settings of ``memory`` for a read that came in on ``shard``'s query queue: as
+        :meth:`served` (a reader never makes up settings for a name its configuration does
+        not give)."""
+        return self.served(memory, shard)
 
     def warm(self, memory: str, settings: Settings) -> WarmMemory:
         """A reader's warm :class:`~pipeline.Memory` of ``memory`` (``with`` it while using
@@ -159,10 +152,30 @@ class WorkerRuntime:
                                                store=store)
             return log
 
+    def job_log(self) -> JobLog:
+        """The job log of this worker's app (its result backend), of every store: where a job
+        refused before its memory's settings were known is recorded."""
+        url = str(app.conf.result_backend)
+        with self._lock:
+            log = self._jobs.get((url, None))
+            if log is None:
+                keep = app.conf.result_expires
+                log = self._jobs[(url, None)] = JobLog(
+                    url, keep_days=max(1, keep.days) if keep is not None else 7)
+            return log
+
     def served(self, memory: str, shard: int | None) -> Settings:
         """The settings of ``memory`` for a writer task that came in on ``shard``'s queue;
-        :class:`MessageRefused` when the memory belongs to another shard."""
+        :class:`MessageRefused` when the memory belongs to another shard, or is not one this
+        worker's configuration gives (:meth:`settings_for`; with a one-memory configuration,
+        any but that memory: a message never makes a worker invent one)."""
         settings = self.settings_for(memory)
+        with self._lock:
+            own = self._own_settings()
+            listed = self._listed(own)
+        if not listed and memory != own.agent_id:
+            raise MessageRefused(f"memory {memory!r} is not this host's memory "
+                                 f"({own.agent_id!r})")
         own = settings.fleet.shard_of(memory)
         if shard is not None and own != shard:
             raise MessageRefused(f"memory {memory!r} belongs to writer shard {own}, "
