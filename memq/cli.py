@@ -28,6 +28,7 @@ from pipeline.errors import (
 if TYPE_CHECKING:
     from pipeline.catalog import MemoryCatalog
     from pipeline.embeddings.providers import ProviderPool
+    from pipeline.jobs import JobRecord
     from workers.watching import Reading
 
 ROLES = ("writer", "reader", "embed", "batch")
@@ -314,10 +315,46 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     if consumers is not None and not any(queue in q for q in consumers.values()):
         print(f"memq: no worker consumes '{queue}' yet: the job waits there until the "
               "shard's writer starts (memq worker --role writer)", file=sys.stderr)
+    elif (job := _taken(settings, job_id)) is not None and job.state == "failed":
+        _emit(args, {"job": job_id, "queue": queue, "waited": False, "state": job.state,
+                     "error": job.error}, f"{job_id}\nfailed: {job.error}")
+        print(f"memq: job {job_id} failed: {job.error}", file=sys.stderr)
+        return 1
     _emit(args, {"job": job_id, "queue": queue, "waited": False},
           f"{job_id}\nqueued on '{queue}' for the writer host; follow it with `memq jobs` "
           "(on that host) or in Flower")
     return 0
+
+
+#: How long ``memq index --remote`` waits for a listening writer to take the job (to learn
+#: of a refusal) before it reports the job as queued.
+TAKEN_WAIT_S = 10.0
+
+
+def _taken(settings: Settings, job_id: str) -> JobRecord | None:
+    """Job ``job_id`` once the writer took it (started it, or refused it: a memory its
+    configuration does not give), read where ``memq jobs --follow`` reads it; None when it
+    is still waiting after :data:`TAKEN_WAIT_S` (a busy writer) or cannot be read."""
+    import time
+
+    from pipeline.errors import MemqError
+    from pipeline.memory import Memory
+    from pipeline.polling import Poll
+
+    deadline = time.monotonic() + TAKEN_WAIT_S
+    poll = Poll()
+    with Memory(settings=settings, in_memory=False) as memory:
+        find = memory.job
+        while time.monotonic() < deadline:
+            try:
+                job = find(job_id)
+            except MemqError:  # the shard's reader refuses or is away: this host's log only
+                find = memory.jobs.get
+                continue
+            if job is not None and job.state != "queued":
+                return job
+            poll.wait()
+    return None
 
 
 def _preloading(settings: Settings) -> ProviderPool:

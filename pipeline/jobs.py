@@ -11,9 +11,16 @@ A job's id is ``<memory>:<hex>``: the memory it belongs to is part of its name, 
 one memory are one indexed range of ``task_id`` (a memory's listing never shows another
 memory's jobs). Its row moves through ``STARTED``, ``PROGRESS`` (counts so far) and ends in
 ``SUCCESS`` (the pass's counts) or ``FAILURE`` (the error); each state's meta carries the
-memory, where the job came from (``origin``), the host that ran it and when it started.
+memory, where the job came from (``origin``), the host that ran it, when it started and
+the memory's store (``store``: its path on the host that ran the job).
 Finished rows older than ``fleet.jobsKeepDays`` are deleted by :meth:`JobLog.expire`, which
 the writers and index passes call at most once an hour.
+
+Two memories of one name (two workspaces on one host, each memory ``main`` by default) share
+the job ids' prefix: a job log opened for one memory's store (``JobLog(url, store=path)``)
+records that path with every job and lists, counts and finds only the jobs of that store (and
+rows that name no store: those of an older memq, and a job a writer refused before it knew
+the memory's store). A job log opened without a store sees every row.
 
 Reading is one SQLAlchemy Core query (:meth:`JobLog.recent`), the same on SQLite and
 PostgreSQL; the stored results are JSON (Celery's json result serializer), never pickles.
@@ -179,6 +186,7 @@ class JobRecord:
     celery_state: str
     origin: str | None = None
     host: str | None = None
+    store: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
@@ -195,7 +203,7 @@ class JobRecord:
         rest = {k: v for k, v in self.result.items() if k not in COUNTS}
         return {"id": self.id, "memory": self.memory, "kind": self.origin,
                 "state": self.state, "celery_state": self.celery_state, "host": self.host,
-                "started_at": self.started_at, "finished_at": self.finished_at,
+                "store": self.store, "started_at": self.started_at, "finished_at": self.finished_at,
                 "error": self.error, **counts, "result": rest}
 
     @classmethod
@@ -205,7 +213,8 @@ class JobRecord:
                   **{k: data[k] for k in COUNTS if data.get(k) is not None}}
         return cls(id=data["id"], memory=data.get("memory"), state=data["state"],
                    celery_state=data.get("celery_state") or "PENDING", origin=data.get("kind"),
-                   host=data.get("host"), started_at=data.get("started_at"),
+                   host=data.get("host"), store=data.get("store"),
+                   started_at=data.get("started_at"),
                    finished_at=data.get("finished_at"), error=data.get("error"), result=result)
 
 
@@ -235,23 +244,27 @@ def _record(row: Any) -> JobRecord:
     return JobRecord(id=row.task_id, memory=meta.get("memory") or memory_of_job(row.task_id),
                      state=STATE_WORDS.get(state, state.lower()), celery_state=state,
                      origin=meta.get("origin"), host=meta.get("host") or row.worker,
-                     started_at=meta.get("startedAt"), finished_at=finished, error=error,
+                     store=meta.get("store"), started_at=meta.get("startedAt"),
+                     finished_at=finished, error=error,
                      result={k: v for k, v in meta.items()
-                             if k not in ("memory", "origin", "host", "startedAt",
+                             if k not in ("memory", "origin", "host", "store", "startedAt",
                                           "finishedAt")})
 
 
 class JobLog:
     """The job log at ``url`` (a Celery database result backend URL): writes through Celery's
-    own ``DatabaseBackend``, reads with one SQLAlchemy Core query. Thread-safe; ``close()``
-    releases its connections."""
+    own ``DatabaseBackend``, reads with one SQLAlchemy Core query. With ``store`` (a memory's
+    store path), the log of that store only: every state written names it, and reads skip
+    the rows of another store. Thread-safe; ``close()`` releases its connections."""
 
     _backends: ClassVar[dict[tuple[int, str, int], Any]] = {}  # (pid, url, keep_days)
     _backends_lock = threading.Lock()
 
-    def __init__(self, url: str, *, keep_days: int = 7) -> None:
+    def __init__(self, url: str, *, keep_days: int = 7,
+                 store: str | os.PathLike[str] | None = None) -> None:
         self.url = url
         self.keep_days = keep_days
+        self.store = store_key(store) if store is not None else None
         self._lock = threading.Lock()
         self._backend: Any = None
         self._engine: Engine | None = None
@@ -304,9 +317,18 @@ class JobLog:
             return None
         return Path(url.database)
 
+    def _scoped(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """``meta`` naming this log's store (unless it names one already, or the log has
+        none)."""
+        if self.store is None or "store" in meta:
+            return meta
+        return {**meta, "store": self.store}
+
     def _store(self, job_id: str, state: str, meta: Any, request: Any) -> None:
+        if isinstance(meta, dict):
+            meta = self._scoped(meta)
         try:
-            self.backend.store_result(job_id, meta, state, request=request)
+            self.backend.store_result(job_id, meta, state, request=_described(request))
         except Exception as exc:  # a job log that cannot be written must not fail the job
             log.warning("job %s: could not record %s in the job log %s: %s", job_id, state,
                         redact_url(self.url), _without_url(exc, self.url))
@@ -319,8 +341,9 @@ class JobLog:
         ``request`` is the Celery task request when a worker runs the job (its extended
         fields, worker and queue, go with the row); a job run in this process passes none.
         """
-        meta = {"memory": memory, "origin": origin, "host": host or socket.gethostname(),
-                "startedAt": started_at or time.time()}
+        meta = self._scoped({"memory": memory, "origin": origin,
+                             "host": host or socket.gethostname(),
+                             "startedAt": started_at or time.time()})
         self._store(job_id, "STARTED", meta, request or _local_request(task, meta["host"]))
         return meta
 
@@ -346,10 +369,10 @@ class JobLog:
         """Record the job failed with ``error`` (a message for a person); ``meta`` is what
         :meth:`started` returned."""
         self._last_progress.pop(job_id, None)
-        meta = {"finishedAt": time.time(), **(meta or {})}
+        meta = self._scoped({"finishedAt": time.time(), **(meta or {})})
         try:
-            self.backend.mark_as_failure(job_id, JobFailed(error, meta), request=request or
-                                         _local_request(INDEX_JOB, meta.get("host")))
+            self.backend.mark_as_failure(job_id, JobFailed(error, meta), request=_described(
+                request or _local_request(INDEX_JOB, meta.get("host"))))
         except Exception as exc:
             log.warning("job %s: could not record its failure in the job log %s: %s", job_id,
                         redact_url(self.url), _without_url(exc, self.url))
@@ -399,33 +422,59 @@ class JobLog:
             return self._engine
 
     def recent(self, memory: str | None = None, limit: int = 20) -> list[JobRecord]:
-        """The newest ``limit`` jobs (of ``memory``, else of every memory), newest first."""
+        """The newest ``limit`` jobs (of ``memory``, else of every memory; of this log's
+        store when it has one), newest first."""
         table = self._table
-        query = sa.select(table).order_by(table.c.id.desc()).limit(limit)
-        if memory is not None:
-            query = query.where(table.c.task_id.startswith(f"{memory}:", autoescape=True))
-        return self._rows(query)
+        where = [] if memory is None else [
+            table.c.task_id.startswith(f"{memory}:", autoescape=True)]
+        return self._newest(where, limit)
 
     def get(self, job_id: str) -> JobRecord | None:
-        """One job, or None when the log has no row of it."""
+        """One job, or None when the log has no row of it (or, with a store, when the row is
+        another store's job)."""
         rows = self._rows(sa.select(self._table).where(self._table.c.task_id == job_id))
-        return rows[0] if rows else None
+        return rows[0] if rows and self._mine(rows[0]) else None
 
     def running_on(self, queue: str) -> list[JobRecord]:
-        """The jobs a worker of ``queue`` started and never ended."""
+        """The jobs a worker of ``queue`` started and never ended (of every store)."""
         table = self._table
         return self._rows(sa.select(table).where(table.c.queue == queue,
                                                  table.c.status.in_(RUNNING_STATES)))
 
     def last_error(self, memory: str) -> JobRecord | None:
-        """The most recent failed job of ``memory``."""
+        """The most recent failed job of ``memory`` (of this log's store when it has one)."""
         table = self._table
-        rows = self._rows(sa.select(table).where(
-            table.c.task_id.startswith(f"{memory}:", autoescape=True),
-            table.c.status == "FAILURE").order_by(table.c.id.desc()).limit(1))
+        rows = self._newest([table.c.task_id.startswith(f"{memory}:", autoescape=True),
+                             table.c.status == "FAILURE"], 1)
         return rows[0] if rows else None
 
+    def _mine(self, job: JobRecord) -> bool:
+        """Whether ``job`` belongs to this log's store (every job does when it has none; a
+        row that names no store belongs to every store)."""
+        return self.store is None or job.store is None or job.store == self.store
+
+    def _newest(self, where: list[Any], limit: int) -> list[JobRecord]:
+        """The newest ``limit`` rows matching ``where`` that are :meth:`_mine`, newest first
+        (read a page at a time: the store is inside each row's JSON, not a column)."""
+        table = self._table
+        page = limit if self.store is None else max(4 * limit, 50)
+        out: list[JobRecord] = []
+        before: int | None = None
+        while len(out) < limit:
+            query = sa.select(table).where(*where).order_by(table.c.id.desc()).limit(page)
+            if before is not None:
+                query = query.where(table.c.id < before)
+            rows = self._fetch(query)
+            out += [job for job in map(_record, rows) if self._mine(job)]
+            if len(rows) < page:
+                break
+            before = rows[-1].id
+        return out[:limit]
+
     def _rows(self, query: sa.Select[Any]) -> list[JobRecord]:
+        return [_record(row) for row in self._fetch(query)]
+
+    def _fetch(self, query: sa.Select[Any]) -> list[Any]:
         path = self._sqlite_file()
         try:
             if path is not None and not path.exists():
@@ -435,7 +484,7 @@ class JobLog:
                               ) from None
         try:
             with self._engine_for_reads().connect() as connection:
-                return [_record(row) for row in connection.execute(query)]
+                return list(connection.execute(query))
         except sa.exc.DBAPIError as exc:
             if "no such table" in str(exc) or "does not exist" in str(exc):
                 return []  # nothing was ever recorded here
@@ -454,6 +503,37 @@ class JobLog:
             engine.dispose()
         if backend is not None:
             backend.session_manager.release(self._sqlalchemy_url())
+
+
+def store_key(path: str | os.PathLike[str]) -> str:
+    """How the job log names a memory's store: its absolute path (not resolved: a rebuild
+    swaps the file a store path's link points to, the path stays)."""
+    return os.path.abspath(os.fspath(path))
+
+
+class _Described:
+    """A Celery task request as the job log records it (Celery's extended result keeps the
+    task's arguments): the message described (:func:`pipeline.fleet.describe`: its memory and
+    counts), never its content (a producer's changes carry the memory's text)."""
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+        args = getattr(request, "args", None)
+        if isinstance(args, list | tuple):
+            from pipeline.fleet import describe  # Celery's client side: only when recording
+
+            self.args = [describe(a) if isinstance(a, dict) else type(a).__name__
+                         for a in args]
+        else:
+            self.args = None
+        self.kwargs = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
+
+
+def _described(request: Any) -> Any:
+    return None if request is None else _Described(request)
 
 
 def _local_request(task: str, host: str | None) -> SimpleNamespace:

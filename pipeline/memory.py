@@ -234,13 +234,15 @@ class Memory:
     @property
     def jobs(self) -> JobLog:
         """This host's job log (``resultBackend``): the index passes run here are recorded
-        there, and with a shared database every host's."""
+        there, and with a shared database every host's; when the store is here, the jobs of
+        this store only (:class:`~pipeline.jobs.JobLog`'s ``store``)."""
         with self._lock:
             if self._jobs is None:
                 from pipeline.jobs import JobLog  # SQLAlchemy loads only when used
 
                 self._jobs = JobLog(self.settings.result_backend,
-                                    keep_days=self.settings.fleet.jobs_keep_days)
+                                    keep_days=self.settings.fleet.jobs_keep_days,
+                                    store=self.settings.store.path if self.here else None)
             return self._jobs
 
     def __repr__(self) -> str:

@@ -37,7 +37,7 @@ from pipeline.errors import (
     ShardUnreachable,
     WorkspaceMissing,
 )
-from pipeline.fleet import FleetDispatcher, client_app
+from pipeline.fleet import FleetDispatcher, client_app, describe
 from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
@@ -70,10 +70,12 @@ class ShardReader:
     def ask(self, request: QueryRequest) -> QueryReply:
         """Send ``request`` to its shard and wait for the reply."""
         queue = query_queue(request.shard)
+        message = request.to_json()
         try:
             result = self.app.send_task(
-                QUERY_TASK, args=[request.to_json()], queue=queue, expires=self.timeout_s,
-                priority=int(Lane.INTERACTIVE) if self._lanes else None)
+                QUERY_TASK, args=[message], queue=queue, expires=self.timeout_s,
+                priority=int(Lane.INTERACTIVE) if self._lanes else None,
+                argsrepr=describe(message), kwargsrepr="{}")  # no query text in events
             raw = result.get(timeout=self.timeout_s, propagate=False, interval=0.05)
         except CeleryTimeout:
             raise ShardUnreachable(

@@ -38,7 +38,8 @@ def _recent_jobs(settings: Settings, jobs: JobLog | None) -> dict[str, Any]:
     them empty and says why (``jobs_error``), the rest of the status stands."""
     from pipeline.jobs import JobLog, JobLogError  # SQLAlchemy loads only when used
 
-    log = jobs or JobLog(settings.result_backend, keep_days=settings.fleet.jobs_keep_days)
+    log = jobs or JobLog(settings.result_backend, keep_days=settings.fleet.jobs_keep_days,
+                         store=settings.store.path)
     try:
         failed = log.last_error(settings.agent_id)
         recent = log.recent(settings.agent_id, RECENT_JOBS)

@@ -53,6 +53,31 @@ def test_job_log_records_done_and_failed_per_memory(tmp_path: Path) -> None:
     log.close()
 
 
+def test_a_job_log_of_one_store_sees_its_jobs_and_old_rows(tmp_path: Path) -> None:
+    """Two stores' memories named ``main`` in one job log: each store's log lists, counts and
+    finds its own jobs, and rows that name no store (an older memq's) for both; the log of no
+    store sees everything."""
+    url = f"db+sqlite:///{tmp_path / 'jobs.sqlite'}"
+    plain, one, two = (JobLog(url), JobLog(url, store=tmp_path / "one.sqlite"),
+                       JobLog(url, store=tmp_path / "two.sqlite"))
+    old = new_job_id("main")
+    plain.finished(old, plain.started(old, memory="main", origin="local"))
+    mine = [new_job_id("main") for _ in range(60)]  # more than a page of the other store's
+    for job in mine:
+        one.finished(job, one.started(job, memory="main", origin="local"))
+    theirs = new_job_id("main")
+    two.failed(theirs, "ValueError: x", two.started(theirs, memory="main", origin="local"))
+    assert [j.id for j in two.recent("main")] == [theirs, old]
+    assert two.recent("main")[0].store == str(tmp_path / "two.sqlite")
+    assert [j.id for j in one.recent("main", 3)] == mine[:-4:-1]
+    assert [j.id for j in one.recent("main", 100)] == [*reversed(mine), old]
+    assert one.last_error("main") is None and two.last_error("main").id == theirs
+    assert one.get(theirs) is None and two.get(mine[0]) is None and one.get(old) is not None
+    assert len(plain.recent("main", 100)) == 62 and plain.get(theirs).state == "failed"
+    for log in (plain, one, two):
+        log.close()
+
+
 def test_finished_jobs_expire_and_running_ones_stay(tmp_path: Path) -> None:
     path = tmp_path / "jobs.sqlite"
     log = JobLog(f"db+sqlite:///{path}", keep_days=2)
@@ -238,3 +263,32 @@ def test_following_an_unknown_job_fails_clearly(workspace: Path, make_settings,
                            memory.jobs.started(failed, memory="main", origin="remote"))
         job = memory.follow_job(failed)
     assert (job.state, job.error) == ("failed", "ConfigError: bad provider")
+
+
+def test_two_workspaces_named_main_on_one_host_never_mix_jobs(tmp_path: Path) -> None:
+    """Two workspaces on one host, each memory named ``main`` by default, one data dir (one job
+    log): ``memq jobs``, ``memq status`` and ``memq jobs --follow`` of one never show the
+    other's jobs."""
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_PROVIDER": "none",
+           "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    ids = {}
+    for name in ("first", "second"):
+        ws = tmp_path / name
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text(f"# {name}\n\nThe {name} workspace's notes.\n")
+        done = run_memq("index", "--workspace", str(ws), "--json", env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        ids[name] = json.loads(done.stdout)["job"]
+    assert all(job.startswith("main:") for job in ids.values())
+    for name, other in (("first", "second"), ("second", "first")):
+        ws = str(tmp_path / name)
+        jobs = json.loads(run_memq("jobs", "--workspace", ws, "--json", env=env,
+                                   timeout=60).stdout)["jobs"]
+        assert [j["id"] for j in jobs] == [ids[name]], jobs
+        status = json.loads(run_memq("status", "--workspace", ws, "--json", env=env,
+                                     timeout=60).stdout)
+        assert [j["id"] for j in status["jobs"]] == [ids[name]], status["jobs"]
+        theirs = run_memq("jobs", "--workspace", ws, "--follow", ids[other], "--json",
+                          env=env, timeout=120)
+        assert theirs.returncode == 2 and not theirs.stdout, theirs.stdout
+        assert f"unknown job {ids[other]}" in theirs.stderr

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import worker_init
+from celery.worker.request import Request
 
 from pipeline.config import ConfigError, load_settings
 from pipeline.config.paths import default_result_backend
-from pipeline.fleet import broker_url_from_env, celery_settings
+from pipeline.fleet import broker_url_from_env, celery_settings, describe
 from pipeline.jobs import celery_backend_settings
 from workers.orphans import guard_embedded_worker
 
@@ -44,8 +46,34 @@ def job_log_settings() -> dict[str, object]:
     return celery_backend_settings(settings.result_backend, settings.fleet.jobs_keep_days)
 
 
+class DescribedRequest(Request):
+    """A task message as this worker's events and logs show it: its arguments described
+    (:func:`pipeline.fleet.describe`: the memory, the operation, how many items each list
+    holds), never the arguments themselves (chunk text, a query, a note to append), whatever
+    the sender put in the message's ``argsrepr``. Flower shows the task-received event's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._argsrepr = described(self._args)
+        self._kwargsrepr = "{}" if not self._kwargs else f"{{{len(self._kwargs)} keyword(s)}}"
+        self._request_dict.update(argsrepr=self._argsrepr, kwargsrepr=self._kwargsrepr)
+
+
+def described(args: Any) -> str:
+    """A task's arguments as memq shows them: a message (a dict) described, else counted."""
+    if isinstance(args, list | tuple) and len(args) == 1 and isinstance(args[0], dict):
+        return describe(args[0])
+    return f"[{len(args) if isinstance(args, list | tuple) else '?'} argument(s)]"
+
+
+class MemqTask(Task):
+    """The base of memq's tasks: requests shown described (:class:`DescribedRequest`)."""
+
+    Request = DescribedRequest
+
+
 app = Celery("memq", include=["workers.tasks", "workers.batch_tasks", "workers.single_writer",
-                              "workers.reading"])
+                              "workers.reading"], task_cls=MemqTask)
 app.conf.update(
     **celery_settings(broker_url_from_env()),
     **job_log_settings(),

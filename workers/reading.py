@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from celery import Task
+from celery import Task, states
 from celery.backends.rpc import RPCBackend
 from celery.signals import worker_init
 
@@ -105,18 +105,40 @@ def reply_to(memory: Memory, request: QueryRequest, node: str | None) -> QueryRe
         return QueryReply(error=f"{type(exc).__name__}: {exc}", kind="failed", node=node)
 
 
-@app.task(name=QUERY_TASK, bind=True, ignore_result=False, acks_late=False)
+@app.task(name=QUERY_TASK, bind=True, ignore_result=True, acks_late=False,
+          store_errors_even_if_ignored=True)
 def answer_query(self: Task, message: dict[str, Any]) -> dict[str, Any]:
-    """A read from any host (``query.<shard>``): checked, answered from a warm memory."""
+    """A read from any host (``query.<shard>``): checked, answered from a warm memory.
+
+    The reply (memory text: snippets, a file's lines) is sent here, on Celery's ``rpc://``
+    result backend, to the asking client's reply queue only; what the task returns is
+    :func:`reply_summary` (counts and ids), all that Celery logs ("succeeded in …") and puts
+    in the task-succeeded event Flower shows.
+    """
     node = self.request.hostname
     try:
         request = QueryRequest.from_json(message)
         settings = runtime.readable(request.memory, arrival_shard(self))
     except MessageRefused as exc:
         log.error("refused a query: %s", exc)
-        return QueryReply(error=str(exc), kind="refused", node=node).to_json()
-    with runtime.warm(request.memory, settings) as memory:
-        return reply_to(memory, request, node).to_json()
+        reply = QueryReply(error=str(exc), kind="refused", node=node)
+        op = None
+    else:
+        op = request.op
+        with runtime.warm(request.memory, settings) as memory:
+            reply = reply_to(memory, request, node)
+    self.backend.store_result(self.request.id, reply.to_json(), states.SUCCESS,
+                              request=self.request)
+    return reply_summary(op, reply)
+
+
+def reply_summary(op: str | None, reply: QueryReply) -> dict[str, Any]:
+    """What a reply is, without its text: the operation, the error's kind, and how many items
+    (search hits, jobs, files) the answer holds."""
+    answer = reply.answer
+    items = answer.get("results") if isinstance(answer, dict) else answer
+    return {"op": op, "error_kind": reply.kind,
+            "items": len(items) if isinstance(items, list | dict) else None}
 
 
 # Answers go straight back to the asking client (its reply queue), not to the job log.
@@ -175,7 +197,7 @@ def end_cut_off_jobs(shards: list[int], node: str) -> int:
     live worker runs them). How many."""
     try:
         own = runtime.settings_for(runtime.default_memory())
-        jobs = runtime.jobs(own)
+        jobs = runtime.jobs(own, scoped=False)
     except Exception as exc:  # a broken config is reported with the first message
         log.warning("could not look for cut-off jobs: %s", exc)
         return 0
@@ -186,7 +208,7 @@ def end_cut_off_jobs(shards: list[int], node: str) -> int:
                                 f"(killed or crashed); {node} started afterwards. Its "
                                 "message, if the broker kept it, runs it again.",
                         {"memory": job.memory, "origin": job.origin, "host": job.host,
-                         "startedAt": job.started_at})
+                         "store": job.store, "startedAt": job.started_at})
             ended += 1
     if ended:
         log.warning("ended %d job(s) a previous writer left running", ended)

@@ -28,7 +28,7 @@ from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
 from pipeline.fleet import FleetDispatcher, redis_client
 from pipeline.ingest.reindex import is_generation_of
-from pipeline.jobs import JobLog
+from pipeline.jobs import JobLog, store_key
 from pipeline.memory import Memory
 from pipeline.messages import ProviderSpec
 from pipeline.routing import shard_of_queue
@@ -57,7 +57,7 @@ class WorkerRuntime:
         self._redis: redis.Redis | None = None
         self._redis_known = False
         self._warm: WarmMemories | None = None
-        self._jobs: dict[str, JobLog] = {}
+        self._jobs: dict[tuple[str, str | None], JobLog] = {}
 
     def settings_for(self, memory: str) -> Settings:
         """The settings of ``memory``, from this worker's own environment and config file.
@@ -125,17 +125,10 @@ class WorkerRuntime:
         return self._stores.get(path)
 
     def readable(self, memory: str, shard: int | None) -> Settings:
-        """The settings of ``memory`` for a read that came in on ``shard``'s query queue:
-        :meth:`served`, and with a one-memory configuration only that memory (a reader never
-        makes up settings for a name its configuration does not give)."""
-        settings = self.served(memory, shard)
-        with self._lock:
-            own = self._own_settings()
-            listed = self._listed(own)
-        if not listed and memory != own.agent_id:
-            raise MessageRefused(f"memory {memory!r} is not this host's memory "
-                                 f"({own.agent_id!r})")
-        return settings
+        """The settings of ``memory`` for a read that came in on ``shard``'s query queue: as
+        :meth:`served` (a reader never makes up settings for a name its configuration does
+        not give)."""
+        return self.served(memory, shard)
 
     def warm(self, memory: str, settings: Settings) -> WarmMemory:
         """A reader's warm :class:`~pipeline.Memory` of ``memory`` (``with`` it while using
@@ -146,19 +139,43 @@ class WorkerRuntime:
                                                            local=True, jobs=self.jobs(s)))
         return self._warm.use(memory, settings)
 
-    def jobs(self, settings: Settings) -> JobLog:
-        """The job log of this host (``settings.result_backend``), kept open."""
+    def jobs(self, settings: Settings, *, scoped: bool = True) -> JobLog:
+        """The job log of this host (``settings.result_backend``), kept open: of the jobs of
+        the memory's store (``scoped``), else of every job."""
+        store = store_key(settings.store.path) if scoped else None
+        key = (settings.result_backend, store)
         with self._lock:
-            log = self._jobs.get(settings.result_backend)
+            log = self._jobs.get(key)
             if log is None:
-                log = self._jobs[settings.result_backend] = JobLog(
-                    settings.result_backend, keep_days=settings.fleet.jobs_keep_days)
+                log = self._jobs[key] = JobLog(settings.result_backend,
+                                               keep_days=settings.fleet.jobs_keep_days,
+                                               store=store)
+            return log
+
+    def job_log(self) -> JobLog:
+        """The job log of this worker's app (its result backend), of every store: where a job
+        refused before its memory's settings were known is recorded."""
+        url = str(app.conf.result_backend)
+        with self._lock:
+            log = self._jobs.get((url, None))
+            if log is None:
+                keep = app.conf.result_expires
+                log = self._jobs[(url, None)] = JobLog(
+                    url, keep_days=max(1, keep.days) if keep is not None else 7)
             return log
 
     def served(self, memory: str, shard: int | None) -> Settings:
         """The settings of ``memory`` for a writer task that came in on ``shard``'s queue;
-        :class:`MessageRefused` when the memory belongs to another shard."""
+        :class:`MessageRefused` when the memory belongs to another shard, or is not one this
+        worker's configuration gives (:meth:`settings_for`; with a one-memory configuration,
+        any but that memory: a message never makes a worker invent one)."""
         settings = self.settings_for(memory)
+        with self._lock:
+            own = self._own_settings()
+            listed = self._listed(own)
+        if not listed and memory != own.agent_id:
+            raise MessageRefused(f"memory {memory!r} is not this host's memory "
+                                 f"({own.agent_id!r})")
         own = settings.fleet.shard_of(memory)
         if shard is not None and own != shard:
             raise MessageRefused(f"memory {memory!r} belongs to writer shard {own}, "

@@ -7,13 +7,12 @@ import logging
 import re
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded, WorkerLostError
 from celery.worker import state as worker_state
-from celery.worker.request import Request
 from celery.worker.state import task_ready
 
 from pipeline.embeddings.registry import choose_provider
@@ -38,9 +37,10 @@ from pipeline.routing import (
     REINDEX_STEP_TASK,
     WRITE_TASK,
     embed_queue,
+    memory_of_job,
 )
 from pipeline.store.results import apply_result, gone
-from workers.app import app
+from workers.app import DescribedRequest, app
 from workers.runtime import arrival_shard, runtime
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,26 @@ def refused(message: Any, exc: MessageRefused) -> dict[str, str]:
     """A message this worker cannot read: logged and dropped (acknowledged, never retried)."""
     log.error("dropped a message: %s", exc)
     return {"refused": str(exc)}
+
+
+class JobRefused(MessageRefused):
+    """A job this writer will not run (a memory its configuration does not list, another
+    shard's memory, a message it cannot read): the task fails with it."""
+
+
+def refuse_job(task: Task, memory: str | None, exc: MessageRefused, *,
+               job_id: str | None = None, origin: str = "remote") -> NoReturn:
+    """Refuse the job ``job_id`` (default: the task's id, which is the job id the sender was
+    given): recorded failed, with the reason, in this host's job log, where the sender follows
+    it (``memq index --remote``, ``memq jobs --follow``); then raised (:class:`JobRefused`),
+    so Flower shows the task failed as the job log does."""
+    job_id = job_id or str(task.request.id)
+    host = str(task.request.hostname)
+    reason = f"refused by {host}: {exc}"
+    log.warning("refused job %s: %s", job_id, exc)
+    runtime.job_log().failed(job_id, reason, {"memory": memory or memory_of_job(job_id),
+                                              "origin": origin, "host": host}, task.request)
+    raise JobRefused(reason)
 
 
 #: How a pool process ends when it is asked to stop (honcho and systemd signal the whole
@@ -73,7 +93,7 @@ def crashed(exc: BaseException) -> bool:
     return match is None or int(match.group(1)) != 0
 
 
-class EmbedRequest(Request):
+class EmbedRequest(DescribedRequest):
     """An embedding job as the worker's main process sees it.
 
     When the pool process running the job dies (``WorkerLostError``: a native abort in
@@ -236,7 +256,7 @@ def reindex_step(self: Task, message: dict[str, Any]) -> dict[str, object]:
     return progress.as_dict()
 
 
-@app.task(name=INDEX_TASK, bind=True)
+@app.task(name=INDEX_TASK, bind=True, throws=(JobRefused,))
 def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """An index job (``memq index --remote``, or a pass or sync asked for by a host that does
     not hold the store), run by the writer host that owns the store.
@@ -248,7 +268,7 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         request = IndexRequest.from_json(message)
         runtime.served(request.memory, arrival_shard(self))
     except MessageRefused as exc:
-        return refused(message, exc)
+        refuse_job(self, None, exc)
     with runtime.memory(request.memory) as memory:
         run = memory.index(wait=False, retry_failed=request.retry_failed,
                            rebuild=request.rebuild, job_id=self.request.id,
@@ -257,7 +277,7 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     return run.report.counts()
 
 
-@app.task(name=APPLY_TASK, bind=True)
+@app.task(name=APPLY_TASK, bind=True, throws=(JobRefused,))
 def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """Part of a producer pass that ran on the host holding a memory's files, sent to the
     writer host that holds its store (``control.<shard>``): applied as a local pass would
@@ -265,15 +285,18 @@ def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     sources there."""
     try:
         changes = FileChanges.from_json(message)
+    except MessageRefused as exc:
+        return refused(message, exc)  # no job id to record it under
+    try:
         runtime.served(changes.memory, arrival_shard(self))
     except MessageRefused as exc:
-        return refused(message, exc)
+        refuse_job(self, changes.memory, exc, job_id=changes.job, origin=changes.origin)
     with runtime.memory(changes.memory) as memory:
         report = memory.apply_changes(changes, job_request=self.request)
     return report.counts()
 
 
-@app.task(name=QMD_JOB_TASK, bind=True)
+@app.task(name=QMD_JOB_TASK, bind=True, throws=(JobRefused,))
 def qmd_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """A QMD backend's update job (:func:`pipeline.qmd.jobs.run_due`), run by the host that
     owns the memory, on its ``control.<shard>`` queue; the home's write lock keeps two from
@@ -282,7 +305,7 @@ def qmd_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         request = QmdJobRequest.from_json(message)
         settings = runtime.served(request.memory, arrival_shard(self))
     except MessageRefused as exc:
-        return refused(message, exc)
+        refuse_job(self, None, exc, origin="qmd")
     if settings.backend != "qmd":
         return {"skipped": "backend is not qmd"}
     jobs = runtime.jobs(settings)
