@@ -226,8 +226,10 @@ class RedisLeases:
 def describe(message: dict[str, Any]) -> str:
     """A message in one short line, for Flower's and the worker log's args (Celery's default,
     a clipped repr of the whole message, costs more than the send and shows chunk text and
-    vectors): the memory and reason it names, and how many items each of its lists holds."""
-    parts = [f"{key}={message[key]}" for key in ("memory", "reason", "op") if key in message]
+    vectors): the memory, job, part and reason it names, and how many items each of its lists
+    holds."""
+    parts = [f"{key}={message[key]}" for key in ("memory", "job", "part", "reason", "op")
+             if key in message]
     parts += [f"{key}={len(value)}" for key, value in message.items()
               if isinstance(value, list)]
     return "[" + " ".join(parts) + "]"
