@@ -799,9 +799,10 @@ def _shard_copy(args: argparse.Namespace) -> int:
             settings = catalog.settings(name)
             if settings.fleet.shard_of(name) != args.shard:
                 continue
-            pinned = settings.fleet.shard
-            source = (pinned if pinned is not None or not args.from_shards
-                      else shard_of(name, args.from_shards))
+            # The shard that serves the memory now: the same shard (a move to another host),
+            # or, growing from --from-shards, its shard among those (a pin never moves).
+            source = (shard_of(name, args.from_shards)
+                      if args.from_shards and settings.fleet.shard is None else args.shard)
             row: dict[str, Any] = {"memory": name, "from_shard": source,
                                    "store": str(settings.store.path)}
             if settings.store.path.exists() and not args.replace:
