@@ -274,7 +274,7 @@ def test_a_shard_of_unpinned_memories_moves_as_documented(
     from pipeline.config import load_settings
     from tests.conftest import redis_client
 
-    config, workspaces = two_memories(tmp_path, tiny_model)
+    config, _ = two_memories(tmp_path, tiny_model)
     body = json.loads(config.read_text())
     for memory in body["memories"]:
         memory.pop("fleet")  # the shard is the name's hash
