@@ -189,7 +189,7 @@ def _stores_here(shard: int) -> tuple[int, int]:
     return here, total
 
 
-def refuse_wrong_host(home: Path, queues: list[str], node: str, broker_url: str) -> None:
+def refuse_wrong_host(home: Path, queues: list[str], node: str) -> None:
     """Refuse to start (:class:`WrongHost`) a worker ``node`` of a shard whose stores this
     host's data dir ``home`` does not hold: none of the shard's memories has a store here,
     and live workers serve the shard that never claimed it in ``home`` (another host's). Such a
@@ -197,13 +197,15 @@ def refuse_wrong_host(home: Path, queues: list[str], node: str, broker_url: str)
     claim of the shard in ``home`` (of no live worker) is dropped too: it would make this
     host's own searches read empty stores. ``fleet.localShards`` set to shard numbers or
     ``"none"`` is this host's word: a shard it leaves out is refused; ``"all"`` is not checked.
-    A shard nobody else serves starts (a new host, a lost host's replacement)."""
+    A shard nobody else serves starts (a new host, a lost host's replacement); so does every
+    worker of settings without a broker (nothing to ask)."""
     served = served_shards(queues)
     shards = sorted({*served["writer"], *served["reader"]})
     if not shards:
         return
     try:
-        local = runtime.settings_for(runtime.default_memory()).fleet.local_shards
+        own = runtime.settings_for(runtime.default_memory())
+        local, broker_url = own.fleet.local_shards, own.broker_url
         bare = {s: _stores_here(s) for s in shards}
     except Exception as exc:  # a broken config is reported with the first message
         log.warning("could not check that this host holds its shards' stores: %s", exc)
@@ -218,7 +220,7 @@ def refuse_wrong_host(home: Path, queues: list[str], node: str, broker_url: str)
                             f"{outside[0]}'s stores ({local!r})")
         return
     bare = {s: counts for s, counts in bare.items() if counts[0] == 0}
-    if not bare:
+    if not bare or not broker_url:
         return
     try:
         nodes = queue_consumers(broker_url)
@@ -252,7 +254,7 @@ def claim_and_recover(sender: Any = None, **_: Any) -> None:
     queues = list(sender.app.amqp.queues.consume_from)
     node = str(sender.hostname)
     home = _own_data_dir()
-    refuse_wrong_host(home, queues, node, str(sender.app.conf.broker_url))
+    refuse_wrong_host(home, queues, node)
     claim_served(home, queues, node)
     writers = served_shards(queues)["writer"]
     if writers:
