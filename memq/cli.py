@@ -563,6 +563,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         view = fleet_view(settings, timeout=args.timeout)
         _emit(args, view, "\n".join(fleet_lines(view)))
+        if view["problems"]:  # blind somewhere: say the first thing, in one line
+            more = len(view["problems"]) - 1
+            print(f"memq: the fleet view is incomplete: {view['problems'][0]}"
+                  + (f" (and {more} more)" if more else ""), file=sys.stderr)
+            return EXIT_UNREACHABLE
         return 0
     s = fleet_status(settings, timeout=args.timeout)
     if s["fleet"]["reachable"] and s["batch"]["live"]:
@@ -938,9 +943,10 @@ def _shard_copy(args: argparse.Namespace) -> int:
             settings = catalog.settings(name)
             if settings.fleet.shard_of(name) != args.shard:
                 continue
-            pinned = settings.fleet.shard
-            source = (pinned if pinned is not None or not args.from_shards
-                      else shard_of(name, args.from_shards))
+            # The shard that serves the memory now: the same shard (a move to another host),
+            # or, growing from --from-shards, its shard among those (a pin never moves).
+            source = (shard_of(name, args.from_shards)
+                      if args.from_shards and settings.fleet.shard is None else args.shard)
             row: dict[str, Any] = {"memory": name, "from_shard": source,
                                    "store": str(settings.store.path)}
             if settings.store.path.exists() and not args.replace:
@@ -1236,7 +1242,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("memq: interrupted; queued work stays queued and is picked up again",
               file=sys.stderr)
         return 130
+    except Exception as exc:
+        failure = _broker_failure(args, exc)
+        if failure is None:
+            raise
+        print(f"memq: {failure}", file=sys.stderr)  # one line, no traceback
+        return EXIT_UNREACHABLE
     return 1
+
+
+def _broker_failure(args: argparse.Namespace, exc: Exception) -> Exception | None:
+    """``exc`` as one line naming the broker when the broker failed it (cannot be reached,
+    refused the login), else None."""
+    from pipeline.fleet import NETWORK_ERRORS, broker_failure
+
+    if not isinstance(exc, NETWORK_ERRORS):
+        return None
+    try:
+        url = _settings(args).broker_url
+    except Exception:  # the settings failed too: the environment's broker, if any
+        url = os.environ.get("MEMQ_BROKER_URL") or os.environ.get("REDIS_URL")
+    return broker_failure(url or "", exc) if url else exc
 
 
 if __name__ == "__main__":

@@ -193,7 +193,17 @@ class MessageRefused(FleetError):
 class ShardUnreachable(FleetError):
     """No reader of a memory's shard answered within ``fleet.queryTimeoutMs`` (the memory's
     store is on another host, and its ``memq worker --role reader`` is down, or the broker is):
-    nothing was read; searches answer ``mode: "unavailable"`` with this reason."""
+    nothing was read; searches answer ``mode: "unavailable"`` with this reason. ``reason``
+    says what happened, ``action`` (when known) what to do; the message is both."""
+
+    def __init__(self, reason: str, action: str | None = None) -> None:
+        super().__init__(f"{reason}: {action}" if action else reason)
+        self.reason, self.action = reason, action
+
+
+class BrokerUnreachable(ShardUnreachable):
+    """The fleet's broker cannot be reached or refused this host (a refused port, a wrong
+    password or vhost): nothing was sent."""
 
 
 class UnknownJob(FleetError):

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
-from amqp.exceptions import ChannelError
+from amqp.exceptions import AccessRefused, ChannelError, NotAllowed
+from amqp.exceptions import ConnectionError as AMQPConnectionError
 from celery import Celery
 from kombu import Connection, Queue
+from kombu.exceptions import OperationalError
 
 from pipeline.batch import workflow
 from pipeline.broker_fixes import harden_kombu_redis
-from pipeline.config import BatchSettings
-from pipeline.errors import FleetError
+from pipeline.config import BatchSettings, redact_url
+from pipeline.errors import BrokerUnreachable, FleetError, ShardUnreachable
 from pipeline.messages import (
     BatchPoll,
     BatchSubmit,
@@ -50,6 +53,7 @@ from pipeline.routing import (
     control_queue,
     embed_queue,
     new_job_id,
+    query_queue,
     store_queue,
 )
 from pipeline.store import batches
@@ -142,6 +146,65 @@ def redis_client(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> redis.R
         return redis.Redis.from_url(broker_url, socket_timeout=timeout,
                                     socket_connect_timeout=timeout)
     raise ValueError(f"queue depths need a Redis broker, not {parts.scheme}://")
+
+
+#: What a broker that cannot be reached, or that refuses this host, raises: kombu's wrapped
+#: connection errors, the sockets', redis-py's, and AMQP's refused logins and vhosts.
+NETWORK_ERRORS: tuple[type[Exception], ...] = (
+    OperationalError, ConnectionError, TimeoutError, socket.gaierror, redis.ConnectionError,
+    AMQPConnectionError, AccessRefused, NotAllowed)
+#: The same, and any OS error, around a call that only talks to the broker.
+BROKER_ERRORS: tuple[type[Exception], ...] = (*NETWORK_ERRORS, OSError)
+#: What to check when the broker cannot be reached.
+CHECK_BROKER = ("check that the broker runs and that MEMQ_BROKER_URL (brokerUrl) names it: "
+                "host, port, password, database number or vhost")
+
+
+def broker_failure(broker_url: str, exc: BaseException) -> BrokerUnreachable:
+    """``exc`` (one of :data:`BROKER_ERRORS`) as one line naming the broker, its password
+    masked: a refused login, or a broker that cannot be reached."""
+    where = redact_url(broker_url) or "(none)"
+    detail = str(getattr(exc, "reply_text", "") or exc).strip() or type(exc).__name__
+    password = urlsplit(broker_url).password
+    if password:
+        detail = detail.replace(password, "***")
+    if isinstance(exc, (AccessRefused, redis.AuthenticationError)) or "ACCESS_REFUSED" in detail:
+        return BrokerUnreachable(f"the broker {where} refused the login ({detail})",
+                                 "check the user and password of MEMQ_BROKER_URL (brokerUrl)")
+    if isinstance(exc, NotAllowed):
+        return BrokerUnreachable(f"the broker {where} refused this host ({detail})",
+                                 "check the vhost and permissions of MEMQ_BROKER_URL "
+                                 "(brokerUrl)")
+    return BrokerUnreachable(f"the broker {where} cannot be reached ({detail})", CHECK_BROKER)
+
+
+def silent_shard(broker_url: str, shard: int, waited_s: float) -> ShardUnreachable:
+    """Why no reader of ``shard`` answered within ``waited_s``, as far as one broadcast (1 s)
+    tells: no memq worker on the broker at all (a wrong broker, database number or vhost, or
+    the whole fleet down), readers that are alive but did not answer (busy, stuck), or no
+    reader of the shard among live workers."""
+    queue, where = query_queue(shard), redact_url(broker_url)
+    try:
+        nodes: dict[str, list[str]] | None = queue_consumers(broker_url)
+    except Exception:  # only a hint: the broker may be busy or gone by now
+        nodes = None
+    waited = f"no reader of shard {shard} answered within {waited_s:g} s"
+    if nodes == {}:
+        return ShardUnreachable(
+            f"{waited}, and no memq worker answers on {where} at all (nothing consumes any "
+            "queue there)", "check that MEMQ_BROKER_URL (brokerUrl) names the fleet's broker "
+            "(host, port, database number or vhost), then that the fleet's workers run")
+    readers = sorted(n for n, queues in (nodes or {}).items() if queue in queues)
+    if readers:
+        return ShardUnreachable(
+            f"{waited} (queue '{queue}' on {where}): its readers {', '.join(readers)} are "
+            "alive but did not answer in time", f"start more readers of shard {shard} on the "
+            "host that holds its stores, or raise fleet.queryTimeoutMs")
+    return ShardUnreachable(
+        f"{waited} (queue '{queue}' on {where})" + (
+            f"; none of the {len(nodes)} live workers consumes it" if nodes else ""),
+        f"start `memq worker --role reader --shard {shard}` on the host that holds the "
+        "shard's stores, or raise fleet.queryTimeoutMs")
 
 
 def queue_consumers(broker_url: str, *, timeout: float = DEFAULT_TIMEOUT_S

@@ -25,6 +25,8 @@ from pipeline.config import Settings
 from pipeline.config.paths import data_dir
 
 CLAIMS_FOLDER = "shards"
+#: How many of the workers that claimed a shard in a data dir its claim remembers.
+CLAIM_NODES = 32
 
 
 def claims_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -52,13 +54,28 @@ def claim_in(folder: Path, shards: Iterable[int], node: str, role: str) -> list[
     written = []
     for shard in sorted(set(shards)):
         target = folder / f"{shard}.json"
-        body = json.dumps({"shard": shard, "node": node, "role": role, "since": time.time()})
+        nodes = [n for n in claim_nodes(folder, shard) if n != node][-(CLAIM_NODES - 1):]
+        body = json.dumps({"shard": shard, "node": node, "role": role, "since": time.time(),
+                           "nodes": [*nodes, node]})
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{shard}.", suffix=".tmp")
         with os.fdopen(fd, "w") as out:
             out.write(body)
         os.replace(tmp, target)  # atomic: a reader of the folder never sees half a claim
         written.append(target)
     return written
+
+
+def claim_nodes(folder: Path, shard: int) -> list[str]:
+    """The workers that claimed ``shard`` in the claims ``folder``, oldest first (the last
+    :data:`CLAIM_NODES`); empty when it is not claimed."""
+    try:
+        body = json.loads((folder / f"{shard}.json").read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(body, dict):
+        return []
+    nodes = body.get("nodes") or [body.get("node")]
+    return [str(n) for n in nodes if n]
 
 
 def unclaim_in(folder: Path, shards: Iterable[int]) -> list[int]:

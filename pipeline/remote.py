@@ -37,7 +37,14 @@ from pipeline.errors import (
     ShardUnreachable,
     WorkspaceMissing,
 )
-from pipeline.fleet import FleetDispatcher, client_app, describe
+from pipeline.fleet import (
+    BROKER_ERRORS,
+    FleetDispatcher,
+    broker_failure,
+    client_app,
+    describe,
+    silent_shard,
+)
 from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
@@ -77,15 +84,10 @@ class ShardReader:
                 priority=int(Lane.INTERACTIVE) if self._lanes else None,
                 argsrepr=describe(message), kwargsrepr="{}")  # no query text in events
             raw = result.get(timeout=self.timeout_s, propagate=False, interval=0.05)
-        except CeleryTimeout:
-            raise ShardUnreachable(
-                f"no reader of shard {request.shard} answered within {self.timeout_s:g} s "
-                f"(queue '{queue}' on {redact_url(self.broker_url)}): start `memq worker "
-                f"--role reader --shard {request.shard}` on the host that holds the shard's "
-                "stores, or raise fleet.queryTimeoutMs") from None
-        except (OperationalError, OSError) as exc:
-            raise ShardUnreachable(f"the broker {redact_url(self.broker_url)} cannot be "
-                                   f"reached: {exc}") from None
+        except CeleryTimeout:  # why: no worker on this broker at all, or no reader of it
+            raise silent_shard(self.broker_url, request.shard, self.timeout_s) from None
+        except BROKER_ERRORS as exc:
+            raise broker_failure(self.broker_url, exc) from None
         if not isinstance(raw, dict):
             raise ShardUnreachable(f"the reader of shard {request.shard} failed: {raw!r}"[:500])
         try:
@@ -201,10 +203,10 @@ class RemoteMemory:
                 stale = self.stale_files()
                 results.dirty = len(stale) or None
         except ShardUnreachable as exc:
-            return SearchResults(mode="unavailable", citations=citations, error=str(exc),
-                                 action=f"start `memq worker --role reader --shard "
-                                        f"{self.shard}` on the host that holds shard "
-                                        f"{self.shard}'s stores")
+            return SearchResults(mode="unavailable", citations=citations, error=exc.reason,
+                                 action=exc.action or f"start `memq worker --role reader "
+                                                      f"--shard {self.shard}` on the host "
+                                                      f"that holds shard {self.shard}'s stores")
         except FleetError as exc:
             return SearchResults(mode="unavailable", citations=citations, error=str(exc),
                                  action=f"list memory {self.name!r} in the configuration of "

@@ -333,3 +333,50 @@ def test_a_postgresql_job_log_serves_every_host(tmp_path: Path, tiny_model: Path
         assert [tuple(r) for r in rows] == [(out["job"], "SUCCESS", "control.1"),
                                             (job_id, "SUCCESS", "control.1")]
         assert not [p for p in a.home.rglob("*") if p.suffix.startswith(".sqlite")]
+
+
+def test_a_reader_on_a_host_without_the_shards_stores_refuses_to_start(
+        hosts: tuple[SimulatedFleet, dict[str, Path]]) -> None:
+    """Issue 33, 6: a reader of shard 0 started on A (config only) used to serve half of
+    shard 0's searches from A's empty data dir (`keyword-only []`), silently. It now refuses
+    to start while another host serves the shard, and says what to do; so does one whose data
+    dir still claims the shard from such a run. A second reader on the shard's own host still
+    starts (before anything is indexed, too), as does a new host's when nobody serves it."""
+    import subprocess
+
+    from pipeline.placement import claim_in, claimed_in
+
+    fleet, _ = hosts
+    a, c = fleet.hosts["hostA"], fleet.hosts["hostC"]
+
+    def refused(host: Any, name: str) -> str:
+        try:
+            done = host.memq("worker", "--role", "reader", "--shard", "0", "--name", name,
+                             timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{name} started and served shard 0 from a host without "
+                                 "its stores") from None
+        assert done.returncode != 0
+        return done.stdout + done.stderr
+
+    said = refused(a, "reader-0@hostA")
+    assert "refusing to start reader-0@hostA" in said
+    assert "reader-0@hostC" in said and "memq shard copy --shard 0" in said
+    assert claimed_in(a.data / "shards") == set()  # it claimed nothing
+    # A data dir that still claims shard 0 from an earlier such run: refused all the same.
+    claim_in(a.data / "shards", [0], "reader-0@hostA", "reader")
+    assert "refusing to start reader-0@hostA" in refused(a, "reader-0@hostA")
+    assert claimed_in(a.data / "shards") == set()  # A's own searches ask shard 0 again
+
+    # C holds shard 0 (nothing indexed yet): a second reader there starts and serves.
+    c.spawn("reader-0b", "worker", "--role", "reader", "--shard", "0", "--name",
+            "reader-0b@hostC")
+    wait_until(lambda: "reader-0b@hostC" in _consumers(fleet, "query.0"),
+               "the second reader on the shard's host", logs=fleet.logs)
+    assert "refusing" not in c.log_text()
+
+
+def _consumers(fleet: SimulatedFleet, queue: str) -> list[str]:
+    from pipeline.fleet import queue_consumers
+
+    return [n for n, qs in queue_consumers(fleet.broker, timeout=2).items() if queue in qs]

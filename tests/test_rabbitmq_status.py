@@ -74,3 +74,22 @@ def test_status_reads_the_fleet_on_rabbitmq(workspace: Path, tmp_path: Path, tin
     assert fleet["unacked"] is None  # only Redis shows messages in flight
     text = run_memq("status", env=env).stdout
     assert "need a Redis broker" not in text and f"w-{tag}@" in text
+
+
+def test_a_wrong_rabbitmq_password_is_one_line(workspace: Path, tmp_path: Path,
+                                               tiny_model: Path) -> None:
+    """Issue 33, 8: a wrong AMQP password was a 73-line traceback (exit 1); now one line that
+    names the broker (password masked), exit 3, for a search, a status and the fleet view."""
+    if not _rabbit_up():
+        pytest.skip("RabbitMQ is not reachable on 127.0.0.1:5672")
+    wrong = "amqp://guest:n0t-the-password@127.0.0.1:5672//"
+    env = {**store_env(workspace, tmp_path, tiny_model), "MEMQ_BROKER_URL": wrong,
+           "MEMQ_LOCAL_SHARDS": "none"}
+    for args in (("search", "billing"), ("status",), ("status", "--fleet")):
+        done = run_memq(*args, env=env, timeout=120)
+        out = done.stdout + done.stderr
+        assert done.returncode == 3, (args, out)
+        assert "Traceback" not in out and "n0t-the-password" not in out
+        said = done.stderr.strip().splitlines()
+        assert len(said) == 1, (args, out)
+        assert "the broker amqp://guest:***@127.0.0.1:5672// refused the login" in said[0]

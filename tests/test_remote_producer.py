@@ -263,3 +263,46 @@ def test_a_shard_moves_to_a_new_host_and_survives_losing_it(
     status = _json(a.memq("status", "--agent", "beta", "--json"))
     assert status["servedBy"] == "reader-1@hostF"
     assert status["chunks"] == chunks == status["vectors"] and status["pending"] == 0
+
+
+def test_a_shard_of_unpinned_memories_moves_as_documented(
+        tmp_path: Path, tiny_model: Path, broker_url: str) -> None:
+    """Issue 33, 5: `memq shard copy --shard N` as docs/deploy.md writes it, for memories
+    whose shard comes from their name (no pin, no --from-shards): it asked shard None's
+    reader ('query.None') and failed after its timeout. Now every chunk and vector arrives,
+    and no 'query.None' queue is left on the broker."""
+    from pipeline.config import load_settings
+    from tests.conftest import redis_client
+
+    config, _ = two_memories(tmp_path, tiny_model)
+    body = json.loads(config.read_text())
+    for memory in body["memories"]:
+        memory.pop("fleet")  # the shard is the name's hash
+    config.write_text(json.dumps(body))
+    shard = load_settings(config_file=config, agent="beta").fleet.shard_of("beta")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    fleet = SimulatedFleet(tmp_path / "hosts", broker_url, config,
+                           f"db+sqlite:///{shared / 'jobs.sqlite'}")
+    hidden = (tmp_path / "workspaces",)
+    try:
+        d, a = fleet.host("hostD", hide=hidden), fleet.host("hostA")
+        fleet.start_shard(d, shard)
+        fleet.wait_for_nodes([f"store.{shard}", f"query.{shard}", "embed.local"])
+        _json(a.memq("index", "--agent", "beta", "--json"))
+        chunks = _json(a.memq("status", "--agent", "beta", "--json"))["chunks"]
+        assert chunks > 0
+        d.kill(f"writer-{shard}")
+        e = fleet.host("hostE", hide=hidden)
+        done = e.memq("shard", "copy", "--shard", str(shard), "--timeout", "20", "--json")
+        copied = {m["memory"]: m for m in _json(done)["memories"]}
+        beta = copied["beta"]
+        assert (beta["from_shard"], beta["chunks"], beta["vectors"]) == (shard, chunks, chunks)
+        assert e.settings(config, "beta").store.path.exists()
+        client = redis_client(broker_url)
+        try:
+            assert not [k for k in client.keys("*query.None*")]
+        finally:
+            client.close()
+    finally:
+        fleet.stop()

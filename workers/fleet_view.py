@@ -7,13 +7,16 @@ broker.
   whose store is on another host is described by its shard's reader;
 - **shards**: for each writer shard, the holder of its writer lease in Redis
   (``memq.writer-lease.<n>``), the live workers consuming ``store.<n>`` (Celery's remote
-  control), whether the lease holder is one of them, and its memories;
+  control), whether the lease holder is one of them (on a broker without leases: whether
+  anyone consumes it), the live readers consuming ``query.<n>``, and its memories;
 - **queues**: the messages waiting in each queue per lane. kombu's Redis transport keeps one
   list per message priority: priority 0 (the interactive lane) in ``<queue>`` itself, and
   priority *p* > 0 in ``<queue>\\x06\\x16<p>`` (the bulk lane is priority 9).
 
 Every broker question is bounded by ``timeout``; an unreachable broker leaves ``reachable``
 False and the broker parts None, while the memories (from the stores) are still listed.
+``problems`` says what the view cannot see (the broker, a shard's writer or reader, a
+memory's row); ``memq status --fleet`` exits 3 when it is not empty.
 """
 
 from __future__ import annotations
@@ -21,15 +24,21 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, listed_agents, load_settings, redact_url
 from pipeline.errors import FleetError
-from pipeline.fleet import DEFAULT_TIMEOUT_S, priority_lists, queue_consumers, redis_client
+from pipeline.fleet import (
+    DEFAULT_TIMEOUT_S,
+    NETWORK_ERRORS,
+    broker_failure,
+    priority_lists,
+    queue_consumers,
+    redis_client,
+)
 from pipeline.jobs import JobLog
 from pipeline.memory import Memory
 from pipeline.placement import store_is_here
-from pipeline.routing import Lane, store_queue
+from pipeline.routing import Lane, query_queue, store_queue
 from pipeline.store import reads, schema
 from workers.monitor import BINDING_PREFIX, REDIS_SCHEMES
 from workers.single_writer import lease_key
@@ -40,16 +49,22 @@ def memory_names(settings: Settings) -> list[str]:
     return listed_agents(settings.config_file) or [settings.agent_id]
 
 
-def memory_row(settings: Settings, jobs: JobLog) -> dict[str, Any]:
+def memory_row(settings: Settings, jobs: JobLog, readers: list[str] | None = None,
+               unseen: str | None = None) -> dict[str, Any]:
     """One memory's line of the view: shard, store and counts (read only from what exists:
     this host's store and job log ``jobs``, or, for a memory whose store is on another host,
-    its shard's reader; ``error`` says why a row is unknown)."""
+    its shard's reader; ``error`` says why a row is unknown). A remote memory is asked only
+    when its shard has live ``readers`` (None: not known, ask anyway); ``unseen`` is why the
+    fleet cannot be asked at all (the broker's failure)."""
     name = settings.agent_id
     row: dict[str, Any] = {"memory": name, "shard": settings.fleet.shard_of(name),
                            "store": str(settings.store.path), "indexed": False, "chunks": 0,
                            "ready": 0, "pending": 0, "failed": 0, "last_job": None,
                            "served_by": None, "error": None}
     if not store_is_here(settings):
+        if unseen or readers == []:
+            row["error"] = unseen or f"no live reader of shard {row['shard']}"
+            return row
         return _row_from_shard(settings, row)
     db = schema.open_store(settings.store.path, want_vectors=False)
     if db is not None:
@@ -105,75 +120,117 @@ def lane_depths(client: redis.Redis) -> dict[str, dict[str, int]]:
 
 
 def fleet_view(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-    """The fleet view of ``settings``' config and broker (``memq status --fleet --json``)."""
+    """The fleet view of ``settings``' config and broker (``memq status --fleet --json``).
+
+    ``problems`` lists what the view cannot see: a broker that cannot be reached or on which
+    no memq worker answers, a shard without a live writer or reader, a memory whose row is
+    unknown (``memq status --fleet`` exits 3 when there is any)."""
+    shards = settings.fleet.shards
+    view: dict[str, Any] = {
+        "broker": redact_url(settings.broker_url) if settings.broker_url else None,
+        "reachable": False, "error": None, "memories": [],
+        "shards": [{"shard": n, "memories": [], "lease_holder": None, "consumers": None,
+                    "writer_alive": None, "readers": None} for n in range(shards)],
+        "queues": None, "problems": [],
+    }
+    problems: list[str] = view["problems"]
+    if not settings.broker_url:
+        view["error"] = "no broker configured: each `memq index` runs its own"
+    else:
+        _ask_broker(view, settings.broker_url, timeout)
     rows = []
     jobs = JobLog(settings.result_backend, keep_days=settings.fleet.jobs_keep_days)
     try:
         for name in memory_names(settings):
             own = settings if name == settings.agent_id else load_settings(
                 config_file=settings.config_file, agent=name)
-            rows.append(memory_row(own, jobs))
+            shard = view["shards"][own.fleet.shard_of(name)]
+            rows.append(memory_row(own, jobs, shard["readers"],
+                                   view["error"] if settings.broker_url and
+                                   not view["reachable"] else None))
     finally:
         jobs.close()
-    shards = settings.fleet.shards
-    view: dict[str, Any] = {
-        "broker": redact_url(settings.broker_url) if settings.broker_url else None,
-        "reachable": False, "error": None, "memories": rows,
-        "shards": [{"shard": n, "memories": [r["memory"] for r in rows if r["shard"] == n],
-                    "lease_holder": None, "consumers": None, "writer_alive": None}
-                   for n in range(shards)],
-        "queues": None,
-        "totals": {k: sum(r[k] for r in rows) for k in ("chunks", "ready", "pending", "failed")},
-    }
-    if not settings.broker_url:
-        view["error"] = "no broker configured: each `memq index` runs its own"
-        return view
-    if settings.broker_url.split(":", 1)[0] not in REDIS_SCHEMES:
-        view["error"] = "the fleet view reads leases and lanes from Redis; this broker is not"
-        return view
-    try:
-        client = redis_client(settings.broker_url, timeout)
-        try:
-            holders = [(client.get(lease_key(n)) or b"").decode() or None for n in range(shards)]
-            view["queues"] = lane_depths(client)
-        finally:
-            client.close()
-    except (redis.RedisError, OSError) as exc:
-        view["error"] = f"{type(exc).__name__}: {exc}"
-        return view
-    view["reachable"] = True
-    try:
-        nodes = queue_consumers(settings.broker_url, timeout=timeout)
-    except OperationalError as exc:
-        view["error"] = f"workers unknown: {exc}"
-        nodes = None
-    for shard, holder in zip(view["shards"], holders, strict=True):
-        shard["lease_holder"] = holder
-        if nodes is not None:
-            shard["consumers"] = sorted(n for n, queues in nodes.items()
-                                        if store_queue(shard["shard"]) in queues)
-            shard["writer_alive"] = holder is not None and holder in shard["consumers"]
+    view["memories"] = rows
+    for shard in view["shards"]:
+        shard["memories"] = [r["memory"] for r in rows if r["shard"] == shard["shard"]]
+    view["totals"] = {k: sum(r[k] for r in rows) for k in ("chunks", "ready", "pending",
+                                                             "failed")}
+    problems += [f"memory {r['memory']}: unknown ({r['error']})" for r in rows
+                 if r["error"] and view["reachable"]]
     return view
+
+
+def _ask_broker(view: dict[str, Any], broker_url: str, timeout: float) -> None:
+    """Fill ``view``'s broker parts: the live workers of each shard (any broker), the writer
+    leases and the lanes (Redis), and the problems found."""
+    problems: list[str] = view["problems"]
+    try:
+        nodes = queue_consumers(broker_url, timeout=timeout)
+    except NETWORK_ERRORS as exc:
+        view["error"] = str(broker_failure(broker_url, exc))
+        problems.append(view["error"])
+        return
+    view["reachable"] = True
+    if not nodes:
+        problems.append(f"no memq worker answers on {redact_url(broker_url)} (nothing consumes "
+                        "any queue there): is this the fleet's broker (host, port, database "
+                        "number or vhost), and do its workers run?")
+    holders: list[str | None] | None = None
+    if broker_url.split(":", 1)[0] in REDIS_SCHEMES:
+        try:
+            client = redis_client(broker_url, timeout)
+            try:
+                holders = [(client.get(lease_key(s["shard"])) or b"").decode() or None
+                           for s in view["shards"]]
+                view["queues"] = lane_depths(client)
+            finally:
+                client.close()
+        except (redis.RedisError, OSError) as exc:
+            view["error"] = f"leases and lanes unknown: {type(exc).__name__}: {exc}"
+            problems.append(view["error"])
+    else:
+        view["error"] = "writer leases and lanes are read from Redis; this broker is not"
+    for shard in view["shards"]:
+        n = shard["shard"]
+        shard["consumers"] = sorted(node for node, queues in nodes.items()
+                                    if store_queue(n) in queues)
+        shard["readers"] = sorted(node for node, queues in nodes.items()
+                                  if query_queue(n) in queues)
+        if holders is not None:
+            shard["lease_holder"] = holders[n]
+            shard["writer_alive"] = holders[n] is not None and holders[n] in shard["consumers"]
+        else:  # no leases to read: a live consumer of the shard's store queue is its writer
+            shard["writer_alive"] = bool(shard["consumers"])
+        if not shard["writer_alive"]:
+            problems.append(f"shard {n}: no live writer")
+        if not shard["readers"]:
+            problems.append(f"shard {n}: no live reader")
 
 
 def fleet_lines(view: dict[str, Any]) -> list[str]:
     """``memq status --fleet`` for a person."""
     t = view["totals"]
+    unknown = sum(1 for r in view["memories"] if r["error"])
     lines = [f"broker:   {view['broker'] or 'none'}"
              + ("" if view["reachable"] else f" (unknown: {view['error']})"),
              f"memories: {len(view['memories'])} ({t['chunks']} chunks, {t['ready']} with "
-             f"vectors, {t['pending']} pending, {t['failed']} failed)"]
+             f"vectors, {t['pending']} pending, {t['failed']} failed"
+             + (f"; {unknown} unknown, not counted)" if unknown else ")")]
     for shard in view["shards"]:
         if shard["consumers"] is None:
             writer = "unknown"
         elif shard["writer_alive"]:
-            writer = f"{shard['lease_holder']} (alive)"
+            writer = f"{shard['lease_holder'] or ', '.join(shard['consumers'])} (alive)"
         elif shard["lease_holder"]:
             writer = f"lease held by {shard['lease_holder']}, which does not answer"
         else:
             writer = "none"
         lines.append(f"shard {shard['shard']}:  writer {writer}; "
                      f"{len(shard['memories'])} memories")
+        readers = shard["readers"]
+        lines += ([f"shard {shard['shard']}:  reader {'unknown' if readers is None else 'none'}"]
+                  if not readers else
+                  [f"shard {shard['shard']}:  reader {node} (alive)" for node in readers])
     if view["queues"] is not None:
         lines.append("queues (waiting: interactive / bulk):")
         lines += [f"  {name:<16} {d['interactive']:>6} / {d['bulk']}"
@@ -188,4 +245,7 @@ def fleet_lines(view: dict[str, Any]) -> list[str]:
             last = f"unknown: {r['error']}"
         lines.append(f"  {r['memory']:<20} {r['shard']:>5} {r['chunks']:>8} {r['ready']:>8} "
                      f"{r['pending']:>8} {r['failed']:>7}  {last}")
+    if view["problems"]:
+        lines.append("cannot see (exit 3):")
+        lines += [f"  {problem}" for problem in view["problems"]]
     return lines

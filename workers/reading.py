@@ -14,10 +14,15 @@ message came in on (:meth:`~workers.runtime.WorkerRuntime.readable`); paths are 
 for a local read. Nothing a message says can make it read another memory's store.
 
 At start, a worker that serves a shard's stores (a writer: ``store.<N>``, a reader:
-``query.<N>``) claims the shard in this host's data dir (:func:`pipeline.placement.claim_in`),
-and a writer ends the jobs its previous run left running on ``control.<N>``: they were cut
-off (a kill, a crash) and their rows would otherwise say "running" forever; a job whose
-message comes back runs again and ends in its own final state.
+``query.<N>``) first checks that the shard's stores are here (:func:`refuse_wrong_host`): it
+refuses to start when this host's data dir holds none of them while workers that did not
+claim the shard here serve it (another host's), since it would answer the shard's searches
+from empty stores. A new or replacement host, with no stores yet and nobody else serving the
+shard, starts. It then claims the shard in this host's data dir
+(:func:`pipeline.placement.claim_in`), and a writer ends the jobs its previous run left
+running on ``control.<N>``: they were cut off (a kill, a crash) and their rows would
+otherwise say "running" forever; a job whose message comes back runs again and ends in its
+own final state.
 """
 
 from __future__ import annotations
@@ -39,10 +44,19 @@ from pipeline.errors import (
     MessageRefused,
     WorkspaceMissing,
 )
+from pipeline.fleet import queue_consumers
 from pipeline.memory import Memory
 from pipeline.messages import QueryReply, QueryRequest
-from pipeline.placement import CLAIMS_FOLDER, claim_in
-from pipeline.routing import QUERY_PREFIX, QUERY_TASK, STORE_PREFIX, control_queue, shard_of_queue
+from pipeline.placement import CLAIMS_FOLDER, claim_in, claim_nodes, unclaim_in
+from pipeline.routing import (
+    QUERY_PREFIX,
+    QUERY_TASK,
+    STORE_PREFIX,
+    control_queue,
+    query_queue,
+    shard_of_queue,
+    store_queue,
+)
 from pipeline.shard_copy import export_step
 from workers.app import app
 from workers.orphans import BROKER_DIR_ENV
@@ -177,15 +191,90 @@ def _own_data_dir() -> Path:
         return data_dir()
 
 
+class WrongHost(SystemExit):
+    """Raised at worker startup: this host does not hold the stores of a shard the worker
+    would serve (propagates through Celery's signal dispatch and exits)."""
+
+
+def _stores_here(shard: int) -> tuple[int, int]:
+    """How many of ``shard``'s memories (of this worker's configuration) have their store in
+    this host's data dir, and how many memories the shard has."""
+    here = total = 0
+    for name in runtime.memories():
+        settings = runtime.settings_for(name)
+        if settings.fleet.shard_of(name) == shard:
+            total += 1
+            here += settings.store.path.exists()
+    return here, total
+
+
+def refuse_wrong_host(home: Path, queues: list[str], node: str) -> None:
+    """Refuse to start (:class:`WrongHost`) a worker ``node`` of a shard whose stores this
+    host's data dir ``home`` does not hold: none of the shard's memories has a store here,
+    and live workers serve the shard that never claimed it in ``home`` (another host's). Such a
+    worker would answer the shard's searches from empty stores (``keyword-only []``). A stale
+    claim of the shard in ``home`` (of no live worker) is dropped too: it would make this
+    host's own searches read empty stores. ``fleet.localShards`` set to shard numbers or
+    ``"none"`` is this host's word: a shard it leaves out is refused; ``"all"`` is not checked.
+    A shard nobody else serves starts (a new host, a lost host's replacement); so does every
+    worker of settings without a broker (nothing to ask)."""
+    served = served_shards(queues)
+    shards = sorted({*served["writer"], *served["reader"]})
+    if not shards:
+        return
+    try:
+        own = runtime.settings_for(runtime.default_memory())
+        local, broker_url = own.fleet.local_shards, own.broker_url
+        bare = {s: _stores_here(s) for s in shards}
+    except Exception as exc:  # a broken config is reported with the first message
+        log.warning("could not check that this host holds its shards' stores: %s", exc)
+        return
+    if local == "all":
+        return
+    if local == "none" or isinstance(local, tuple):
+        listed = () if local == "none" else local
+        if outside := [s for s in shards if s not in listed]:
+            raise WrongHost(f"memq: refusing to start {node}: fleet.localShards "
+                            f"(MEMQ_LOCAL_SHARDS) says this host does not hold shard "
+                            f"{outside[0]}'s stores ({local!r})")
+        return
+    bare = {s: counts for s, counts in bare.items() if counts[0] == 0}
+    if not bare or not broker_url:
+        return
+    try:
+        nodes = queue_consumers(broker_url)
+    except Exception as exc:  # the broker is down: the worker itself will wait for it
+        log.warning("could not check who serves shard(s) %s (%s: %s)", sorted(bare),
+                    type(exc).__name__, exc)
+        return
+    folder = home / CLAIMS_FOLDER
+    for shard, (_, total) in bare.items():
+        others = sorted(n for n, q in nodes.items() if n != node
+                        and (query_queue(shard) in q or store_queue(shard) in q))
+        if not others or set(others) & set(claim_nodes(folder, shard)):
+            continue  # nobody serves it, or a worker of this very data dir does
+        stale = " (its stale claim of the shard here was dropped)" if unclaim_in(
+            folder, [shard]) else ""
+        raise WrongHost(
+            f"memq: refusing to start {node}: shard {shard} is served by {', '.join(others)} "
+            f"from another host, and this host's data dir {home} holds none of the shard's "
+            f"{total} stores{stale}: it would answer the shard's searches from empty stores. "
+            f"Start the shard's workers where its stores are; to move the shard here, stop "
+            f"its writer there and run `memq shard copy --shard {shard}` here first.")
+
+
 @worker_init.connect
 def claim_and_recover(sender: Any = None, **_: Any) -> None:
-    """Claim this worker's shards in its settings' data dir; a writer ends its predecessor's
-    cut-off jobs (runs after :mod:`workers.single_writer` took the shards' leases)."""
+    """Claim this worker's shards in its settings' data dir, unless they are served from
+    another host's (:func:`refuse_wrong_host`); a writer ends its predecessor's cut-off jobs
+    (runs after :mod:`workers.single_writer` took the shards' leases)."""
     if os.environ.get(BROKER_DIR_ENV):  # the embedded fleet of one run: nothing to claim
         return
     queues = list(sender.app.amqp.queues.consume_from)
     node = str(sender.hostname)
-    claim_served(_own_data_dir(), queues, node)
+    home = _own_data_dir()
+    refuse_wrong_host(home, queues, node)
+    claim_served(home, queues, node)
     writers = served_shards(queues)["writer"]
     if writers:
         end_cut_off_jobs(writers, node)

@@ -107,6 +107,14 @@ class WorkerRuntime:
                 self._roster = read.served
         return self._roster
 
+    def memories(self) -> list[str]:
+        """The memories this worker's configuration lists (its own memory when it lists
+        none)."""
+        with self._lock:
+            self._follow_config()
+            own = self._own_settings()
+            return list(self._listed(own)) or [own.agent_id]
+
     def default_memory(self) -> str:
         """The memory this worker's own configuration names (``agentId``, ``main`` by default)."""
         with self._lock:
