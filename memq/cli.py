@@ -321,8 +321,8 @@ def _enqueue_index(args: argparse.Namespace) -> int:
         print(f"memq: job {job_id} failed: {job.error}", file=sys.stderr)
         return 1
     _emit(args, {"job": job_id, "queue": queue, "waited": False},
-          f"{job_id}\nqueued on '{queue}' for the writer host; follow it with `memq jobs` "
-          "(on that host) or in Flower")
+          f"{job_id}\nqueued on '{queue}' for the writer host; follow it from any host with "
+          f"`memq jobs --follow {job_id}`, or in Flower")
     return 0
 
 

@@ -1019,8 +1019,9 @@ class Memory:
                 # Opened now, not before the job ran: a rebuild may have swapped another file in.
                 db = schema.open_store(self.settings.store.path, want_vectors=False)
                 if db is not None:
-                    try:
-                        wait_for_vectors(db, on_progress=on_progress, warn=warn)
+                    try:  # a keyword-only index waits for no vector
+                        if schema.index_spec(db) is not None:
+                            wait_for_vectors(db, on_progress=on_progress, warn=warn)
                     finally:
                         db.close()
             else:

@@ -7,6 +7,7 @@ disk leaves), its ``memory/`` folder gone, one note deleted on purpose, and the 
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -114,3 +115,17 @@ def test_the_last_file_of_a_small_memory_is_kept_when_nothing_is_left(
     code, _, err = _index(settings)
     assert code == 0, err
     assert _files(settings) == {"USER.md"}
+
+
+def test_following_a_keyword_only_job_returns_when_it_ended(notes: Settings) -> None:
+    """A keyword-only index has no vector to wait for: ``memq jobs --follow`` of its finished
+    job answers at once (it waited forever for chunks that never get one)."""
+    (notes.workspace / "memory" / "2026-11-13.md").write_text("# 13\n\nThe kestrel is back.\n")
+    done = run_memq("index", "--workspace", str(notes.workspace), "--config",
+                    str(notes.config_file), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)["job"]
+    followed = run_memq("jobs", "--workspace", str(notes.workspace), "--config",
+                        str(notes.config_file), "--follow", job, timeout=60)
+    assert followed.returncode == 0, followed.stderr
+    assert job in followed.stdout and "1 files changed, 0 deleted" in followed.stdout, followed
