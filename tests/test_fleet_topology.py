@@ -109,9 +109,10 @@ def test_reads_from_anywhere_never_empty_a_memory_whose_files_are_elsewhere(
     got = t.store.memq("get", "--agent", "alpha", "MEMORY.md")
     assert got.returncode == 0 and got.stdout.rstrip("\n") == memory_md.rstrip("\n"), got
 
-    # An index job from the agent host: the store host refuses to read its own folder.
+    # An index job from the agent host: the store host refuses to read its own folder, and
+    # the sender is told.
     queued = t.agent.memq("index", "--agent", "alpha", "--remote")
-    assert queued.returncode == 0, queued.stderr
+    assert queued.returncode == 1 and "is not them" in queued.stderr, queued
     job = queued.stdout.split()[0]
     log = JobLog(t.fleet.common["MEMQ_RESULT_BACKEND"])
     try:
