@@ -51,6 +51,7 @@ from pipeline.routing import (
     Lane,
     batch_queue,
     control_queue,
+    describe,
     embed_queue,
     new_job_id,
     query_queue,
@@ -284,18 +285,6 @@ class RedisLeases:
 
     def hold(self, job_id: str, token: str, ttl: float) -> bool:
         return bool(self._hold(keys=[LEASE_PREFIX + job_id], args=[token, int(ttl * 1000)]))
-
-
-def describe(message: dict[str, Any]) -> str:
-    """A message in one short line, for Flower's and the worker log's args (Celery's default,
-    a clipped repr of the whole message, costs more than the send and shows chunk text and
-    vectors): the memory, job, part and reason it names, and how many items each of its lists
-    holds."""
-    parts = [f"{key}={message[key]}" for key in ("memory", "job", "part", "reason", "op")
-             if key in message]
-    parts += [f"{key}={len(value)}" for key, value in message.items()
-              if isinstance(value, list)]
-    return "[" + " ".join(parts) + "]"
 
 
 class FleetDispatcher:

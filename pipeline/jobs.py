@@ -46,7 +46,7 @@ from sqlalchemy.engine import Engine
 
 from pipeline.config import redact_url
 from pipeline.errors import MemqError
-from pipeline.routing import memory_of_job
+from pipeline.routing import describe, memory_of_job
 from pipeline.store.engine import tune_connection
 
 log = logging.getLogger(__name__)
@@ -513,15 +513,13 @@ def store_key(path: str | os.PathLike[str]) -> str:
 
 class _Described:
     """A Celery task request as the job log records it (Celery's extended result keeps the
-    task's arguments): the message described (:func:`pipeline.fleet.describe`: its memory and
+    task's arguments): the message described (:func:`pipeline.routing.describe`: its memory and
     counts), never its content (a producer's changes carry the memory's text)."""
 
     def __init__(self, request: Any) -> None:
         self._request = request
         args = getattr(request, "args", None)
         if isinstance(args, list | tuple):
-            from pipeline.fleet import describe  # Celery's client side: only when recording
-
             self.args = [describe(a) if isinstance(a, dict) else type(a).__name__
                          for a in args]
         else:

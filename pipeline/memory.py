@@ -43,7 +43,7 @@ from pipeline.errors import (
     memory_disabled,
 )
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
-from pipeline.ingest.safety import kept_text, reads_own_files, record_files_from
+from pipeline.ingest.safety import reads_own_files, record_files_from
 from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
 from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
 from pipeline.placement import store_is_here
@@ -450,7 +450,7 @@ class Memory:
         try:
             if reads_own_files(db, self.settings):
                 return None
-            return kept_text(db, path) or ""
+            return reads.kept_text(db, path) or ""
         finally:
             db.close()
 

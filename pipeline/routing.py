@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from enum import IntEnum
+from typing import Any
 
 STORE_PREFIX = "store"
 CONTROL_PREFIX = "control"
@@ -104,3 +105,15 @@ def memory_of_job(job_id: str) -> str | None:
     """The memory a job id of :func:`new_job_id` names (None for another kind of id)."""
     memory, sep, rest = job_id.rpartition(":")
     return memory if sep and memory and len(rest) == 32 else None
+
+
+def describe(message: dict[str, Any]) -> str:
+    """A message in one short line, for Flower's and the worker log's args (Celery's default,
+    a clipped repr of the whole message, costs more than the send and shows chunk text and
+    vectors): the memory, job, part and reason it names, and how many items each of its lists
+    holds."""
+    parts = [f"{key}={message[key]}" for key in ("memory", "job", "part", "reason", "op")
+             if key in message]
+    parts += [f"{key}={len(value)}" for key, value in message.items()
+              if isinstance(value, list)]
+    return "[" + " ".join(parts) + "]"

@@ -70,7 +70,9 @@ ALLOWED: dict[str, set[str]] = {
                         "pipeline.placement", "pipeline.polling", "pipeline.remote",
                         "pipeline.outcome"},
     "pipeline.query": {"pipeline.config", "pipeline.memory"},
-    "pipeline.catalog": {"pipeline.errors", "pipeline.config", "pipeline.store"},
+    "pipeline.catalog": {"pipeline.errors", "pipeline.config", "pipeline.store",
+                         "pipeline.routing", "pipeline.placement", "pipeline.fleet",
+                         "pipeline.remote"},
     # The package itself only names its public parts (loaded on first use).
     "pipeline": {"pipeline.errors", "pipeline.memory", "pipeline.query", "pipeline.results"},
 }

@@ -9,7 +9,7 @@ Two guards, both checked before anything is written:
   that folder (the store host's empty mount point, a stale copy) is refused
   (:class:`~pipeline.errors.FilesElsewhere`) unless the user makes this folder the memory's
   files (``files_here``); a search there never syncs it, and its readers answer ``get`` from
-  the text the producer sent (:func:`kept_text`). On one machine, or where every host sees
+  the text the producer sent (:func:`pipeline.store.reads.kept_text`). On one machine, or where every host sees
   the same folder, the identities match and nothing changes.
 - **How much.** A pass that would remove every file of a memory, or most of them, because its
   folder is empty, missing or unmounted, is refused (:class:`~pipeline.errors.DeletionRefused`)
@@ -30,7 +30,7 @@ from typing import Any
 from pipeline.config import Settings
 from pipeline.errors import DeletionRefused, FilesElsewhere
 from pipeline.ingest.transcripts import SESSIONS_SOURCE
-from pipeline.store import schema
+from pipeline.store import schema, writer
 from pipeline.store.engine import Database
 
 #: The store's ``meta`` key naming the folder a producer on another host sent its files from.
@@ -77,9 +77,9 @@ def check_files_here(db: Database, settings: Settings, *, files_here: bool = Fal
     if reads_own_files(db, settings):
         return
     if files_here:
-        with schema.transaction(db) as conn:
-            conn.execute("DELETE FROM meta WHERE key = ?", (FILES_FROM_KEY,))
-            conn.execute("DELETE FROM file_texts")
+        with schema.transaction(db):
+            schema.delete_meta(db, FILES_FROM_KEY)
+            writer.forget_kept_texts(db)
         return
     source = files_from(db) or {}
     host = str(source.get("folder") or "another host").split(":", 1)[0]
@@ -89,20 +89,6 @@ def check_files_here(db: Database, settings: Settings, *, files_here: bool = Fal
         "them, so it is not read and nothing is deleted. Index from the host of the files "
         "(memq index / memq watch there), or run `memq index --files-here` on this host to "
         "make this folder the memory's files")
-
-
-def kept_text(db: Database, path: str) -> str | None:
-    """The text of memory file ``path`` as a producer on another host last sent it (None when
-    the store keeps none)."""
-    row = db.conn.execute("SELECT text FROM file_texts WHERE path = ?", (path,)).fetchone()
-    return None if row is None else str(row[0])
-
-
-def keep_text(db: Database, path: str, text: str) -> None:
-    """Keep the text of memory file ``path`` that a producer on another host sent (its row
-    goes when the file's row goes)."""
-    db.conn.execute("INSERT INTO file_texts(path, text) VALUES (?, ?) ON CONFLICT(path) DO "
-                    "UPDATE SET text = excluded.text", (path, text))
 
 
 def check_deletions(settings: Settings, known: Collection[str], gone: Collection[str],

@@ -41,7 +41,6 @@ from pipeline.ingest.producer import (
     scan_sources,
 )
 from pipeline.ingest.refresh import stat_memory_files
-from pipeline.ingest.safety import keep_text
 from pipeline.ingest.transcripts import SESSIONS_SOURCE
 from pipeline.messages import FileChange, FileChanges
 from pipeline.store import reads, schema, writer
@@ -221,5 +220,5 @@ def apply_changes(db: Database, settings: Settings, choice: ProviderChoice,
                 apply_read(batch, read, current, settings, max_input, report)
                 if change.source == "memory" and read.media is None and read.text is not None:
                     with batch.unit():  # memory_get's text on a host without the files
-                        keep_text(db, change.path, read.text)
+                        writer.keep_text(db, change.path, read.text)
     return report, media

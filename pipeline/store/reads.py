@@ -231,3 +231,10 @@ def first_chunks_named(db: Database, key: str, sources: Sequence[str] | None,
         f"(SELECT path FROM files WHERE {where} ORDER BY name_key = ? DESC, path LIMIT ?) f",
         [*args, key, -1 if limit is None else limit]).fetchall()
     return [(int(r), p) for p, r in rows if r is not None]
+
+
+def kept_text(db: Database, path: str) -> str | None:
+    """The text of memory file ``path`` as a producer on another host last sent it (None when
+    the store keeps none: :mod:`pipeline.ingest.safety`)."""
+    row = db.conn.execute("SELECT text FROM file_texts WHERE path = ?", (path,)).fetchone()
+    return None if row is None else str(row[0])

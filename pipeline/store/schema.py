@@ -354,6 +354,10 @@ def get_meta(db: Database, key: str, default: Any = None) -> Any:
     return default if row is None else json.loads(row[0])
 
 
+def delete_meta(db: Database, key: str) -> None:
+    db.conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+
 def set_meta(db: Database, key: str, value: Any) -> None:
     db.conn.execute(
         "INSERT INTO meta(key, value) VALUES (?, ?) "

@@ -255,3 +255,15 @@ def mark_failed(db: Database, items: Sequence[tuple[str, str]]) -> int:
             [(reason[:500], time.time(), cid) for cid, reason in items],
         )
     return cur.rowcount
+
+
+def keep_text(db: Database, path: str, text: str) -> None:
+    """Keep the text of memory file ``path`` that a producer on another host sent, for
+    ``memory_get`` on hosts without the files (its row goes when the file's row goes)."""
+    db.conn.execute("INSERT INTO file_texts(path, text) VALUES (?, ?) ON CONFLICT(path) DO "
+                    "UPDATE SET text = excluded.text", (path, text))
+
+
+def forget_kept_texts(db: Database) -> None:
+    """Drop every kept text (the store's files are read on this host from now on)."""
+    db.conn.execute("DELETE FROM file_texts")
