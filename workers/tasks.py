@@ -68,7 +68,7 @@ def refuse_job(task: Task, memory: str | None, exc: MessageRefused, *,
     job_id = job_id or str(task.request.id)
     host = str(task.request.hostname)
     reason = f"refused by {host}: {exc}"
-    log.warning("refused job %s: %s", job_id, exc)
+    log.error("dropped a message: refused job %s: %s", job_id, exc)
     runtime.job_log().failed(job_id, reason, {"memory": memory or memory_of_job(job_id),
                                               "origin": origin, "host": host}, task.request)
     raise JobRefused(reason)

@@ -9,8 +9,8 @@ Two guards, both checked before anything is written:
   that folder (the store host's empty mount point, a stale copy) is refused
   (:class:`~pipeline.errors.FilesElsewhere`) unless the user makes this folder the memory's
   files (``files_here``); a search there never syncs it, and its readers answer ``get`` from
-  the text the producer sent (:func:`pipeline.store.reads.kept_text`). On one machine, or where every host sees
-  the same folder, the identities match and nothing changes.
+  the text the producer sent (:func:`pipeline.store.reads.kept_text`). On one machine, or
+  where every host sees the same folder, the identities match and nothing changes.
 - **How much.** A pass that would remove every file of a memory, or most of them, because its
   folder is empty, missing or unmounted, is refused (:class:`~pipeline.errors.DeletionRefused`)
   unless the user says the files were deleted on purpose (``allow_deletions``). Memory files
