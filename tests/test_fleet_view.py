@@ -177,9 +177,9 @@ def test_broker_mistakes_are_one_line_that_names_the_broker(
                   "MEMQ_QUERY_TIMEOUT_MS": "2000"}
     alpha_shard = load_settings(config_file=config, agent="alpha",
                                 env=agent_host).fleet.shard_of("alpha")
-    # The right broker, with a writer of alpha's shard but no reader of it.
+    # The right broker, with a writer of alpha's shard (on the store's host) but no reader.
     fleet.spawn(memq_argv("worker", "--role", "writer", "--shard", str(alpha_shard), "--name",
-                          "w@%h"), "w", agent_host)
+                          "w@%h"), "w", fleet_env(config, tmp_path))
     wait_for(lambda: nodes_on(broker_url, f"store.{alpha_shard}"), "the writer", fleet)
 
     def one_line(url: str, *args: str) -> str:
