@@ -432,25 +432,26 @@ class Memory:
 
     def _read_file(self, target: Path, from_line: int | None, lines: int | None) -> MemoryText:
         rel = relative_path(self.settings.workspace, target)
-        kept = self._kept_text(rel)
-        if kept is not None:
-            return MemoryText.window(rel, kept, from_line, lines)
+        elsewhere, kept = self._kept_text(rel)
+        if elsewhere:  # a file the store does not know reads as one that could exist
+            return (MemoryText(rel, "") if kept is None
+                    else MemoryText.window(rel, kept, from_line, lines))
         if not target.exists():
             return MemoryText(rel, "")
         return MemoryText.window(rel, target.read_text(encoding="utf-8", errors="replace"),
                                  from_line, lines)
 
-    def _kept_text(self, path: str) -> str | None:
-        """The text of memory file ``path`` that the store keeps when its files are sent from
-        another host's folder (:mod:`pipeline.ingest.safety`): the folder here is not them.
-        ``""`` for a file the store does not know; None when the folder here is the files."""
+    def _kept_text(self, path: str) -> tuple[bool, str | None]:
+        """Whether the store's files are sent from another host's folder (the folder here is
+        not them: :mod:`pipeline.ingest.safety`), and then the text of memory file ``path``
+        that the store keeps (None for a file it does not know)."""
         db = self._open_store() if self.here else None
         if db is None:
-            return None
+            return False, None
         try:
             if reads_own_files(db, self.settings):
-                return None
-            return reads.kept_text(db, path) or ""
+                return False, None
+            return True, reads.kept_text(db, path)
         finally:
             db.close()
 
