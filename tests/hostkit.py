@@ -150,6 +150,14 @@ class SimulatedFleet:
             host.stop()
 
 
+def fleet_with_job_file(root: Path, broker: str, config: Path) -> SimulatedFleet:
+    """A simulated fleet under ``root`` whose hosts share one SQLite job log (as one
+    PostgreSQL database would be shared)."""
+    shared = root / "shared"
+    shared.mkdir()
+    return SimulatedFleet(root / "hosts", broker, config, f"db+sqlite:///{shared / 'jobs.sqlite'}")
+
+
 def two_memories(root: Path, tiny_model: Path, files: int = 12) -> tuple[Path, dict[str, Path]]:
     """A memq.json of two memories, ``alpha`` on shard 0 and ``beta`` on shard 1, each with a
     workspace of generated notes (no store path: each host keeps its stores in its data dir);

@@ -25,7 +25,7 @@ from mcp import Client, StdioServerParameters
 
 from pipeline.jobs import JobLog
 from tests.conftest import REPO
-from tests.hostkit import Host, SimulatedFleet, two_memories, wait_until
+from tests.hostkit import Host, SimulatedFleet, fleet_with_job_file, two_memories, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +43,7 @@ class Topology:
 @pytest.fixture
 def topology(tmp_path: Path, tiny_model: Path, broker_url: str) -> Iterator[Topology]:
     config, workspaces = two_memories(tmp_path, tiny_model)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    fleet = SimulatedFleet(tmp_path / "hosts", broker_url, config,
-                           f"db+sqlite:///{shared / 'jobs.sqlite'}")
+    fleet = fleet_with_job_file(tmp_path, broker_url, config)
     try:
         store = fleet.host("store", hide=tuple(workspaces.values()))
         fleet.host("gateway")

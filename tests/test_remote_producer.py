@@ -22,7 +22,7 @@ from pipeline.jobs import JobLog
 from pipeline.memory import Memory
 from pipeline.messages import FileChange, FileChanges
 from pipeline.routing import new_job_id
-from tests.hostkit import SimulatedFleet, two_memories, wait_until
+from tests.hostkit import SimulatedFleet, fleet_with_job_file, two_memories, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +32,7 @@ def split(tmp_path: Path, tiny_model: Path, broker_url: str
           ) -> Iterator[tuple[SimulatedFleet, dict[str, Path]]]:
     """C (shard 0) and D (shard 1) without the workspaces; A with them."""
     config, workspaces = two_memories(tmp_path, tiny_model)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    fleet = SimulatedFleet(tmp_path / "hosts", broker_url, config,
-                           f"db+sqlite:///{shared / 'jobs.sqlite'}")
+    fleet = fleet_with_job_file(tmp_path, broker_url, config)
     hidden = (tmp_path / "workspaces",)
     try:
         c = fleet.host("hostC", hide=hidden)
@@ -280,10 +277,7 @@ def test_a_shard_of_unpinned_memories_moves_as_documented(
         memory.pop("fleet")  # the shard is the name's hash
     config.write_text(json.dumps(body))
     shard = load_settings(config_file=config, agent="beta").fleet.shard_of("beta")
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    fleet = SimulatedFleet(tmp_path / "hosts", broker_url, config,
-                           f"db+sqlite:///{shared / 'jobs.sqlite'}")
+    fleet = fleet_with_job_file(tmp_path, broker_url, config)
     hidden = (tmp_path / "workspaces",)
     try:
         d, a = fleet.host("hostD", hide=hidden), fleet.host("hostA")
