@@ -30,7 +30,7 @@ from typing import Any
 from pipeline.config import Settings
 from pipeline.errors import DeletionRefused, FilesElsewhere
 from pipeline.ingest.transcripts import SESSIONS_SOURCE
-from pipeline.store import schema, writer
+from pipeline.store import schema
 from pipeline.store.engine import Database
 
 #: The store's ``meta`` key naming the folder a producer on another host sent its files from.
@@ -77,6 +77,8 @@ def check_files_here(db: Database, settings: Settings, *, files_here: bool = Fal
     if reads_own_files(db, settings):
         return
     if files_here:
+        from pipeline.store import writer  # a one-shot search never writes: loaded here
+
         with schema.transaction(db):
             schema.delete_meta(db, FILES_FROM_KEY)
             writer.forget_kept_texts(db)
