@@ -5,8 +5,9 @@ job log (:mod:`pipeline.jobs`) loads SQLAlchemy when a job arrives, and still re
 
 How it is seen, with no hook in memq's code: the workers run with a test-only
 ``sitecustomize`` (tests/import_trace) that records every module each process of the tree
-imports (Python's ``import`` audit event; the pool process forked after start included), and
-every process of the tree is checked for SQLAlchemy's compiled extensions in
+loads (the pool process forked after start included; a child the writer forks at start to
+look for its predecessor's cut-off jobs in the job log, and waits for, is gone), and every
+process of the tree is checked for SQLAlchemy's compiled extensions in
 ``/proc/<pid>/maps``.
 """
 
@@ -60,9 +61,11 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [proc, *proc.children(recursive=True)]
 
 
-def _imported(log: Path) -> set[str]:
-    """The modules the processes traced to ``log`` imported."""
-    return {line.split(" ", 1)[1] for line in log.read_text().splitlines()}
+def _imported(log: Path, pids: set[int] | None = None) -> set[str]:
+    """The modules the processes traced to ``log`` imported (those of ``pids`` only: a
+    short-lived child the worker forked and waited for is not part of the idle worker)."""
+    lines = (line.split(" ", 1) for line in log.read_text().splitlines())
+    return {module for pid, module in lines if pids is None or int(pid) in pids}
 
 
 def _unwanted(modules: set[str]) -> list[str]:
@@ -93,7 +96,7 @@ def test_idle_embed_worker_and_writer_have_not_loaded_sqlalchemy(
     for label in ("writer-0", "embed"):
         procs = _tree(h.procs[label].pid)
         assert len(procs) >= 2, f"{label}: no pool process\n{fleet.logs()}"
-        modules = _imported(tmp_path / f"{label}.imports")
+        modules = _imported(tmp_path / f"{label}.imports", {p.pid for p in procs})
         # the trace works: the worker's own modules are in it
         assert {"celery.apps.worker", "workers.app", "workers.runtime"} <= modules, label
         assert _unwanted(modules) == [], f"{label} imported them while idle"

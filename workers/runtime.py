@@ -362,7 +362,11 @@ def in_child_process(fn: Callable[..., object], *args: object, timeout: float = 
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.waitstatus_to_exitcode(status) == 0
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:
+                log.warning("%s failed in its child process (exit %d)",
+                            getattr(fn, "__name__", fn), code)
+            return code == 0
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
