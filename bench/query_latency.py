@@ -63,6 +63,10 @@ from pipeline.store.vectors import knn, put_vectors, to_blob
 
 DIMS = 384
 BATCH = 5000
+#: Searches compared with their SQLite-only twin before timing (fewer when fewer queries).
+CHECKED = 10
+#: The smallest store measured: more chunks than a search's candidates (numpy's top-k).
+MIN_CHUNKS = 100
 QUERY_WORDS = ["Postgres", "migration", "Berlin", "latency", "outage", "Alice", "licence",
                "flight", "Kafka", "dashboard", "holiday", "credentials", "disk", "invalidation",
                "rotation", "runbook", "budget", "Osaka", "vacuum", "spike"]
@@ -190,7 +194,7 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
     print(f"  a query word's first search (loads its postings): p50 "
           f"{np.median(first) * 1000:.1f} ms; FTS5 for the same word: "
           f"{np.median(fts) * 1000:.1f} ms", flush=True)
-    for i in range(10):
+    for i in range(min(CHECKED, args.queries)):
         checked = search_store(db, hybrid, texts[i], provider=stub, min_score=-1.0, held=held)
         if len(checked) != hybrid.query.max_results:
             raise SystemExit(f"hybrid search returned {len(checked)} results")
@@ -220,20 +224,40 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
     return rows
 
 
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer no smaller than ``low``."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+    return parse
+
+
+def sizes_list(text: str) -> list[int]:
+    """``--sizes``: comma-separated chunk counts, each at least :data:`MIN_CHUNKS`."""
+    try:
+        return [at_least(MIN_CHUNKS)(s) for s in text.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10000,100000", help="chunk counts (10000,100000)")
-    ap.add_argument("--queries", type=int, default=100, help="queries per memq/numpy row (100)")
-    ap.add_argument("--scan-queries", type=int, default=5,
-                    help="queries for the slow OpenClaw full scan (5)")
+    ap.add_argument("--sizes", type=sizes_list, default="10000,100000",
+                    help=f"chunk counts, each >= {MIN_CHUNKS} (10000,100000)")
+    ap.add_argument("--queries", type=at_least(1), default=100,
+                    help="queries per memq/numpy row, >= 1 (100)")
+    ap.add_argument("--scan-queries", type=at_least(1), default=5,
+                    help="queries for the slow OpenClaw full scan, >= 1 (5)")
     ap.add_argument("--json", type=Path, help="also write the timings (ms) to this JSON file")
     ap.add_argument("--quick", action="store_true",
                     help="2000 chunks, 20 queries, 2 full scans: a smoke run of every row")
     add_common_args(ap)
     args = ap.parse_args()
     if args.quick:
-        args.sizes, args.queries, args.scan_queries = "2000", 20, 2
-    sizes = [int(s) for s in args.sizes.split(",")]
+        args.sizes, args.queries, args.scan_queries = [2000], 20, 2
+    sizes = args.sizes
     print(header("query latency", dims=DIMS, queries=args.queries,
                  full_scan_queries=args.scan_queries), flush=True)
     report: dict[str, dict[str, list[float]]] = {}

@@ -24,6 +24,11 @@ the memory's store). A job log opened without a store sees every row.
 
 Reading is one SQLAlchemy Core query (:meth:`JobLog.recent`), the same on SQLite and
 PostgreSQL; the stored results are JSON (Celery's json result serializer), never pickles.
+
+SQLAlchemy and Celery's database backend load when a job log is first written or read, not
+when this module is imported: a worker whose tasks record no job (an embed worker, a writer
+waiting for work) never loads them (about 18 MiB a process). The workers' Celery app has the
+job log as its result backend through :class:`JobLogBackend`, built when first used.
 """
 
 from __future__ import annotations
@@ -34,20 +39,22 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
+from functools import cache, cached_property
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, ClassVar
-
-import sqlalchemy as sa
-from celery.backends.database.session import SessionManager
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipeline.config import redact_url
 from pipeline.errors import MemqError
 from pipeline.routing import describe, memory_of_job
 from pipeline.store.engine import tune_connection
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -83,28 +90,32 @@ def tune_engine(engine: Engine) -> None:
     instead of failing with "database is locked"."""
     if engine.dialect.name != "sqlite":
         return
+    import sqlalchemy as sa
 
     @sa.event.listens_for(engine, "connect")
     def _pragmas(connection: Any, _record: Any) -> None:
         tune_connection(connection, SQLITE_BUSY_MS)
 
 
-class PooledSessions(SessionManager):
-    """Celery's session manager, with one engine per database per process, shared by every
-    job log of the process (SQLAlchemy's advice: an engine is a long-lived fixture, with its
-    pool and its compiled statements). Celery's own keeps engines only in a forked pool
-    child; anywhere else it builds an engine, a connection and every statement anew for
-    each result stored (about 25 ms a write on SQLite: most of what a new memory's first
-    index pass cost its caller). An engine made before a fork is never used after it: the
-    child builds its own."""
+class PooledSessions:
+    """Celery's session manager (:func:`pooled_sessions`: this class on Celery's
+    ``SessionManager``, put together when first used), with one engine per database per
+    process, shared by every job log of the process (SQLAlchemy's advice: an engine is a
+    long-lived fixture, with its pool and its compiled statements). Celery's own keeps
+    engines only in a forked pool child; anywhere else it builds an engine, a connection and
+    every statement anew for each result stored (about 25 ms a write on SQLite: most of what
+    a new memory's first index pass cost its caller). An engine made before a fork is never
+    used after it: the child builds its own."""
 
     _engines_by_process: ClassVar[dict[tuple[int, str], Engine]] = {}
     _prepared_engines: ClassVar[set[Engine]] = set()
     _idle: ClassVar[dict[tuple[int, str], None]] = {}  # released databases, oldest first
     _shared_lock = threading.Lock()
 
+    engine_callback: Callable[[Engine], None] | None
+
     def __init__(self, engine_callback: Any = None) -> None:
-        super().__init__(engine_callback=engine_callback)
+        super().__init__(engine_callback=engine_callback)  # type: ignore[call-arg]
         self.forked = True  # Celery's switch for "keep engines and sessions"
 
     def get_engine(self, dburi: str, **kwargs: Any) -> Engine:
@@ -113,6 +124,8 @@ class PooledSessions(SessionManager):
             self._idle.pop(key, None)
             engine = self._engines_by_process.get(key)
             if engine is None:
+                import sqlalchemy as sa
+
                 engine = self._engines_by_process[key] = sa.create_engine(dburi, **kwargs)
                 if self.engine_callback is not None:
                     self.engine_callback(engine)
@@ -122,7 +135,7 @@ class PooledSessions(SessionManager):
         """Celery's tables, made (or checked) once per engine, not once per job log."""
         with self._shared_lock:
             self.prepared = engine in self._prepared_engines
-        super().prepare_models(engine)
+        super().prepare_models(engine)  # type: ignore[misc]
         with self._shared_lock:
             self._prepared_engines.add(engine)
 
@@ -148,6 +161,19 @@ class PooledSessions(SessionManager):
             engine.dispose()
 
 
+@cache
+def _pooled_sessions_class() -> type:
+    from celery.backends.database.session import SessionManager
+
+    return type("PooledSessions", (PooledSessions, SessionManager), {})
+
+
+def pooled_sessions(engine_callback: Callable[[Engine], None] | None = None) -> Any:
+    """A :class:`PooledSessions` session manager (imports Celery's database backend and
+    SQLAlchemy)."""
+    return _pooled_sessions_class()(engine_callback=engine_callback)
+
+
 def celery_backend_settings(url: str, keep_days: int) -> dict[str, Any]:
     """The result-backend part of a memq Celery app's configuration: Celery's database
     backend on ``url``, extended results (task name, arguments, worker, queue), memq's table
@@ -161,8 +187,61 @@ def celery_backend_settings(url: str, keep_days: int) -> dict[str, Any]:
             "database_create_tables_at_setup": False}
 
 
-def _table(metadata: sa.MetaData) -> sa.Table:
+class JobLogBackend:
+    """The result backend of memq's workers' Celery app (its ``backend_cls``): Celery's
+    backend of the app's ``result_backend`` (the job log's database backend), built when a
+    result is first stored or read, not when the worker starts. Every memq task ignores its
+    result, so an idle worker never builds it (nor imports SQLAlchemy for it); Celery's worker
+    banner asks only :meth:`as_uri`, and its tracer :meth:`process_cleanup` after each task.
+    Anything else is the built backend's (Flower reads the jobs' outcomes through it)."""
+
+    def __init__(self, app: Any, url: str | None = None, **kwargs: Any) -> None:
+        self.app = app
+        self.url = url or str(app.conf.result_backend or "")
+        # as Celery's backends: one per thread unless the configuration says it is safe
+        self.thread_safe = bool(app.conf.get("result_backend_thread_safe", False))
+        self._kwargs = kwargs
+        self._built: Any = None
+        self._build_lock = threading.Lock()
+
+    def as_uri(self, include_password: bool = False) -> str:
+        """What the built backend's ``as_uri`` says: its URL (``db+`` taken off, as Celery
+        does), the password masked unless ``include_password``."""
+        scheme = self.url.partition("://")[0]
+        url = self.url.split("+", 1)[1] if "+" in scheme else self.url
+        if include_password:
+            return url
+        from kombu.utils.url import maybe_sanitize_url
+
+        sanitized = maybe_sanitize_url(url)
+        return sanitized[:-1] if sanitized.endswith(":///") else sanitized
+
+    def process_cleanup(self) -> None:
+        """After each task: the built backend's cleanup, nothing when none was built."""
+        if self._built is not None:
+            self._built.process_cleanup()
+
+    @property
+    def built(self) -> Any:
+        """The Celery backend of the app's ``result_backend``, built on first use."""
+        with self._build_lock:
+            if self._built is None:
+                from celery.app.backends import by_url
+
+                cls, url = by_url(self.url, self.app.loader)
+                self._built = cls(app=self.app, url=url, **self._kwargs)
+            return self._built
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_built", "_build_lock", "_kwargs"):
+            raise AttributeError(name)
+        return getattr(self.built, name)
+
+
+def _jobs_table(metadata: sa.MetaData) -> sa.Table:
     """The columns of Celery's ``TaskExtended`` table that memq reads."""
+    import sqlalchemy as sa
+
     return sa.Table(TABLES["task"], metadata,
                     sa.Column("id", sa.Integer, primary_key=True),
                     sa.Column("task_id", sa.String(155)),
@@ -268,12 +347,17 @@ class JobLog:
         self._lock = threading.Lock()
         self._backend: Any = None
         self._engine: Engine | None = None
-        self._table = _table(sa.MetaData())
         self._last_expiry = 0.0
         self._last_progress: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"JobLog({redact_url(self.url)!r})"
+
+    @cached_property
+    def _table(self) -> sa.Table:
+        import sqlalchemy as sa
+
+        return _jobs_table(sa.MetaData())
 
     # -- writing (Celery's backend) ----------------------------------------------------------
 
@@ -304,7 +388,7 @@ class JobLog:
                 app.conf.update(celery_backend_settings(url, keep_days),
                                 result_serializer="json", accept_content=["json"])
                 backend = cls._backends[key] = app.backend
-                backend.session_manager = PooledSessions(engine_callback=tune_engine)
+                backend.session_manager = pooled_sessions(engine_callback=tune_engine)
             return backend
 
     def _sqlalchemy_url(self) -> str:
@@ -312,6 +396,8 @@ class JobLog:
 
     def _sqlite_file(self) -> Path | None:
         """The database file of a SQLite job log (None for another database)."""
+        import sqlalchemy as sa
+
         url = sa.engine.make_url(self._sqlalchemy_url())
         if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
             return None
@@ -416,6 +502,8 @@ class JobLog:
     def _engine_for_reads(self) -> Engine:
         with self._lock:
             if self._engine is None:
+                import sqlalchemy as sa
+
                 engine = sa.create_engine(self._sqlalchemy_url(), poolclass=sa.pool.NullPool)
                 tune_engine(engine)
                 self._engine = engine
@@ -432,11 +520,15 @@ class JobLog:
     def get(self, job_id: str) -> JobRecord | None:
         """One job, or None when the log has no row of it (or, with a store, when the row is
         another store's job)."""
+        import sqlalchemy as sa
+
         rows = self._rows(sa.select(self._table).where(self._table.c.task_id == job_id))
         return rows[0] if rows and self._mine(rows[0]) else None
 
     def running_on(self, queue: str) -> list[JobRecord]:
         """The jobs a worker of ``queue`` started and never ended (of every store)."""
+        import sqlalchemy as sa
+
         table = self._table
         return self._rows(sa.select(table).where(table.c.queue == queue,
                                                  table.c.status.in_(RUNNING_STATES)))
@@ -456,6 +548,8 @@ class JobLog:
     def _newest(self, where: list[Any], limit: int) -> list[JobRecord]:
         """The newest ``limit`` rows matching ``where`` that are :meth:`_mine`, newest first
         (read a page at a time: the store is inside each row's JSON, not a column)."""
+        import sqlalchemy as sa
+
         table = self._table
         page = limit if self.store is None else max(4 * limit, 50)
         out: list[JobRecord] = []
@@ -475,6 +569,8 @@ class JobLog:
         return [_record(row) for row in self._fetch(query)]
 
     def _fetch(self, query: sa.Select[Any]) -> list[Any]:
+        import sqlalchemy as sa
+
         path = self._sqlite_file()
         try:
             if path is not None and not path.exists():

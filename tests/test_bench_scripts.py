@@ -213,6 +213,19 @@ def test_bench_script_quick_run(name: str, tmp_path_factory: pytest.TempPathFact
     check_rows(out, quick.rows)
 
 
+def test_query_latency_takes_fewer_queries_than_it_checks() -> None:
+    """``--queries`` below the ten searches it checks against SQLite (it read past the end of
+    its queries), and one full scan: every row still measured; no queries at all is refused
+    by the command line, not met by a traceback."""
+    out = run_bench("query_latency", "--sizes", "2000", "--queries", "5",
+                    "--scan-queries", "1").stdout
+    check_rows(out, QUICK["query_latency"].rows)
+    assert "queries=5" in out
+    none = subprocess.run([sys.executable, "bench/query_latency.py", "--queries", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert none.returncode == 2 and "usage:" in none.stderr, none.stderr
+
+
 def test_chart_draws_the_quick_timings(tmp_path: Path) -> None:
     timings, png = tmp_path / "q.json", tmp_path / "chart" / "q.png"
     run_bench("query_latency", "--quick", "--json", str(timings))

@@ -40,9 +40,15 @@ def test_pool_process_over_its_memory_cap_is_replaced_and_nothing_is_lost(
     assert status["pending"] == 0 and status["failed"] == 0, fleet.logs()
     assert status["vectors"] == status["chunks"] == run.report.chunks_queued > 0
     for role in ("embed", "writer"):
-        log = (fleet.log_dir / f"{role}.log").read_text()
         # One pool process at a time (concurrency 1): a new name means the old one was recycled.
-        workers = set(re.findall(r"(ForkPoolWorker-\d+)\] Task memq\.\S+ succeeded", log))
+        # A task logs its success after it returns, a moment after its last write is visible.
+        deadline = time.monotonic() + 10
+        while True:
+            log = (fleet.log_dir / f"{role}.log").read_text()
+            workers = set(re.findall(r"(ForkPoolWorker-\d+)\] Task memq\.\S+ succeeded", log))
+            if len(workers) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert len(workers) >= 2, log
         # A replacement that never came up would leave the writer stuck (kombu's after-fork
         # cleanup once blocked on a connection the single-writer check left in the pool).

@@ -6,7 +6,8 @@ jobs: upload, poll, download; any host), and per writer shard ``store.<shard>`` 
 consumer, on the host that owns the shard's SQLite files), ``control.<shard>`` (index jobs,
 QMD update jobs) and ``query.<shard>`` (reads from any host, answered by the shard's readers).
 Jobs are recorded in the job log (:mod:`pipeline.jobs`), which is also the app's result
-backend, so Flower shows each job's outcome.
+backend, so Flower shows each job's outcome; that backend (and SQLAlchemy) is built when first
+used (:class:`pipeline.jobs.JobLogBackend`), never by a worker whose tasks record no job.
 Every sender names the queue (:class:`pipeline.fleet.FleetDispatcher`). Tasks are acknowledged
 after they run and handed back when their worker dies, so every task is idempotent.
 """
@@ -24,7 +25,7 @@ from celery.worker.request import Request
 from pipeline.config import ConfigError, load_settings
 from pipeline.config.paths import default_result_backend
 from pipeline.fleet import broker_url_from_env, celery_settings, describe
-from pipeline.jobs import celery_backend_settings
+from pipeline.jobs import JobLogBackend, celery_backend_settings
 from workers.orphans import guard_embedded_worker
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ app.conf.update(
     worker_max_memory_per_child=(MAX_MEMORY_PER_CHILD_MB * 1024
                                  if MAX_MEMORY_PER_CHILD_MB else None),
 )
+app.backend_cls = JobLogBackend  # the job log's backend, built when first used
 
 
 @worker_init.connect

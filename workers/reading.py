@@ -60,7 +60,7 @@ from pipeline.routing import (
 from pipeline.shard_copy import export_step
 from workers.app import app
 from workers.orphans import BROKER_DIR_ENV
-from workers.runtime import arrival_shard, runtime
+from workers.runtime import arrival_shard, in_child_process, runtime
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +276,8 @@ def claim_and_recover(sender: Any = None, **_: Any) -> None:
     refuse_wrong_host(home, queues, node)
     claim_served(home, queues, node)
     writers = served_shards(queues)["writer"]
-    if writers:
-        end_cut_off_jobs(writers, node)
+    if writers:  # in a child process: the job log's SQLAlchemy stays out of an idle writer
+        in_child_process(end_cut_off_jobs, writers, node)
 
 
 def end_cut_off_jobs(shards: list[int], node: str) -> int:

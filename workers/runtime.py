@@ -10,9 +10,13 @@ first use in the process that uses them, and thrown away in a freshly forked poo
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
+import signal
+import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -328,6 +332,48 @@ def arrival_shard(task: Task) -> int | None:
     not come through a ``store.<shard>``/``control.<shard>`` queue, e.g. run in place)."""
     delivery = task.request.delivery_info or {}
     return shard_of_queue(str(delivery.get("routing_key") or ""))
+
+
+def in_child_process(fn: Callable[..., object], *args: object, timeout: float = 120.0
+                     ) -> bool:
+    """Run ``fn(*args)`` in a forked child process and wait for it; True when it returned.
+
+    What it imports and builds dies with the child instead of staying in this worker: a
+    writer's look at its job log when it starts (:func:`workers.reading.end_cut_off_jobs`)
+    loads SQLAlchemy and a database engine that an idle writer then never needs (and its pool
+    process, forked after, would pay for again). Call it before the worker connects to
+    anything it uses afterwards (Celery's ``worker_init``): the child touches none of this
+    process's connections and leaves by ``os._exit`` (no atexit, no worker shutdown). A child
+    still running after ``timeout`` seconds is killed."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            fn(*args)
+            code = 0
+        except BaseException:
+            log.exception("%s failed", getattr(fn, "__name__", fn))
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):  # a closed stream: nothing to flush
+                    stream.flush()
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:
+                log.warning("%s failed in its child process (exit %d)",
+                            getattr(fn, "__name__", fn), code)
+            return code == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            log.warning("%s took more than %.0f s: stopped", getattr(fn, "__name__", fn),
+                        timeout)
+            return False
+        time.sleep(0.01)
 
 
 @worker_process_init.connect
