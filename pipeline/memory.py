@@ -441,27 +441,17 @@ class Memory:
         return MemoryText.window(rel, target.read_text(encoding="utf-8", errors="replace"),
                                  from_line, lines)
 
-    def _kept_text(self, path: str) -> tuple[bool, str | None]:
+    def _kept_text(self, path: str | None = None) -> tuple[bool, str | None]:
         """Whether the store's files are sent from another host's folder (the folder here is
         not them: :mod:`pipeline.ingest.safety`), and then the text of memory file ``path``
-        that the store keeps (None for a file it does not know)."""
+        that the store keeps (None for a file it does not know, or without ``path``)."""
         db = self._open_store() if self.here else None
         if db is None:
             return False, None
         try:
             if reads_own_files(db, self.settings):
                 return False, None
-            return True, reads.kept_text(db, path)
-        finally:
-            db.close()
-
-    def _files_elsewhere(self) -> bool:
-        """Whether the store here is fed from another host's folder (not the one here)."""
-        db = self._open_store() if self.here else None
-        if db is None:
-            return False
-        try:
-            return not reads_own_files(db, self.settings)
+            return True, reads.kept_text(db, path) if path is not None else None
         finally:
             db.close()
 
@@ -526,7 +516,7 @@ class Memory:
         self._check_enabled()
         if not self.here:
             return self._append_elsewhere(text, target)
-        if self._files_elsewhere():
+        if self._kept_text()[0]:  # the store is fed from another host's folder
             raise AppendError(f"the files of memory {self.name!r} are on the host that sends "
                               "them to this store, not here: append the note there")
         note = append_note(text, target, settings=self.settings)

@@ -95,11 +95,14 @@ def test_reads_from_anywhere_never_empty_a_memory_whose_files_are_elsewhere(
         assert found["results"], found
     # The agent's MCP tools: search answers, get returns the file's text.
     answers = _mcp(t.agent, [("memory_search", {"query": "deploys on Tuesdays"}),
-                             ("memory_get", {"path": "MEMORY.md"})])
+                             ("memory_get", {"path": "MEMORY.md"}),
+                             ("memory_append", {"text": "The heron left in March."})])
     assert not answers[0][0], answers[0][1]
     assert json.loads(answers[0][1])["results"], answers[0][1]
     assert not answers[1][0], answers[1][1]
     assert json.loads(answers[1][1])["text"] == memory_md
+    # The store host holds no copy to append to: refused, nothing written there.
+    assert answers[2][0] and "append the note there" in answers[2][1], answers[2]
     got = t.agent.memq("get", "--agent", "alpha", "MEMORY.md")
     assert got.returncode == 0 and got.stdout.rstrip("\n") == memory_md.rstrip("\n"), got
     # The store host reads its copy of what the gateway sent (its own folder is empty).
