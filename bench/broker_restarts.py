@@ -1,5 +1,5 @@
 """Broker restarts while the fleet embeds: how many workers die, and does the index converge?
-(issue 16; pipeline/broker_fixes.py).
+(issue 16; pipeline/fleet/kombu_repairs.py).
 
 A private redis-server on a unix socket that keeps nothing (as the production broker), one
 writer and ``--embed`` embed workers (``--concurrency 2`` each) as real ``memq worker``
@@ -38,7 +38,7 @@ from many_memories import spawn_worker, stop_fleet, write_notes
 REPO = Path(__file__).resolve().parent.parent
 VISIBILITY_S = 15
 API_KEY = "sk-bench-double"
-# Undoes pipeline/broker_fixes.py in a worker process: kombu's classes as kombu ships them.
+# Undoes pipeline/fleet/kombu_repairs.py in a worker process: kombu's classes as kombu ships them.
 UNREPAIRED_WORKER = """
 import sys
 import kombu.transport.redis as kombu_redis
@@ -73,7 +73,7 @@ def run_fleet(tmp: Path, args: argparse.Namespace, repaired: bool) -> dict:
     """``args.restarts`` broker restarts under one fleet; its figures."""
     from pipeline.config import load_settings
     from pipeline.embeddings.registry import choose_provider
-    from pipeline.fleet import FleetDispatcher
+    from pipeline.fleet.broker import FleetDispatcher
     from pipeline.memory import Memory
     from pipeline.status import index_status
     from tests.fakes.provider_doubles import ProviderDouble

@@ -26,7 +26,7 @@ from harness import add_common_args, add_fleet_args, add_quick_arg, header, scra
 from notes import bullet
 
 from pipeline.config import Settings
-from pipeline.jobs import JobLog
+from pipeline.fleet.job_log import JobLog
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,7 +116,7 @@ def run_case(tmp: Path, broker: str, model: Path, agents: list[tuple[str, int]],
     this process; "remote": one fresh ``memq index --remote --all`` process (a job per memory,
     each run by its shard's writer)."""
     from pipeline.config import load_settings
-    from pipeline.fleet import FleetDispatcher
+    from pipeline.fleet.broker import FleetDispatcher
     from pipeline.memory import Memory
 
     rng = random.Random(seed)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import add_common_args, header, scratch
 from pipeline.config import load_settings
-from pipeline.fleet import queue_consumers
+from pipeline.fleet.broker import queue_consumers
 from pipeline.memory import Memory
 from pipeline.routing import control_queue, embed_queue, query_queue, store_queue
 from tests.faultkit import write_corpus

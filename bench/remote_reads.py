@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import add_common_args, header, scratch
 from pipeline.config import load_settings
-from pipeline.fleet import client_app, queue_consumers
+from pipeline.fleet.broker import client_app, queue_consumers
 from pipeline.memory import Memory
 from pipeline.messages import QueryRequest
 from pipeline.routing import QUERY_TASK, query_queue
@@ -198,7 +198,7 @@ def reply_paths(tmp: Path, broker: str, config: Path, settings: Any, queries: li
                 readers: list[WorkerProcess]) -> tuple[list[float], list[float]]:
     """The same remote searches answered on rpc:// and on the database backend (a second
     reader, on a broker of its own, whose answers go to the job log's database)."""
-    from pipeline.jobs import celery_backend_settings
+    from pipeline.fleet.job_log import celery_backend_settings
 
     other = EmbeddedBroker()
     try:

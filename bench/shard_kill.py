@@ -98,7 +98,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from pipeline.config import load_settings
-    from pipeline.fleet import FleetDispatcher
+    from pipeline.fleet.broker import FleetDispatcher
     from pipeline.memory import Memory
     from tests.fakes.tiny_gguf import write_tiny_gguf
     from workers.embedded import EmbeddedBroker

@@ -3,7 +3,7 @@
 Not a test. For each batch size B, a fresh store holds ``--chunks`` pending chunk rows (text in
 FTS5 already, as the producer leaves them), and one run times, on the same vectors:
 
-  memq writer   ``pipeline.jobs.apply_result`` on embed results of B chunks each, exactly as the
+  memq writer   ``pipeline.fleet.job_log.apply_result`` on embed results of B chunks each, exactly as the
                 ``store`` queue's task receives them (JSON-safe base64 vectors): decode, refuse
                 another model, drop stale chunks, vec0 insert, chunk state update, embedding
                 cache upsert; one transaction per result;

@@ -28,7 +28,7 @@ from pipeline.errors import (
 if TYPE_CHECKING:
     from pipeline.catalog import MemoryCatalog
     from pipeline.embeddings.providers import ProviderPool
-    from pipeline.jobs import JobRecord
+    from pipeline.fleet.job_log import JobRecord
     from workers.watching import Reading
 
 ROLES = ("writer", "reader", "embed", "batch")
@@ -58,7 +58,7 @@ def _with_workspace(settings: Settings, *, files_here: bool = False) -> Settings
     """``settings``, or :class:`WorkspaceMissing` when its workspace folder does not exist
     (on the host that holds the memory's store, or ``files_here``: elsewhere its shard's host
     reads its own copy)."""
-    from pipeline.placement import store_is_here
+    from pipeline.fleet.placement import store_is_here
 
     if not settings.workspace.is_dir() and (files_here or store_is_here(settings)):
         raise WorkspaceMissing(f"workspace {settings.workspace} does not exist (check "
@@ -263,7 +263,7 @@ class _RemoteIndexer:
         from kombu.exceptions import OperationalError
 
         from pipeline.config.redact import redact_url
-        from pipeline.fleet import FleetDispatcher
+        from pipeline.fleet.broker import FleetDispatcher
         from pipeline.messages import IndexRequest
         from pipeline.routing import control_queue
         from workers.jobs_api import EnqueueFailed
@@ -295,7 +295,7 @@ def _enqueue_index(args: argparse.Namespace) -> int:
     """``memq index --remote``: queue a producer pass for the writer host; print the job id."""
     from kombu.exceptions import OperationalError
 
-    from pipeline.fleet import queue_consumers
+    from pipeline.fleet.broker import queue_consumers
     from pipeline.routing import control_queue
     from workers.jobs_api import EnqueueFailed, enqueue_index
 
@@ -362,7 +362,7 @@ def _preloading(settings: Settings) -> ProviderPool:
     already loading on another thread: llama.cpp reads it while this process imports the
     pipeline and opens the store, instead of after."""
     from pipeline.embeddings.providers import ProviderPool
-    from pipeline.placement import store_is_here
+    from pipeline.fleet.placement import store_is_here
 
     providers = ProviderPool()
     if settings.backend == "builtin" and store_is_here(settings):
@@ -917,7 +917,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_shard(args: argparse.Namespace) -> int:
     """``memq shard copy|forget --shard N``: move a shard's stores to this host through the
     broker, or say this host holds them no more."""
-    from pipeline.placement import claims_of, unclaim_in
+    from pipeline.fleet.placement import claims_of, unclaim_in
 
     if args.action == "forget":  # the claims of the settings' data dir (not the process's)
         dropped = unclaim_in(claims_of(_settings(args)), [args.shard])
@@ -930,10 +930,10 @@ def cmd_shard(args: argparse.Namespace) -> int:
 
 def _shard_copy(args: argparse.Namespace) -> int:
     from pipeline.catalog import MemoryCatalog
-    from pipeline.fleet import require_broker
+    from pipeline.fleet.broker import require_broker
     from pipeline.remote import ShardReader
     from pipeline.routing import shard_of
-    from pipeline.shard_copy import pull_store
+    from pipeline.fleet.shard_copy import pull_store
 
     catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
     names = [catalog.settings(args.agent).agent_id] if args.agent else catalog.names()
@@ -1254,7 +1254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _broker_failure(args: argparse.Namespace, exc: Exception) -> Exception | None:
     """``exc`` as one line naming the broker when the broker failed it (cannot be reached,
     refused the login), else None."""
-    from pipeline.fleet import NETWORK_ERRORS, broker_failure
+    from pipeline.fleet.broker import NETWORK_ERRORS, broker_failure
 
     if not isinstance(exc, NETWORK_ERRORS):
         return None

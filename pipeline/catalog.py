@@ -16,7 +16,7 @@ pass), ``orphaned`` (its workspace folder is gone and nothing serves its store),
 store is on another host and no reader of its shard answered).
 
 With a fleet (a broker configured) every host gives the same answer: the fleet is asked. A
-memory whose store is on another host (:func:`~pipeline.placement.store_is_here`) is described
+memory whose store is on another host (:func:`~pipeline.fleet.placement.store_is_here`) is described
 by its shard's reader (``status``), and every memory names the node that serves it
 (``servedBy``: the reader that answered, else a live reader or writer of its shard). A store
 whose shard is claimed in this data dir (``<data dir>/shards/<n>.json``) or served by a live
@@ -42,7 +42,7 @@ from typing import Any
 from pipeline.config import Settings, load_settings, read_roster, redact_url
 from pipeline.config.paths import data_dir
 from pipeline.errors import FleetError, ShardUnreachable
-from pipeline.placement import claimed_in, claims_dir, claims_of, store_is_here
+from pipeline.fleet.placement import claimed_in, claims_dir, claims_of, store_is_here
 from pipeline.routing import QUERY_PREFIX, STORE_PREFIX, shard_of, shard_of_queue
 from pipeline.store.owner import owner_of, peek
 
@@ -100,7 +100,7 @@ class ShardServers:
 def live_servers(broker_url: str, timeout: float = FLEET_TIMEOUT_S) -> dict[int, ShardServers]:
     """The live writers and readers of every shard on ``broker_url`` (the queues each worker
     consumes); :class:`~pipeline.errors.ShardUnreachable` when the broker cannot be reached."""
-    from pipeline.fleet import queue_consumers  # Celery loads only with a fleet
+    from pipeline.fleet.broker import queue_consumers  # Celery loads only with a fleet
 
     try:
         consumers = queue_consumers(broker_url, timeout=timeout)

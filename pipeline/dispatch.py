@@ -6,7 +6,7 @@ A :class:`Dispatcher` takes the embedding jobs of a pass and says what it can do
 - :class:`InlineDispatcher` embeds each job at once, in this process, and writes its vectors
   to the store before the pass goes on: what a library caller or the MCP server gets when no
   broker is configured. No Celery, no Redis.
-- :class:`pipeline.fleet.FleetDispatcher` sends the jobs to a broker, where the fleet's embed
+- :class:`pipeline.fleet.broker.FleetDispatcher` sends the jobs to a broker, where the fleet's embed
   workers and the memory's single writer take them (``memq index`` with ``brokerUrl``, the
   watcher, the writer itself); ``workers.embedded.EmbeddedFleet`` is one with a private
   broker and worker started for one run.
@@ -109,7 +109,7 @@ class InlineDispatcher:
 
     For a library caller or the MCP server with no broker: the pass returns with every vector
     written (or its chunk failed or held, with the reason). A native crash of a local model
-    would take this process down; the fleet (:mod:`pipeline.fleet`) isolates it in workers.
+    would take this process down; the fleet (:mod:`pipeline.fleet.broker`) isolates it in workers.
     """
 
     durable = False

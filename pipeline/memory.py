@@ -46,7 +46,7 @@ from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memor
 from pipeline.ingest.safety import reads_own_files, record_files_from
 from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
 from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
-from pipeline.placement import store_is_here
+from pipeline.fleet.placement import store_is_here
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue, memory_of_job, new_job_id
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from pipeline.embeddings.base import EmbeddingProvider
     from pipeline.ingest.producer import IndexReport, Known
     from pipeline.ingest.reindex import RebuildProgress
-    from pipeline.jobs import JobLog, JobRecord
+    from pipeline.fleet.job_log import JobLog, JobRecord
     from pipeline.messages import FileChanges, ProviderSpec
     from pipeline.qmd import QmdBackend
     from pipeline.qmd.jobs import QmdJobs
@@ -169,7 +169,7 @@ class Memory:
     index passes send their embedding work (default: the fleet's broker when ``brokerUrl`` is
     set, else this process). ``in_memory`` (default) keeps the store's vectors and BM25
     statistics in memory for fast repeated searches; pass False for a single search.
-    ``local`` says whether this host holds the store (default: :mod:`pipeline.placement`
+    ``local`` says whether this host holds the store (default: :mod:`pipeline.fleet.placement`
     decides); ``jobs`` is the job log to record index passes in (default: the one of
     ``resultBackend``, opened on first use); ``providers`` the embedding providers to use
     (default: its own, closed with it).
@@ -216,7 +216,7 @@ class Memory:
 
     @property
     def here(self) -> bool:
-        """Whether this host holds the memory's store (:mod:`pipeline.placement`): if not,
+        """Whether this host holds the memory's store (:mod:`pipeline.fleet.placement`): if not,
         reads go to its shard's reader and writes become jobs for its shard, and no store is
         created here. ``local=`` fixes it (a shard's own workers pass True)."""
         return self._local if self._local is not None else store_is_here(self.settings)
@@ -235,10 +235,10 @@ class Memory:
     def jobs(self) -> JobLog:
         """This host's job log (``resultBackend``): the index passes run here are recorded
         there, and with a shared database every host's; when the store is here, the jobs of
-        this store only (:class:`~pipeline.jobs.JobLog`'s ``store``)."""
+        this store only (:class:`~pipeline.fleet.job_log.JobLog`'s ``store``)."""
         with self._lock:
             if self._jobs is None:
-                from pipeline.jobs import JobLog  # SQLAlchemy loads only when used
+                from pipeline.fleet.job_log import JobLog  # SQLAlchemy loads only when used
 
                 self._jobs = JobLog(self.settings.result_backend,
                                     keep_days=self.settings.fleet.jobs_keep_days,
@@ -836,7 +836,7 @@ class Memory:
         with self._lock:
             if self._owned is None:
                 if self.settings.broker_url:
-                    from pipeline.fleet import FleetDispatcher  # Celery loads only when used
+                    from pipeline.fleet.broker import FleetDispatcher  # Celery loads only when used
 
                     self._owned = FleetDispatcher(self.settings.broker_url)
                 else:

@@ -1,7 +1,7 @@
 """Reaching a memory whose store is on another host: its shard's readers, over the broker.
 
 :class:`RemoteMemory` is what :class:`~pipeline.Memory` does with a memory whose store this
-host does not hold (:mod:`pipeline.placement`): every read goes to the shard's reader, and no
+host does not hold (:mod:`pipeline.fleet.placement`): every read goes to the shard's reader, and no
 store is ever created here. When the memory's files are here, its index passes run here and
 send what changed to the shard's writer (:meth:`RemoteMemory.produce`); when they are not,
 they are jobs for the shard's host, which reads its own copy.
@@ -37,7 +37,7 @@ from pipeline.errors import (
     ShardUnreachable,
     WorkspaceMissing,
 )
-from pipeline.fleet import (
+from pipeline.fleet.broker import (
     BROKER_ERRORS,
     FleetDispatcher,
     broker_failure,
@@ -48,7 +48,7 @@ from pipeline.fleet import (
 from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
-from pipeline.jobs import JobRecord
+from pipeline.fleet.job_log import JobRecord
 from pipeline.messages import IndexRequest, QueryReply, QueryRequest
 from pipeline.polling import Poll
 from pipeline.results import Appended, MemoryText, SearchResults

@@ -6,7 +6,7 @@ shard ``store.<shard>`` (the shard's single writer: results into SQLite) and
 ``control.<shard>`` (index jobs and QMD update jobs, run by the host that owns the shard's
 stores), and ``query.<shard>`` (searches, reads and status of the shard's memories, answered by
 its readers on the host that holds the stores, for any host that asks). A memory maps
-to one shard (:func:`shard_of`). Producers send by task name (:mod:`pipeline.fleet`);
+to one shard (:func:`shard_of`). Producers send by task name (:mod:`pipeline.fleet.broker`);
 ``workers`` registers the tasks under the same names.
 
 Work travels in two lanes: :data:`INTERACTIVE` (a watcher event, an append, a search's sync)

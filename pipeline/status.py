@@ -12,7 +12,7 @@ from pipeline.store import batches, reads, schema
 from pipeline.store.vectors import count_vectors, vector_dims
 
 if TYPE_CHECKING:
-    from pipeline.jobs import JobLog
+    from pipeline.fleet.job_log import JobLog
 
 MAX_LISTED_ERRORS = 20
 RECENT_JOBS = 5
@@ -36,7 +36,7 @@ DISABLED = "memory is disabled (enabled = false): nothing is indexed or searched
 def _recent_jobs(settings: Settings, jobs: JobLog | None) -> dict[str, Any]:
     """The memory's recent jobs and last failed one; a job log that cannot be read leaves
     them empty and says why (``jobs_error``), the rest of the status stands."""
-    from pipeline.jobs import JobLog, JobLogError  # SQLAlchemy loads only when used
+    from pipeline.fleet.job_log import JobLog, JobLogError  # SQLAlchemy loads only when used
 
     log = jobs or JobLog(settings.result_backend, keep_days=settings.fleet.jobs_keep_days,
                          store=settings.store.path)

@@ -27,7 +27,7 @@ def _attempt(step) -> str | None:
 
 def main(socket_path: str, harden: bool) -> None:
     if harden:
-        import pipeline.fleet  # noqa: F401 - applies pipeline.broker_fixes, as every memq process
+        import pipeline.fleet.broker  # noqa: F401 - applies pipeline.fleet.kombu_repairs, as every memq process
 
     connection = Connection(f"redis+socket://{socket_path}")
     connection.connect()

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from pipeline.config import Settings, load_settings
-from pipeline.fleet import queue_consumers
+from pipeline.fleet.broker import queue_consumers
 from tests.conftest import REPO
 from tests.faultkit import kill_tree, write_corpus
 

@@ -3,7 +3,7 @@ point: the broker has answered (the reply waits, unread, in the consumer's socke
 consumer has not read it yet (tests/test_broker_fixes.py kills it there).
 
 Run as ``python -m tests.pop_kill_scenario URL MODE [--harden]``; ``--harden`` applies memq's
-repairs to kombu first (pipeline/broker_fixes.py, as every memq process does). Modes:
+repairs to kombu first (pipeline/fleet/kombu_repairs.py, as every memq process does). Modes:
 
 * ``stop-before-poll``: one message is queued, then the consumer starts;
 * ``stop-while-waiting``: the consumer starts on an empty queue; once it has found the queue
@@ -157,7 +157,7 @@ def order(url: str, no_ack: bool) -> None:
 def main(argv: list[str]) -> None:
     url, mode, *rest = argv
     if "--harden" in rest:
-        import pipeline.fleet  # noqa: F401 - applies pipeline.broker_fixes, as every memq process
+        import pipeline.fleet.broker  # noqa: F401 - applies pipeline.fleet.kombu_repairs, as every memq process
     if mode in ("stop-before-poll", "stop-while-waiting"):
         stop_at_reply(url, arrive_while_waiting=mode == "stop-while-waiting")
     elif mode == "stop-in-sweep":

@@ -4,7 +4,7 @@ has answered it.
 
 Environment: ``POP_KILL_BROKER`` (the broker URL), ``POP_KILL_NOTES`` (the file the task
 appends to), ``POP_KILL_HARDEN=1`` to apply memq's repairs to kombu first (as every memq
-process does, through pipeline.fleet).
+process does, through pipeline.fleet.broker).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from celery import Celery
 
 if os.environ.get("POP_KILL_HARDEN") == "1":
-    import pipeline.fleet  # noqa: F401 - applies pipeline.broker_fixes
+    import pipeline.fleet.broker  # noqa: F401 - applies pipeline.fleet.kombu_repairs
 
 QUEUE = "work"
 VISIBILITY_S = 2

@@ -276,7 +276,7 @@ def test_a_writer_killed_mid_job_leaves_a_final_state(
     """The writer of shard 0 is SIGKILLed while it runs an index job: once it is back, the
     job's row is no longer "running" (the restarted writer ends it: cut off), and ``memq jobs``
     on any host says so."""
-    from pipeline.jobs import JobLog
+    from pipeline.fleet.job_log import JobLog
     from tests.faultkit import write_corpus
 
     fleet, workspaces = hosts
@@ -344,7 +344,7 @@ def test_a_reader_on_a_host_without_the_shards_stores_refuses_to_start(
     starts (before anything is indexed, too), as does a new host's when nobody serves it."""
     import subprocess
 
-    from pipeline.placement import claim_in, claimed_in
+    from pipeline.fleet.placement import claim_in, claimed_in
 
     fleet, _ = hosts
     a, c = fleet.hosts["hostA"], fleet.hosts["hostC"]
@@ -377,6 +377,6 @@ def test_a_reader_on_a_host_without_the_shards_stores_refuses_to_start(
 
 
 def _consumers(fleet: SimulatedFleet, queue: str) -> list[str]:
-    from pipeline.fleet import queue_consumers
+    from pipeline.fleet.broker import queue_consumers
 
     return [n for n, qs in queue_consumers(fleet.broker, timeout=2).items() if queue in qs]

@@ -1,4 +1,4 @@
-"""kombu's Redis transport as memq repairs it (pipeline/broker_fixes.py), against real
+"""kombu's Redis transport as memq repairs it (pipeline/fleet/kombu_repairs.py), against real
 redis-servers of the tests' own.
 
 A broker that vanishes while a task message is delivered but not acknowledged must not kill the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import broker_fixes
+from pipeline.fleet import kombu_repairs as broker_fixes
 from tests.conftest import REPO, Fleet, redis_client
 from tests.faultkit import PrivateRedis
 from tests.indexcheck import wait_until
@@ -308,7 +308,7 @@ def test_real_worker_killed_with_a_taken_job_unread(harden: bool, private_redis:
 def test_the_claiming_repair_is_applied_once_and_only_to_the_kombu_it_was_written_for() -> None:
     from kombu.transport import redis as kombu_redis
 
-    import pipeline.fleet  # noqa: F401 - applies the repairs, as every memq process
+    import pipeline.fleet.broker  # noqa: F401 - applies the repairs, as every memq process
 
     start = kombu_redis.Channel._brpop_start
     assert getattr(start, "__wrapped__", None) is not None  # this kombu gets it

@@ -260,7 +260,7 @@ def reconcile_lost(settings, broker_url: str):
     """One reconcile pass (``memq watch``'s, queues empty): what the broker lost is queued
     again; its report."""
     from pipeline.embeddings.registry import choose_provider
-    from pipeline.fleet import FleetDispatcher
+    from pipeline.fleet.broker import FleetDispatcher
     from workers.watching import WatchService
 
     with FleetDispatcher(broker_url) as dispatcher:

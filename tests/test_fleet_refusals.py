@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.jobs import JobLog
+from pipeline.fleet.job_log import JobLog
 from pipeline.memory import Memory
 from tests.hostkit import SimulatedFleet, private_database, two_memories, wait_until
 from tests.test_fleet import FLOWER_PASSWORD, FLOWER_USER, free_port, http_get

@@ -23,7 +23,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from pipeline.jobs import JobLog
+from pipeline.fleet.job_log import JobLog
 from tests.conftest import REPO
 from tests.hostkit import Host, SimulatedFleet, fleet_with_job_file, two_memories, wait_until
 

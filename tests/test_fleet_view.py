@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.config import load_settings
 from pipeline.embeddings.registry import choose_provider
-from pipeline.fleet import FleetDispatcher
+from pipeline.fleet.broker import FleetDispatcher
 from pipeline.ingest.producer import index_once
 from pipeline.memory import Memory
 from pipeline.store.engine import connect

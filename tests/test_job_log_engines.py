@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipeline.jobs import JobLog
+from pipeline.fleet.job_log import JobLog
 
 
 def _engine_of(log: JobLog):

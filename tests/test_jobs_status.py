@@ -12,7 +12,7 @@ import pytest
 
 from memq.cli import worker_command
 from pipeline.errors import UnknownJob
-from pipeline.jobs import JobLog
+from pipeline.fleet.job_log import JobLog
 from pipeline.memory import Memory
 from pipeline.routing import new_job_id
 from pipeline.store import joblog

@@ -39,7 +39,7 @@ NOT_FOR_A_SEARCH = ("gguf", "redis", "celery", "kombu", "httpx", "sqlalchemy", "
                     "zstandard", "workers", "pipeline.messages", "pipeline.dispatch",
                     "pipeline.batch", "pipeline.ingest.producer", "pipeline.ingest.transfer",
                     "pipeline.ingest.reindex", "pipeline.qmd", "pipeline.store.writer",
-                    "pipeline.fleet", "pipeline.remote", "pipeline.jobs")
+                    "pipeline.fleet.broker", "pipeline.remote", "pipeline.fleet.job_log")
 
 
 def _write_gguf(path: Path, *, context: int | None = 256, vocab: int = 2000,

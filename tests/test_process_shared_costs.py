@@ -9,8 +9,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from pipeline.fleet import FleetDispatcher, describe
-from pipeline.jobs import IDLE_DATABASES, JobLog
+from pipeline.fleet.broker import FleetDispatcher, describe
+from pipeline.fleet.job_log import IDLE_DATABASES, JobLog
 from pipeline.message_fields import ProviderSpec
 from pipeline.messages import ChunkText, EmbedJob
 from pipeline.routing import embed_queue

@@ -380,7 +380,7 @@ def test_update_jobs_go_to_the_owners_control_queue(tmp_path: Path, broker_url: 
              "the writer to run memq.qmd_update and boot QMD", fleet)
     assert [h.path for h in backend.search("kubernetes hetzner")] == ["qmd://notes-main/ops.md"]
     # The job is in the job log, beside the index pass, with what it did.
-    from pipeline.jobs import JobLog
+    from pipeline.fleet.job_log import JobLog
 
     log = JobLog(load_settings(setup.config, env={**os.environ, **env}).result_backend)
     qmd = wait_for(lambda: [j for j in log.recent(settings.agent_id) if j.origin

@@ -33,7 +33,7 @@ def rabbit_fleet(tmp_path: Path) -> Fleet:
         pytest.skip("RabbitMQ is not reachable on 127.0.0.1:5672")
     from kombu import Connection
 
-    from pipeline.fleet import queued_messages
+    from pipeline.fleet.broker import queued_messages
 
     with Connection(RABBIT) as connection:  # start from empty queues
         for queue in ("store.0", "control.0", "embed.local"):

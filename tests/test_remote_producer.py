@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.fleet import FleetDispatcher
-from pipeline.jobs import JobLog
+from pipeline.fleet.broker import FleetDispatcher
+from pipeline.fleet.job_log import JobLog
 from pipeline.memory import Memory
 from pipeline.messages import FileChange, FileChanges
 from pipeline.routing import new_job_id

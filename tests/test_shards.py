@@ -24,7 +24,7 @@ import pytest
 
 from pipeline import routing
 from pipeline.config import load_settings
-from pipeline.fleet import FleetDispatcher
+from pipeline.fleet.broker import FleetDispatcher
 from pipeline.memory import Memory
 from pipeline.messages import EmbedResult, ProviderSpec, Route
 from pipeline.routing import shard_of, store_queue

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.embeddings.registry import choose_provider
-from pipeline.fleet import FleetDispatcher
+from pipeline.fleet.broker import FleetDispatcher
 from pipeline.ingest.reindex import rebuild_step
 from pipeline.status import index_status
 from tests.fakes.tiny_gguf import write_tiny_gguf

@@ -1,7 +1,7 @@
 """Workers import and build only what their role uses: an idle embed worker and an idle
 writer (``memq worker --role embed|writer``, real processes, prefork pool) have not imported
 SQLAlchemy nor Celery's database result backend. Their tasks ignore results; the writer's
-job log (:mod:`pipeline.jobs`) loads SQLAlchemy when a job arrives, and still records it.
+job log (:mod:`pipeline.fleet.job_log`) loads SQLAlchemy when a job arrives, and still records it.
 
 How it is seen, with no hook in memq's code: the workers run with a test-only
 ``sitecustomize`` (tests/import_trace) that records every module each process of the tree

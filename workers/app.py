@@ -1,14 +1,14 @@
 """The Celery application of memq's workers: the shared configuration
-(:func:`pipeline.fleet.celery_settings`) and the task modules.
+(:func:`pipeline.fleet.broker.celery_settings`) and the task modules.
 
 Queues: ``embed.<provider>`` (one per provider, any host), ``batch.<provider>`` (provider batch
 jobs: upload, poll, download; any host), and per writer shard ``store.<shard>`` (exactly one
 consumer, on the host that owns the shard's SQLite files), ``control.<shard>`` (index jobs,
 QMD update jobs) and ``query.<shard>`` (reads from any host, answered by the shard's readers).
-Jobs are recorded in the job log (:mod:`pipeline.jobs`), which is also the app's result
+Jobs are recorded in the job log (:mod:`pipeline.fleet.job_log`), which is also the app's result
 backend, so Flower shows each job's outcome; that backend (and SQLAlchemy) is built when first
-used (:class:`pipeline.jobs.JobLogBackend`), never by a worker whose tasks record no job.
-Every sender names the queue (:class:`pipeline.fleet.FleetDispatcher`). Tasks are acknowledged
+used (:class:`pipeline.fleet.job_log.JobLogBackend`), never by a worker whose tasks record no job.
+Every sender names the queue (:class:`pipeline.fleet.broker.FleetDispatcher`). Tasks are acknowledged
 after they run and handed back when their worker dies, so every task is idempotent.
 """
 
@@ -24,8 +24,8 @@ from celery.worker.request import Request
 
 from pipeline.config import ConfigError, load_settings
 from pipeline.config.paths import default_result_backend
-from pipeline.fleet import broker_url_from_env, celery_settings, describe
-from pipeline.jobs import JobLogBackend, celery_backend_settings
+from pipeline.fleet.broker import broker_url_from_env, celery_settings, describe
+from pipeline.fleet.job_log import JobLogBackend, celery_backend_settings
 from workers.orphans import guard_embedded_worker
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def job_log_settings() -> dict[str, object]:
 
 class DescribedRequest(Request):
     """A task message as this worker's events and logs show it: its arguments described
-    (:func:`pipeline.fleet.describe`: the memory, the operation, how many items each list
+    (:func:`pipeline.fleet.broker.describe`: the memory, the operation, how many items each list
     holds), never the arguments themselves (chunk text, a query, a note to append), whatever
     the sender put in the message's ``argsrepr``. Flower shows the task-received event's."""
 

@@ -4,7 +4,7 @@
 host, never the SQLite file); ``memq.batch_update`` runs on ``store`` (the single writer). A
 poll never sleeps: it asks once and sends the next poll as a new message with a countdown.
 Each job's message chain holds a lease in the broker's Redis
-(:class:`pipeline.fleet.RedisLeases`), so the chain a reconcile starts for a job whose messages
+(:class:`pipeline.fleet.broker.RedisLeases`), so the chain a reconcile starts for a job whose messages
 died is the only one polling it.
 """
 
@@ -20,7 +20,7 @@ from pipeline.batch import workflow
 from pipeline.batch.api import batch_api_for
 from pipeline.embeddings.runner import retry_delay
 from pipeline.errors import EmbeddingError, MessageRefused, ProviderRetryable, StoreBusy
-from pipeline.fleet import POLL_GRACE_S, SUBMIT_LEASE_S
+from pipeline.fleet.broker import POLL_GRACE_S, SUBMIT_LEASE_S
 from pipeline.ingest.producer import queue_pending
 from pipeline.messages import BatchPoll, BatchSubmit, BatchUpdate, Route
 from pipeline.routing import (

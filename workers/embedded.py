@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pipeline.config import Settings
 from pipeline.errors import FleetError
-from pipeline.fleet import FleetDispatcher
+from pipeline.fleet.broker import FleetDispatcher
 from pipeline.routing import batch_queue, embed_queue, store_queue
 from workers.orphans import BROKER_DIR_ENV, BROKER_PID_ENV, PARENT_ENV
 from workers.single_writer import CHECK_ENV

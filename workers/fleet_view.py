@@ -27,7 +27,7 @@ import redis
 
 from pipeline.config import Settings, listed_agents, load_settings, redact_url
 from pipeline.errors import FleetError
-from pipeline.fleet import (
+from pipeline.fleet.broker import (
     DEFAULT_TIMEOUT_S,
     NETWORK_ERRORS,
     broker_failure,
@@ -35,9 +35,9 @@ from pipeline.fleet import (
     queue_consumers,
     redis_client,
 )
-from pipeline.jobs import JobLog
+from pipeline.fleet.job_log import JobLog
 from pipeline.memory import Memory
-from pipeline.placement import store_is_here
+from pipeline.fleet.placement import store_is_here
 from pipeline.routing import Lane, query_queue, store_queue
 from pipeline.store import reads, schema
 from workers.monitor import BINDING_PREFIX, REDIS_SCHEMES

@@ -12,9 +12,9 @@ from contextlib import ExitStack
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
-from pipeline.fleet import FleetDispatcher
+from pipeline.fleet.broker import FleetDispatcher
 from pipeline.memory import IndexRun, Memory
-from pipeline.placement import store_is_here
+from pipeline.fleet.placement import store_is_here
 from workers.embedded import EmbeddedFleet, IndexingFailed
 
 

@@ -12,7 +12,7 @@ from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
 from pipeline.errors import FleetError
-from pipeline.fleet import FleetDispatcher
+from pipeline.fleet.broker import FleetDispatcher
 from pipeline.messages import IndexRequest
 
 

@@ -16,7 +16,7 @@ from kombu import Connection
 from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
-from pipeline.fleet import (
+from pipeline.fleet.broker import (
     DEFAULT_TIMEOUT_S,
     FleetDispatcher,
     priority_lists,

@@ -19,7 +19,7 @@ refuses to start when this host's data dir holds none of them while workers that
 claim the shard here serve it (another host's), since it would answer the shard's searches
 from empty stores. A new or replacement host, with no stores yet and nobody else serving the
 shard, starts. It then claims the shard in this host's data dir
-(:func:`pipeline.placement.claim_in`), and a writer ends the jobs its previous run left
+(:func:`pipeline.fleet.placement.claim_in`), and a writer ends the jobs its previous run left
 running on ``control.<N>``: they were cut off (a kill, a crash) and their rows would
 otherwise say "running" forever; a job whose message comes back runs again and ends in its
 own final state.
@@ -44,10 +44,10 @@ from pipeline.errors import (
     MessageRefused,
     WorkspaceMissing,
 )
-from pipeline.fleet import queue_consumers
+from pipeline.fleet.broker import queue_consumers
 from pipeline.memory import Memory
 from pipeline.messages import QueryReply, QueryRequest
-from pipeline.placement import CLAIMS_FOLDER, claim_in, claim_nodes, unclaim_in
+from pipeline.fleet.placement import CLAIMS_FOLDER, claim_in, claim_nodes, unclaim_in
 from pipeline.routing import (
     QUERY_PREFIX,
     QUERY_TASK,
@@ -57,7 +57,7 @@ from pipeline.routing import (
     shard_of_queue,
     store_queue,
 )
-from pipeline.shard_copy import export_step
+from pipeline.fleet.shard_copy import export_step
 from workers.app import app
 from workers.orphans import BROKER_DIR_ENV
 from workers.runtime import arrival_shard, in_child_process, runtime

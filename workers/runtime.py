@@ -30,9 +30,9 @@ from pipeline.config.roster import Stamp, stamp_of, stamps_changed
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
-from pipeline.fleet import FleetDispatcher, redis_client
+from pipeline.fleet.broker import FleetDispatcher, redis_client
 from pipeline.ingest.reindex import is_generation_of
-from pipeline.jobs import JobLog, store_key
+from pipeline.fleet.job_log import JobLog, store_key
 from pipeline.memory import Memory
 from pipeline.messages import ProviderSpec
 from pipeline.routing import shard_of_queue

@@ -31,7 +31,7 @@ import redis
 from celery.signals import worker_init, worker_shutdown
 from redis.exceptions import LockError
 
-from pipeline.fleet import queue_consumers, redis_client
+from pipeline.fleet.broker import queue_consumers, redis_client
 from pipeline.routing import STORE_PREFIX, shard_of_queue, store_queue
 
 log = logging.getLogger(__name__)

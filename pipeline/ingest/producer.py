@@ -95,7 +95,7 @@ class IndexReport:
     rebuild_needed: bool = False
 
     def counts(self) -> dict[str, int]:
-        """The numbers the job log keeps (see :mod:`pipeline.jobs`)."""
+        """The numbers the job log keeps (see :mod:`pipeline.fleet.job_log`)."""
         return {"files": self.files, "changed": self.changed, "deleted": self.deleted,
                 "chunks_queued": self.chunks_queued, "chunks_cached": self.chunks_cached,
                 "embed_jobs": self.jobs}

@@ -24,7 +24,7 @@ from kombu import Connection, Queue
 from kombu.exceptions import OperationalError
 
 from pipeline.batch import workflow
-from pipeline.broker_fixes import harden_kombu_redis
+from pipeline.fleet.kombu_repairs import harden_kombu_redis
 from pipeline.config import BatchSettings, redact_url
 from pipeline.errors import BrokerUnreachable, FleetError, ShardUnreachable
 from pipeline.messages import (

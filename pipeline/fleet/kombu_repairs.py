@@ -113,7 +113,7 @@ return false
 def harden_kombu_redis() -> None:
     """Apply the repairs to kombu's Redis transport classes (once per process; later calls
     do nothing). Every memq process that talks to a Redis broker calls this through
-    :mod:`pipeline.fleet`. The claiming repair is applied only to the kombu releases it was
+    :mod:`pipeline.fleet.broker`. The claiming repair is applied only to the kombu releases it was
     written for (:data:`CLAIMS_FOR_KOMBU`); on another one a warning says so."""
     transport_cls, channel_cls = kombu_redis.Transport, kombu_redis.Channel
     if getattr(transport_cls, _MARK, False):

@@ -181,7 +181,7 @@ def celery_backend_settings(url: str, keep_days: int) -> dict[str, Any]:
     return {"result_backend": url, "result_extended": True,
             "result_expires": timedelta(days=keep_days),
             "database_table_names": dict(TABLES),
-            "database_engine_callback": "pipeline.jobs.tune_engine",
+            "database_engine_callback": "pipeline.fleet.job_log.tune_engine",
             # made by the first job recorded, not at every worker's start (an embed worker
             # never records one, and a database that is down must not stop it)
             "database_create_tables_at_setup": False}
