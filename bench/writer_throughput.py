@@ -3,10 +3,10 @@
 Not a test. For each batch size B, a fresh store holds ``--chunks`` pending chunk rows (text in
 FTS5 already, as the producer leaves them), and one run times, on the same vectors:
 
-  memq writer   ``pipeline.fleet.job_log.apply_result`` on embed results of B chunks each, exactly as the
-                ``store`` queue's task receives them (JSON-safe base64 vectors): decode, refuse
-                another model, drop stale chunks, vec0 insert, chunk state update, embedding
-                cache upsert; one transaction per result;
+  memq writer   ``pipeline.store.results.apply_result`` on embed results of B chunks each,
+                exactly as the ``store`` queue's task receives them (JSON-safe base64
+                vectors): decode, refuse another model, drop stale chunks, vec0 insert, chunk
+                state update, embedding cache upsert; one transaction per result;
   floor         the same vectors inserted into the same ``vec0`` table with a bare
                 ``executemany``, one transaction per B vectors (what SQLite + sqlite-vec cost
                 with none of the writer's checks and bookkeeping).

@@ -931,9 +931,9 @@ def cmd_shard(args: argparse.Namespace) -> int:
 def _shard_copy(args: argparse.Namespace) -> int:
     from pipeline.catalog import MemoryCatalog
     from pipeline.fleet.broker import require_broker
+    from pipeline.fleet.shard_copy import pull_store
     from pipeline.remote import ShardReader
     from pipeline.routing import shard_of
-    from pipeline.fleet.shard_copy import pull_store
 
     catalog = MemoryCatalog(config_file=args.config, workspace=args.workspace)
     names = [catalog.settings(args.agent).agent_id] if args.agent else catalog.names()

@@ -33,6 +33,8 @@ Messages never hold a secret (API keys, bearer tokens, URL passwords).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MemqError(Exception):
     """The root of every error memq raises on purpose."""
@@ -209,3 +211,95 @@ class BrokerUnreachable(ShardUnreachable):
 class UnknownJob(FleetError):
     """A job id that no job log holds and no queue holds a message of (a typo, or a job that
     expired from the log)."""
+
+
+# -- Embedding models and providers' batch APIs --------------------------------------------
+
+
+class ModelDownloadError(ProviderUnavailable):
+    """A model file could not be downloaded. The message never holds a token."""
+
+
+class DownloadInterrupted(ModelDownloadError):
+    """A passing failure (no connection, a cut transfer, a corrupt copy that was removed):
+    trying again may well succeed, and resumes what was kept."""
+
+
+class BertConversionError(ProviderUnavailable, ValueError):
+    """The input is not a BERT model this converter understands."""
+
+
+class GGUFHeaderError(MemqError, ValueError):
+    """The file is not a GGUF this reader understands, or its header is cut short."""
+
+
+class BatchUnsupported(BatchUnavailable):
+    """The provider has no batch API memq can use (only openai, gemini and voyage do)."""
+
+
+class BatchCommandError(RequestRefused):
+    """A batch command that cannot do what was asked (unknown job, nothing to cancel, ...)."""
+
+
+# -- Files and stores ----------------------------------------------------------------------
+
+
+class TranscodeError(MemqError, ValueError):
+    """The file could not be converted (corrupt, truncated, or too big once converted)."""
+
+
+class AgentDatabaseBusy(StoreBusy):
+    """OpenClaw's agent database is locked or mid-recovery right now: read it again later."""
+
+
+class AgentDatabaseUnreadable(StoreError):
+    """The file is not an OpenClaw agent database memq can read (corrupt, or another schema)."""
+
+
+class DimensionMismatch(StoreError, ValueError):
+    """A vector's length differs from the index's dimensions."""
+
+
+# -- Search backends -----------------------------------------------------------------------
+
+
+class QmdUnavailable(MemqError, RuntimeError):
+    """QMD cannot answer now; the caller answers from memq's own index instead.
+
+    ``kind`` is one of :data:`pipeline.qmd.errors.KINDS`; ``reason`` is a one-line
+    explanation that names the qmd subcommand but never the query, the environment or a secret;
+    ``since`` (epoch seconds) is when QMD was first seen down in the current outage, and
+    ``retry_at`` when it will be tried again (both None when unknown).
+    """
+
+    def __init__(self, kind: str, reason: str, *, since: float | None = None,
+                 retry_at: float | None = None) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+        self.since = since
+        self.retry_at = retry_at
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fallback note an answer carries: ``{"from": "qmd", "kind", "reason", …}``."""
+        out: dict[str, Any] = {"from": "qmd", "kind": self.kind, "reason": self.reason}
+        if self.since is not None:
+            out["since"] = self.since
+        if self.retry_at is not None:
+            out["retryAt"] = self.retry_at
+        return out
+
+
+class QmdPathError(MemoryPathError):
+    """``get`` was asked for a path that is not a file of a QMD collection (or escapes one)."""
+
+
+class RerankFailed(MemqError, RuntimeError):
+    """The reranker could not answer; ``kind`` is one of
+    :data:`pipeline.search.rerank_wire.KINDS`, ``reason`` a line that never holds the query, the
+    documents or a secret."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason

@@ -42,11 +42,11 @@ from pipeline.errors import (
     UnknownJob,
     memory_disabled,
 )
+from pipeline.fleet.placement import store_is_here
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
 from pipeline.ingest.safety import reads_own_files, record_files_from
 from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
 from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
-from pipeline.fleet.placement import store_is_here
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import embed_queue, memory_of_job, new_job_id
@@ -64,9 +64,9 @@ from pipeline.store.reads import rebuild_info
 if TYPE_CHECKING:
     from pipeline.dispatch import Dispatcher
     from pipeline.embeddings.base import EmbeddingProvider
+    from pipeline.fleet.job_log import JobLog, JobRecord
     from pipeline.ingest.producer import IndexReport, Known
     from pipeline.ingest.reindex import RebuildProgress
-    from pipeline.fleet.job_log import JobLog, JobRecord
     from pipeline.messages import FileChanges, ProviderSpec
     from pipeline.qmd import QmdBackend
     from pipeline.qmd.jobs import QmdJobs

@@ -45,10 +45,10 @@ from pipeline.fleet.broker import (
     describe,
     silent_shard,
 )
+from pipeline.fleet.job_log import JobRecord
 from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
-from pipeline.fleet.job_log import JobRecord
 from pipeline.messages import IndexRequest, QueryReply, QueryRequest
 from pipeline.polling import Poll
 from pipeline.results import Appended, MemoryText, SearchResults

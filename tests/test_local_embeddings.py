@@ -35,10 +35,10 @@ from pipeline.embeddings.default_model import (
     default_model_path,
     find_minilm_source,
 )
-from pipeline.embeddings.gguf_bert import BertConversionError, convert_bert_to_gguf
+from pipeline.embeddings.gguf_bert import convert_bert_to_gguf
 from pipeline.embeddings.local import LocalProvider, split_windows
 from pipeline.embeddings.model_source import model_source
-from pipeline.errors import ProviderUnavailable
+from pipeline.errors import BertConversionError, ProviderUnavailable
 from tests.fakes.bert_reference import bert_token_states, wordpiece_ids
 from tests.fakes.tiny_gguf import (
     default_model_path_in_child,

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.embeddings.download import DownloadInterrupted, ModelDownloadError, fetch_model
+from pipeline.embeddings.download import fetch_model
 from pipeline.embeddings.local import LocalProvider
 from pipeline.embeddings.model_source import model_source
 from pipeline.embeddings.registry import _local_model_present, build_from_spec, choose_provider
-from pipeline.errors import ProviderUnavailable
+from pipeline.errors import DownloadInterrupted, ModelDownloadError, ProviderUnavailable
 from tests.conftest import EXAMPLE_WORKSPACE, run_memq
 from tests.fakes.model_server import ModelServer
 from tests.secrets_scan import SENTINEL

@@ -15,10 +15,10 @@ import pytest
 
 import memq.cli
 from pipeline.config import Settings, load_settings
-from pipeline.memory import Memory
 from pipeline.fleet.placement import claim_in, claimed_in, claims_of
-from pipeline.routing import QUERY_PREFIX, STORE_PREFIX
 from pipeline.fleet.shard_copy import ABANDONED_AFTER_S, export_step, exports_of
+from pipeline.memory import Memory
+from pipeline.routing import QUERY_PREFIX, STORE_PREFIX
 from tests.conftest import write_config
 from workers.reading import claim_served
 

@@ -10,8 +10,8 @@ import pytest
 
 from pipeline.config import ConfigError, load_settings
 from pipeline.errors import MessageRefused
-from pipeline.messages import QueryReply, QueryRequest
 from pipeline.fleet.placement import claim, claimed, store_is_here
+from pipeline.messages import QueryReply, QueryRequest
 from pipeline.results import Appended, MemoryText, SearchHit, SearchResults
 from workers.runtime import WarmMemories
 

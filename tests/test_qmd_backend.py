@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from pipeline.config import load_settings
-from pipeline.qmd import QmdBackend, QmdPathError, QmdUnavailable
+from pipeline.errors import QmdPathError, QmdUnavailable
+from pipeline.qmd import QmdBackend
 from pipeline.results import MemoryText
 from pipeline.search.citations import apply_citations
 from tests.conftest import EXAMPLE_WORKSPACE

@@ -10,7 +10,8 @@ import pytest
 from pipeline.config import Settings
 from pipeline.config.qmd_values import QmdPath, QmdScope, ScopeRule, check_scope
 from pipeline.config.settings import QmdSessionsSettings, QmdSettings
-from pipeline.qmd import QmdUnavailable, collections, qmd_home
+from pipeline.errors import QmdUnavailable
+from pipeline.qmd import collections, qmd_home
 from pipeline.qmd.commands import bm25_query, search_args
 from pipeline.qmd.results import (
     Location,

@@ -17,11 +17,12 @@ import pytest
 
 from pipeline import Memory
 from pipeline.config import ConfigError, load_settings
+from pipeline.errors import RerankFailed
 from pipeline.results import SearchResults
 from pipeline.search.fusion import Candidate
 from pipeline.search.hybrid import HeldCopies, search, search_store
 from pipeline.search.rerank import Reranker, build_reranker
-from pipeline.search.rerank_wire import RerankFailed, scores_from_answer
+from pipeline.search.rerank_wire import scores_from_answer
 from tests.conftest import run_memq
 from tests.fakes.provider_doubles import Fault
 from tests.fakes.rerank_double import RerankDouble, overlap

@@ -25,10 +25,10 @@ from safetensors.numpy import load as load_safetensors
 
 from pipeline import Memory
 from pipeline.config import ConfigError, load_settings
+from pipeline.errors import RerankFailed
 from pipeline.search.hybrid import search, search_store
 from pipeline.search.rerank import build_reranker
 from pipeline.search.rerank_local import LocalScorer, fit_pair
-from pipeline.search.rerank_wire import RerankFailed
 from tests.conftest import run_memq
 from tests.fakes.bert_reference import bert_token_states, wordpiece_ids
 from tests.fakes.tiny_gguf import tiny_cross_encoder_files, write_tiny_gguf, write_tiny_reranker
@@ -177,7 +177,8 @@ def test_an_embedding_model_keeps_no_head(tmp_path: Path) -> None:
 def test_converter_refuses_a_many_label_classifier(tmp_path: Path, files) -> None:
     from safetensors.numpy import save
 
-    from pipeline.embeddings.gguf_bert import BertConversionError, convert_bert_to_gguf
+    from pipeline.embeddings.gguf_bert import convert_bert_to_gguf
+    from pipeline.errors import BertConversionError
 
     weights = dict(load_safetensors(files["model.safetensors"]))
     weights["classifier.weight"] = np.zeros((2, weights["classifier.weight"].shape[1]),

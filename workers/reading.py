@@ -45,9 +45,10 @@ from pipeline.errors import (
     WorkspaceMissing,
 )
 from pipeline.fleet.broker import queue_consumers
+from pipeline.fleet.placement import CLAIMS_FOLDER, claim_in, claim_nodes, unclaim_in
+from pipeline.fleet.shard_copy import export_step
 from pipeline.memory import Memory
 from pipeline.messages import QueryReply, QueryRequest
-from pipeline.fleet.placement import CLAIMS_FOLDER, claim_in, claim_nodes, unclaim_in
 from pipeline.routing import (
     QUERY_PREFIX,
     QUERY_TASK,
@@ -57,7 +58,6 @@ from pipeline.routing import (
     shard_of_queue,
     store_queue,
 )
-from pipeline.fleet.shard_copy import export_step
 from workers.app import app
 from workers.orphans import BROKER_DIR_ENV
 from workers.runtime import arrival_shard, in_child_process, runtime

@@ -261,8 +261,8 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """An index job (``memq index --remote``, or a pass or sync asked for by a host that does
     not hold the store), run by the writer host that owns the store.
 
-    The task id is the job id; the job log (:mod:`pipeline.fleet.job_log`) records its state, progress
-    and result, with this task's worker and queue.
+    The task id is the job id; the job log (:mod:`pipeline.fleet.job_log`) records its state,
+    progress and result, with this task's worker and queue.
     """
     try:
         request = IndexRequest.from_json(message)

@@ -7,14 +7,10 @@ from typing import Any
 from pipeline.batch.api import BATCH_PROVIDERS, RemoteBatch, batch_api_for
 from pipeline.batch.policy import enable, provider_policy
 from pipeline.config import Settings
-from pipeline.errors import RequestRefused
+from pipeline.errors import BatchCommandError
 from pipeline.messages import ProviderSpec
 from pipeline.store import batches, schema
 from pipeline.store.engine import Database
-
-
-class BatchCommandError(RequestRefused):
-    """A batch command that cannot do what was asked (unknown job, nothing to cancel, ...)."""
 
 
 def _open(settings: Settings) -> Database | None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pipeline.errors import BatchUnavailable, ProviderRetryable
+from pipeline.errors import BatchUnsupported, ProviderRetryable
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
@@ -50,10 +50,6 @@ _CLIENTS: dict[str, tuple[str, str]] = {
     "voyage": ("pipeline.batch.voyage", "VoyageBatchApi"),
     "gemini": ("pipeline.batch.gemini", "GeminiBatchApi"),
 }
-
-
-class BatchUnsupported(BatchUnavailable):
-    """The provider has no batch API memq can use (only openai, gemini and voyage do)."""
 
 
 @dataclass(frozen=True)

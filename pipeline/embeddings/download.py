@@ -35,7 +35,7 @@ from typing import Any
 from pipeline.embeddings.default_model import locked
 from pipeline.embeddings.http import Scrubber, shown_url
 from pipeline.embeddings.model_source import ModelSource, origin
-from pipeline.errors import ProviderUnavailable
+from pipeline.errors import DownloadInterrupted, ModelDownloadError
 
 __all__ = ["ModelDownloadError", "fetch_model", "hf_token"]
 
@@ -48,15 +48,6 @@ USER_AGENT = "memq (model download)"
 GGUF_MAGIC = b"GGUF"
 _SHA256_ETAG = re.compile(r'^(?:W/)?"?([0-9a-fA-F]{64})"?$')
 _CONTENT_RANGE = re.compile(r"^bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)$")
-
-
-class ModelDownloadError(ProviderUnavailable):
-    """A model file could not be downloaded. The message never holds a token."""
-
-
-class DownloadInterrupted(ModelDownloadError):
-    """A passing failure (no connection, a cut transfer, a corrupt copy that was removed):
-    trying again may well succeed, and resumes what was kept."""
 
 
 class _Retry(Exception):

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.errors import ProviderUnavailable
+from pipeline.errors import BertConversionError
 
 if TYPE_CHECKING:  # imported where converting needs it: importing gguf costs ~0.1 s
     import gguf
@@ -87,10 +87,6 @@ REQUIRED_FILES = ("config.json", "vocab.txt", "model.safetensors")
 # Normaliser keys: newer than gguf 0.19's constants, so spelled out here (llama.cpp llama-arch.cpp).
 _KEY_NORMALIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
 _KEY_NORMALIZER_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
-
-
-class BertConversionError(ProviderUnavailable, ValueError):
-    """The input is not a BERT model this converter understands."""
 
 
 def read_model_dir(model_dir: Path) -> dict[str, bytes]:

@@ -17,7 +17,8 @@ import os
 import struct
 from pathlib import Path
 
-from pipeline.embeddings.gguf_header import MAGIC, SUPPORTED_VERSIONS, GGUFHeaderError
+from pipeline.embeddings.gguf_header import MAGIC, SUPPORTED_VERSIONS
+from pipeline.errors import GGUFHeaderError
 
 __all__ = ["check_gguf"]
 

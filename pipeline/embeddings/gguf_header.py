@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from pipeline.errors import GGUFHeaderError
+
 __all__ = ["GGUFHeaderError", "read_gguf_metadata", "trained_context_length"]
 
 Scalar = int | float | bool | str
@@ -34,10 +36,6 @@ _SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?
 _STRING, _ARRAY = 8, 9
 MAX_KEY_BYTES = 65_535
 MAX_STRING_BYTES = 1 << 26  # 64 MiB: a chat template is large, a metadata string is not this
-
-
-class GGUFHeaderError(ValueError):
-    """The file is not a GGUF this reader understands, or its header is cut short."""
 
 
 class _Walker:

@@ -130,7 +130,7 @@ def check_local_model(path: Path) -> None:
     memories with one model reads its header once; a file changed since (another size, inode
     or time) is read again, and a broken one is never remembered."""
     from pipeline.embeddings import gguf_check
-    from pipeline.embeddings.gguf_header import GGUFHeaderError
+    from pipeline.errors import GGUFHeaderError
 
     stamp = _model_stamp(path)
     if stamp is not None and stamp in _whole_models:

@@ -24,9 +24,9 @@ from kombu import Connection, Queue
 from kombu.exceptions import OperationalError
 
 from pipeline.batch import workflow
-from pipeline.fleet.kombu_repairs import harden_kombu_redis
 from pipeline.config import BatchSettings, redact_url
 from pipeline.errors import BrokerUnreachable, FleetError, ShardUnreachable
+from pipeline.fleet.kombu_repairs import harden_kombu_redis
 from pipeline.messages import (
     BatchPoll,
     BatchSubmit,

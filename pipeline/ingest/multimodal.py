@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Protocol
 
 from pipeline.config import MultimodalSettings
+from pipeline.errors import TranscodeError
 from pipeline.ingest.chunking import Chunk, hash_text
-from pipeline.ingest.transcode import NATIVE, TranscodeError, target_mime, transcode
+from pipeline.ingest.transcode import NATIVE, target_mime, transcode
 from pipeline.message_fields import MediaPart
 
 __all__ = ["MediaFile", "MediaSource", "classify", "file_chunks", "label", "media_chunk",

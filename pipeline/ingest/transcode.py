@@ -22,16 +22,14 @@ import re
 import wave
 from typing import Any
 
+from pipeline.errors import TranscodeError
+
 __all__ = ["NATIVE", "TranscodeError", "target_mime", "transcode"]
 
 #: What gemini-embedding-2-preview takes as inline data (Google's model page).
 NATIVE = ("image/png", "image/jpeg", "audio/mpeg", "audio/wav")
 WAV_RATE = 16_000
 JPEG_QUALITY = 90
-
-
-class TranscodeError(ValueError):
-    """The file could not be converted (corrupt, truncated, or too big once converted)."""
 
 
 def target_mime(mime: str) -> str:

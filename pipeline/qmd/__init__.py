@@ -16,8 +16,8 @@ due, and a background runner for a process without a fleet). :class:`pipeline.Me
 searches, reads and status through it when ``backend`` is ``qmd``.
 """
 
+from pipeline.errors import QmdPathError, QmdUnavailable
 from pipeline.qmd.backend import QmdBackend, backend_status
-from pipeline.qmd.errors import QmdPathError, QmdUnavailable
 from pipeline.qmd.layout import Collection, QmdHome, collections, qmd_home
 
 __all__ = ["Collection", "QmdBackend", "QmdHome", "QmdPathError", "QmdUnavailable",

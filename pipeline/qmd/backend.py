@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Settings
+from pipeline.errors import QmdPathError, QmdUnavailable
 from pipeline.qmd import commands
 from pipeline.qmd.collections import ensure_collections
-from pipeline.qmd.errors import QmdPathError, QmdUnavailable
 from pipeline.qmd.export import export_sessions
 from pipeline.qmd.layout import Collection, collections, has_glob, qmd_home
 from pipeline.qmd.results import Location, parse_entries, to_results

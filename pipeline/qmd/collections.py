@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.errors import QmdUnavailable
 from pipeline.qmd import commands
-from pipeline.qmd.errors import QmdUnavailable
 from pipeline.qmd.layout import Collection, has_glob
 from pipeline.qmd.runner import QmdRunner
 from pipeline.qmd.state import StateFile

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pipeline.errors import QmdUnavailable
 from pipeline.qmd.backend import QmdBackend
-from pipeline.qmd.errors import QmdUnavailable
 from pipeline.qmd.sanitize import redact_secrets
 
 log = logging.getLogger("memq.qmd")

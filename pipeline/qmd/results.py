@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.qmd.errors import QmdUnavailable
+from pipeline.errors import QmdUnavailable
 
 _HEADER = re.compile(r"@@\s*-([0-9]+),([0-9]+)")
 _HEADER_LINE = re.compile(r"^@@[^\n]*@@[^\n]*(\n|$)")

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.qmd.errors import QmdUnavailable
+from pipeline.errors import QmdUnavailable
 from pipeline.qmd.sanitize import is_secret_variable, redact_secrets
 
 MAX_OUTPUT_CHARS = 200_000

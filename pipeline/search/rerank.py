@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from pipeline.config import LocalSettings, RerankSettings
+from pipeline.errors import RerankFailed
 from pipeline.search.fusion import Candidate
-from pipeline.search.rerank_wire import RerankFailed
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import httpx
 from pipeline.config import RerankSettings
 from pipeline.embeddings.http import Scrubber, shown_url
 from pipeline.embeddings.remote import resolve_api_key
-from pipeline.errors import MissingApiKey
-from pipeline.search.rerank_wire import RerankFailed, scores_from_answer
+from pipeline.errors import MissingApiKey, RerankFailed
+from pipeline.search.rerank_wire import scores_from_answer
 
 MAX_REASON_CHARS = 200
 

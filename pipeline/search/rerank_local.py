@@ -33,8 +33,8 @@ from typing import Any
 
 from pipeline.embeddings.llama_import import import_llama_cpp
 from pipeline.embeddings.llama_model import ModelFile, decode_pooled, load_llama
-from pipeline.errors import EmbeddingError, ProviderUnavailable
-from pipeline.search.rerank_wire import RerankFailed, logistic
+from pipeline.errors import EmbeddingError, ProviderUnavailable, RerankFailed
+from pipeline.search.rerank_wire import logistic
 
 __all__ = ["LocalScorer", "fit_pair"]
 

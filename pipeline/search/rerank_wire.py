@@ -7,21 +7,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.errors import MemqError
+from pipeline.errors import RerankFailed
 
 #: Why a reranker could not answer ("model": the local model file is missing, unreadable, not
 #: a reranker, or llama.cpp failed on it).
 KINDS = ("timeout", "connection", "http", "refused", "json", "key", "model")
-
-
-class RerankFailed(MemqError, RuntimeError):
-    """The reranker could not answer; ``kind`` is one of :data:`KINDS`, ``reason`` a line that
-    never holds the query, the documents or a secret."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
 
 
 def scores_from_answer(data: Any, count: int) -> list[float]:

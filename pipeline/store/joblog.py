@@ -2,9 +2,10 @@
 
 Up to this version a store's index jobs were logged in a SQLite file beside it
 (``<store>.jobs``), and before that in an ``index_jobs`` table inside the store itself. The job
-log is now Celery's database result backend (:mod:`pipeline.fleet.job_log`); the first index pass of a
-store that still has old rows hands them over (:func:`old_rows`) and, once they are recorded
-there, removes the old log (:func:`forget_old`), so no row is lost and none is read twice.
+log is now Celery's database result backend (:mod:`pipeline.fleet.job_log`); the first index
+pass of a store that still has old rows hands them over (:func:`old_rows`) and, once they are
+recorded there, removes the old log (:func:`forget_old`), so no row is lost and none is read
+twice.
 """
 
 from __future__ import annotations

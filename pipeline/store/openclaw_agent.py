@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 import zstandard
 
-from pipeline.errors import StoreBusy, StoreError
+from pipeline.errors import AgentDatabaseBusy, AgentDatabaseUnreadable
 from pipeline.store.engine import choose_driver, is_busy
 
 AGENT_DB_NAME = "openclaw-agent.sqlite"
@@ -47,14 +47,6 @@ QUIET_READ_ATTEMPTS = 3
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # OpenClaw's own bound on one stored record
 
 T = TypeVar("T")
-
-
-class AgentDatabaseBusy(StoreBusy):
-    """OpenClaw's agent database is locked or mid-recovery right now: read it again later."""
-
-
-class AgentDatabaseUnreadable(StoreError):
-    """The file is not an OpenClaw agent database memq can read (corrupt, or another schema)."""
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.errors import StoreError
+from pipeline.errors import DimensionMismatch
 from pipeline.store.engine import Database
 from pipeline.store.schema import get_meta, set_meta
 
 MAX_KNN_K = 4096  # sqlite-vec's hard limit on k
 _BATCH = 500  # rowids per IN (...) list
 VERSION_KEY = "vectors_version"
-
-
-class DimensionMismatch(StoreError, ValueError):
-    """A vector's length differs from the index's dimensions."""
 
 
 def to_blob(vector: np.ndarray) -> bytes:
