@@ -54,11 +54,6 @@ def check_owner(db: Database, owner: dict[str, str], *, claim: bool) -> None:
             "it), or move that store aside to rebuild it for this memory")
 
 
-def describe_owner(owner: dict[str, Any] | None) -> str:
-    """``name (workspace)`` for messages; ``unclaimed`` for None."""
-    return f"{owner['memory']} ({owner['workspace']})" if owner else "unclaimed"
-
-
 @dataclass(frozen=True)
 class StoreFacts:
     """What a store file says about itself, read without writing: its owner, when it was last

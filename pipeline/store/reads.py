@@ -75,10 +75,6 @@ def unsent_count(db: Database) -> int:
         f"AND error IS NULL AND id NOT IN ({LIVE_CHUNK_IDS})").fetchone()[0]
 
 
-def failed_count(db: Database) -> int:
-    return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'failed'").fetchone()[0]
-
-
 def ready_since(db: Database, since: float) -> int:
     """Chunks that got their vector at or after ``since`` (epoch seconds; cache hits too)."""
     return db.conn.execute("SELECT count(*) FROM chunks WHERE state = 'ready' "
