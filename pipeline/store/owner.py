@@ -14,7 +14,6 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pipeline.errors import StoreOwnedElsewhere
 from pipeline.store.engine import Database
