@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import Memory
+from memq import Memory
 from pipeline.errors import AppendError, MemoryPathError
 from pipeline.ingest import append as append_module
 from pipeline.ingest.append import append_note

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import Memory
+from memq import Memory
 from pipeline.status import index_status
 from pipeline.store.engine import connect
 from tests.conftest import run_memq

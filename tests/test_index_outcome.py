@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import Memory
+from memq import Memory
 from pipeline.config import load_settings
 from pipeline.embeddings.registry import choose_provider
 from pipeline.errors import CredentialsNotConfigured

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import Memory
+from memq import Memory
 from pipeline.config import ConfigError, load_settings, settings_to_dict
 from pipeline.embeddings.registry import build_from_spec, choose_provider
 from pipeline.errors import CredentialsNotConfigured, MissingApiKey

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import Memory
+from memq import Memory
 from pipeline.config import ConfigError, load_settings
 from pipeline.errors import RerankFailed
 from pipeline.results import SearchResults

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load as load_safetensors
 
-from pipeline import Memory
+from memq import Memory
 from pipeline.config import ConfigError, load_settings
 from pipeline.errors import RerankFailed
 from pipeline.search.hybrid import search, search_store

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlite_vec
 
-from pipeline import Memory
+from memq import Memory
 from pipeline.status import index_status
 from pipeline.store.engine import connect
 
