@@ -69,7 +69,11 @@ _EXPORTS: dict[str, str] = {
     "Appended": "pipeline.results",
     **dict.fromkeys(_ERRORS, "pipeline.errors"),
 }
-__all__ = sorted(_EXPORTS)
+__all__ = ["AppendError", "Appended", "ConfigError", "DeletionRefused", "EmbeddingError",
+           "FilesElsewhere", "FleetError", "IndexRun", "Memory", "MemoryCatalog",
+           "MemoryDisabled", "MemoryPathError", "MemoryText", "MemqError", "RequestRefused",
+           "SearchHit", "SearchResults", "Settings", "ShardUnreachable", "StoreError",
+           "UnknownMemory", "WorkspaceMissing", "load_settings", "memory_get", "memory_search"]
 
 
 def __getattr__(name: str) -> Any:

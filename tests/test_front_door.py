@@ -45,3 +45,7 @@ def test_the_docs_show_the_library_only_through_memq() -> None:
              for line in page.read_text().splitlines()
              if re.match(r"\s*(from pipeline(\.\w+)* import|import pipeline)", line)]
     assert found == []
+
+
+def test_all_names_exactly_the_exports() -> None:
+    assert sorted(memq.__all__) == sorted(memq._EXPORTS)
