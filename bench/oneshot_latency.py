@@ -17,6 +17,9 @@ each row once more per repetition under ``-X importtime`` and sums its imports' 
   memq search, keyword-only    the same without a model
   model load (python -c)       ``LocalProvider(...).dims``: what an embed worker does before
                                its first job (imports and model load, no Celery)
+  memq index, nothing to do    ``memq index`` over ``--notes`` keyword-only notes (5,000)
+                               already indexed: settings, a stat of every file, the job log;
+                               issue 34's goal: at most 0.3 s over ``memq --help``
 
 ``--baseline DIR`` adds the search and model-load rows again run from another checkout of
 memq (``PYTHONPATH=DIR``, same interpreter and packages), e.g. main before a change:
@@ -24,7 +27,8 @@ memq (``PYTHONPATH=DIR``, same interpreter and packages), e.g. main before a cha
 to answer in the mode it claims (hybrid with the local model, or keyword-only).
 
     .venv/bin/python bench/oneshot_latency.py [--reps 9] [--busy N] [--model PATH]
-                                              [--baseline DIR] [--no-keyword] [--quick] [--keep]
+                                              [--notes 5000] [--baseline DIR] [--no-keyword]
+                                              [--quick] [--keep]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -43,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 from harness import add_common_args, header, scratch
+from notes import bullet
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "examples" / "workspace"
@@ -53,7 +59,20 @@ LOAD_MODEL = ("import sys; from pipeline.embeddings.local import LocalProvider; 
 #: One line of ``-X importtime``: its own microseconds, the cumulative ones, the module.
 IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|", re.M)
 GOAL = 3.0  # issue 27: a one-shot search with the local model <= 3x memq --help, quiet
+NOOP_GOAL_S = 0.3  # issue 34: a no-op ``memq index`` on 5,000 notes <= 0.3 s over --help
+NOOP = "memq index, nothing to do"
 Row = tuple[str, list[str], dict[str, str]]
+
+
+def write_notes(folder: Path, count: int) -> None:
+    """``count`` daily notes of a few seeded lines each under ``folder/memory/``."""
+    rng = random.Random(34)
+    notes = folder / "memory"
+    notes.mkdir(parents=True)
+    for n in range(count):
+        lines = "\n".join(f"- {bullet(rng)}" for _ in range(rng.randint(2, 6)))
+        (notes / f"2025-{n // 28 % 12 + 1:02d}-{n % 28 + 1:02d}-{n}.md").write_text(
+            f"# Note {n}\n\n{lines}\n")
 
 
 def run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -152,6 +171,11 @@ def report(quiet: dict[str, np.ndarray], imports: dict[str, np.ndarray],
         q, lo = float(np.median(quiet[name])), float(np.median(loaded[name]))
         print(f"  {name:<38}{q:>8.3f}{q / q_floor:>7.2f}x{float(np.median(imports[name])):>11.3f}"
               f"{lo:>10.3f}{lo / l_floor:>7.2f}x")
+    q_noop, l_noop = (float(np.median(t[NOOP])) - floor
+                      for t, floor in ((quiet, q_floor), (loaded, l_floor)))
+    verdict = "met" if q_noop <= NOOP_GOAL_S else "NOT met"
+    print(f"\n  {NOOP} - memq --help: quiet {q_noop:+.3f} s, loaded {l_noop:+.3f} s; "
+          f"goal <= {NOOP_GOAL_S} s quiet: {verdict}")
     name = "memq search, local model"
     q_ratio = float(np.median(quiet[name])) / q_floor
     l_ratio = float(np.median(loaded[name])) / l_floor
@@ -169,14 +193,16 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path,
                     help="another memq checkout to time beside this one (PYTHONPATH=DIR)")
     ap.add_argument("--no-keyword", action="store_true", help="leave out the keyword-only row")
+    ap.add_argument("--notes", type=int, default=5000,
+                    help="notes of the no-op index row's workspace (5000)")
     ap.add_argument("--quick", action="store_true",
                     help="one repetition per pass, one busy loop (a smoke test of the script)")
     add_common_args(ap)
     args = ap.parse_args()
     if args.quick:
-        args.reps, args.busy = 1, 1
-    if args.reps < 1 or args.busy < 1:
-        ap.error("--reps and --busy must be at least 1")
+        args.reps, args.busy, args.notes = 1, 1, min(args.notes, 200)
+    if args.reps < 1 or args.busy < 1 or args.notes < 1:
+        ap.error("--reps, --busy and --notes must be at least 1")
     print(header("one-shot latency", reps=args.reps, busy=args.busy), flush=True)
     with scratch("memq-bench-oneshot-", args.keep) as tmp:
         workspace = tmp / "workspace"
@@ -201,6 +227,15 @@ def main() -> None:
             rows.append(("memq search, keyword-only", search, keyword))
         load = [sys.executable, "-c", LOAD_MODEL, args.model or ""]
         rows.append(("model load (python -c)", load, local))
+        many = tmp / "notes"
+        write_notes(many, args.notes)
+        noop = [str(MEMQ), "index", "--workspace", str(many)]
+        notes_env = memq_env(tmp / "notes.sqlite", "none", None, None)
+        t0 = time.perf_counter()
+        run(noop, notes_env)
+        print(f"  indexed {args.notes} notes (keyword-only) in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        rows.append((NOOP, noop, notes_env))
         if args.baseline is not None:
             base = args.baseline.resolve()
             base_env = memq_env(tmp / "local.sqlite", "local", args.model, str(base))
@@ -208,8 +243,11 @@ def main() -> None:
                 sys.exit(f"{base} does not provide the pipeline package (no pipeline/ there?)")
             compile_bytecode(base)
             check_search(search, base_env, "hybrid")
+            base_notes = memq_env(tmp / "notes.sqlite", "none", None, str(base))
+            run(noop, base_notes)  # the baseline's own first pass (a store upgrade, if any)
             rows += [("memq search, local model [baseline]", search, base_env),
-                     ("model load (python -c) [baseline]", load, base_env)]
+                     ("model load (python -c) [baseline]", load, base_env),
+                     (f"{NOOP} [baseline]", noop, base_notes)]
             print(f"  baseline: {base}")
         print(f"  quiet pass: load(1 min)={os.getloadavg()[0]:.2f}", flush=True)
         quiet, imports = interleaved(rows, args.reps, imports=True)
