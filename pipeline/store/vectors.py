@@ -161,10 +161,21 @@ def unit_rows(matrix: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.divide(matrix, norms, out=out, where=norms > 0)
 
 
+#: Up to this many rows, a scan's matrix-vector product runs on the caller's thread alone
+#: (``np.einsum``, no BLAS): OpenBLAS wakes a thread per core for it, which costs more than
+#: such a product takes, and on a busy machine those threads wait for a core. Measured on 2
+#: cores at load 5.7 (docs/BENCHMARKS.md, 2026-12-06): 10,000 x 384 rows 0.63 ms this way,
+#: 14.8 ms through OpenBLAS's threads; at 100,000 rows the threads win (23 ms vs 47 ms).
+SINGLE_THREAD_ROWS = 32_768
+
+
 def cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row of ``unit`` (unit-length rows) to ``query``."""
     query = np.asarray(query, dtype=np.float32)
-    return unit @ (query / (float(np.linalg.norm(query)) or 1.0))
+    query = query / (float(np.linalg.norm(query)) or 1.0)
+    if len(unit) <= SINGLE_THREAD_ROWS:
+        return np.einsum("ij,j->i", unit, query)
+    return unit @ query
 
 
 def exact_cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
