@@ -109,7 +109,7 @@ QUICK: dict[str, Quick] = {
     "query_latency": Quick((), ("built 2000 chunks", "memq vector-only", "memq keyword-only",
                                 "memq keyword-only, FTS5", "memq hybrid",
                                 "memq hybrid, vec0 (one-shot CLI path)", "vec0 KNN alone (knn)",
-                                "numpy brute force (in RAM)",
+                                "numpy brute force (in RAM)", "numpy einsum, one thread",
                                 "OpenClaw ORDER BY vec_distance_cosine", "hybrid p50")),
     "remote_producer": Quick((), ("keyword  full index", "keyword  no-op pass",
                                   "keyword  save->searchable (debounce 1500 ms)",
