@@ -91,6 +91,12 @@ SAMPLE = {
     "qa": [{"question": "What is the cat called?", "answer": "Miso", "category": 4,
             "evidence": ["D3:1; D1:1"]},
            {"question": "Unanswerable?", "category": 5, "evidence": ["D"]}],
+    "observation": {
+        "session_3_observation": {"Ann": [["Ann's cat is called  Miso.", "D3:1"]]},
+        "session_1_observation": {"Ann": [["Ann adopted a cat.", "D1:1"],
+                                          ["Ann likes no-one.", "D"]],
+                                  "Bob": [["Bob saw a photo of Ann's cat.", "D1:2", "D1:1"]]},
+    },
 }
 
 
@@ -113,13 +119,34 @@ def test_locomo_sessions_become_dated_notes_with_turn_lines() -> None:
 
 
 def test_evidence_found_only_inside_a_hit_line_range() -> None:
-    evidence = [("memory/2023-05-08.md", 3), ("memory/2023-06-01.md", 3)]
+    conv = locomo.conversation(SAMPLE)
     hits = [{"path": "memory/2023-05-08.md", "startLine": 1, "endLine": 3},
             {"path": "memory/2023-06-01.md", "startLine": 4, "endLine": 9}]
-    assert locomo.found_share(hits, evidence) == pytest.approx(0.5)
-    assert locomo.found_share(hits[:0], evidence) == 0.0
-    assert locomo.found_share(hits, [("", 0)]) == 0.0  # an id missing from the conversation
+    found = locomo.turns_found(hits, conv)
+    assert found == {"D1:1"}  # line 3 of May; June's D3:1 is on line 3, outside 4-9
+    assert locomo.recall(found, ["D3:1", "D1:1"]) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert locomo.recall(locomo.turns_found(hits[:0], conv), ["D3:1", "D1:1"]) == (0.0, 0.0)
+    assert locomo.recall(found, ["D9:9"]) == (0.0, 0.0)  # an id missing from the conversation
     assert locomo.evidence_ids(["D8:6; D9:17", "D", "D:11:26", "D8:6"]) == ["D8:6", "D9:17"]
+
+
+def test_session_level_recall_counts_a_session_held_by_another_of_its_turns() -> None:
+    conv = locomo.conversation(SAMPLE)
+    hits = [{"path": "memory/2023-05-08.md", "startLine": 4, "endLine": 4}]  # D1:2 only
+    assert locomo.recall(locomo.turns_found(hits, conv), ["D1:1"]) == (0.0, 1.0)
+
+
+def test_the_memory_layout_adds_cited_facts_as_memory_entries() -> None:
+    notes, memory = locomo.conversation(SAMPLE), locomo.conversation(SAMPLE, "memory")
+    assert {p: t for p, t in memory.files.items() if p != "MEMORY.md"} == notes.files
+    # One entry per fact, session by session; ids stay out of the text; uncited facts go.
+    assert memory.files["MEMORY.md"] == ("- Ann adopted a cat.\n- Bob saw a photo of Ann's cat.\n"
+                                         "- Ann's cat is called Miso.\n")
+    entry = [{"path": "MEMORY.md", "startLine": 2, "endLine": 2}]
+    assert locomo.turns_found(entry, memory) == {"D1:2", "D1:1"}
+    assert locomo.turns_found(entry, notes) == set()
+    with pytest.raises(ValueError, match="unknown LoCoMo layout 'wiki'"):
+        locomo.conversation(SAMPLE, "wiki")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,3 +215,26 @@ def test_memq_eval_refuses_a_missing_collection(tmp_path: Path) -> None:
                     str(tmp_path / "w"))
     assert done.returncode == 2
     assert "does not exist" in done.stderr
+
+
+def test_memq_eval_on_a_tiny_locomo_file_scores_both_layouts(tmp_path: Path, tiny_model) -> None:
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([{**SAMPLE, "qa": SAMPLE["qa"][:1]}]))
+    cfg = tmp_path / "eval.json"
+    cfg.write_text(json.dumps({"provider": "local",
+                               "local": {"modelPath": str(tiny_model), "threads": 1}}))
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    done = run_memq("eval", "--collection", str(data), "--work-dir", str(tmp_path / "work"),
+                    "--config", str(cfg), "--modes", "keyword", "--json", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["kind"] == "locomo" and list(out["figures"]) == ["notes", "memory"]
+    notes, memory = (out["figures"][layout]["keyword"]["all"] for layout in ("notes", "memory"))
+    assert notes["questions"] == memory["questions"] == 1
+    # Every chunk fits in six results: both evidence turns and sessions are found either way.
+    assert notes["R@6"] == memory["R@6"] == notes["S@6"] == memory["S@6"] == 1.0
+    # The one entry that says "called" is the best keyword match, and it cites D3:1.
+    assert memory["R@1"] == 0.5 and memory["S@1"] == 0.5
+    assert (tmp_path / "work" / "memory" / "conv-x" / "workspace" / "MEMORY.md").is_file()
+    assert not (tmp_path / "work" / "notes" / "conv-x" / "workspace" / "MEMORY.md").exists()
+    assert "Layout `memory`: session-level S@k" in out["table"]

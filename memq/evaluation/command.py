@@ -47,9 +47,10 @@ def fused_keys(vector_weight: float | None, rrf_k: int | None) -> dict[str, Any]
 
 def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
              modes: list[str] | None = None, work_dir: Path | None = None,
-             base: dict[str, Any] | None = None, fused: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
-    """Run the evaluation; returns the figures and a Markdown rendering (``text``)."""
+             base: dict[str, Any] | None = None, fused: dict[str, Any] | None = None,
+             layouts: tuple[str, ...] = locomo.LAYOUTS) -> dict[str, Any]:
+    """Run the evaluation; returns the figures and a Markdown rendering (``text``). LoCoMo
+    runs once per layout (:data:`memq.evaluation.locomo.LAYOUTS`), each in its own folder."""
     if not collection.exists():
         raise ValueError(f"{collection} does not exist")
     work_dir = work_dir or default_work_dir(collection)
@@ -57,11 +58,19 @@ def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
     log = _stderr
     if collection.is_file():
         modes = modes or LOCOMO_MODES
-        conversations = locomo.load(collection)
-        figures: Any = locomo.run(work_dir, base, conversations, modes, limit, log=log)
-        title = (f"LoCoMo {collection.name}: recall@k of evidence turns "
+        figures: Any = {}
+        tables = []
+        for layout in layouts:
+            conversations = locomo.load(collection, layout)
+            figures[layout] = locomo.run(work_dir / layout, base, conversations, modes, limit,
+                                         log=log)
+            tables.append(f"Layout `{layout}`: turn-level R@k\n\n"
+                          f"{report.locomo_table(figures[layout])}\n\n"
+                          f"Layout `{layout}`: session-level S@k\n\n"
+                          f"{report.locomo_table(figures[layout], 'S')}")
+        title = (f"LoCoMo {collection.name}: recall@k of evidence turns and sessions "
                  f"(k in chunks; {len(conversations)} conversations)")
-        out = {"kind": "locomo", "figures": figures, "table": report.locomo_table(figures)}
+        out = {"kind": "locomo", "figures": figures, "table": "\n\n".join(tables)}
     else:
         modes = modes or BEIR_MODES
         data = beir.load_collection(collection, split, limit)

@@ -20,14 +20,15 @@ def beir_table(figures: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def locomo_table(figures: dict[str, dict[str, dict[str, float]]]) -> str:
-    """One row per category (questions counted), one R@k column per mode and k."""
+def locomo_table(figures: dict[str, dict[str, dict[str, float]]], measure: str = "R") -> str:
+    """One row per category (questions counted), one column per mode and k of ``measure``
+    (``R``: turn-level recall, ``S``: session-level)."""
     modes = list(figures)
-    head = ["category", "questions"] + [f"{m} R@{k}" for m in modes for k in KS]
+    head = ["category", "questions"] + [f"{m} {measure}@{k}" for m in modes for k in KS]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     groups = [g for g in (*CATEGORIES.values(), "all") if g in figures[modes[0]]]
     for group in groups:
-        cells = [f"{figures[m][group][f'R@{k}']:.3f}" for m in modes for k in KS]
+        cells = [f"{figures[m][group][f'{measure}@{k}']:.3f}" for m in modes for k in KS]
         count = int(figures[modes[0]][group]["questions"])
         name = f"**{group}**" if group == "all" else group
         lines.append("| " + " | ".join([name, str(count), *cells]) + " |")
