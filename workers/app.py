@@ -8,8 +8,8 @@ QMD update jobs) and ``query.<shard>`` (reads from any host, answered by the sha
 Jobs are recorded in the job log (:mod:`pipeline.fleet.job_log`), which is also the app's result
 backend, so Flower shows each job's outcome; that backend (and SQLAlchemy) is built when first
 used (:class:`pipeline.fleet.job_log.JobLogBackend`), never by a worker whose tasks record no job.
-Every sender names the queue (:class:`pipeline.fleet.broker.FleetDispatcher`). Tasks are acknowledged
-after they run and handed back when their worker dies, so every task is idempotent.
+Every sender names the queue (:class:`pipeline.fleet.broker.FleetDispatcher`). Tasks are
+acknowledged after they run and handed back when their worker dies, so every task is idempotent.
 """
 
 from __future__ import annotations

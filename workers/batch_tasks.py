@@ -4,8 +4,8 @@
 host, never the SQLite file); ``memq.batch_update`` runs on ``store`` (the single writer). A
 poll never sleeps: it asks once and sends the next poll as a new message with a countdown.
 Each job's message chain holds a lease in the broker's Redis
-(:class:`pipeline.fleet.broker.RedisLeases`), so the chain a reconcile starts for a job whose messages
-died is the only one polling it.
+(:class:`pipeline.fleet.broker.RedisLeases`), so the chain a reconcile starts for a job whose
+messages died is the only one polling it.
 """
 
 from __future__ import annotations

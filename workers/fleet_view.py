@@ -36,8 +36,8 @@ from pipeline.fleet.broker import (
     redis_client,
 )
 from pipeline.fleet.job_log import JobLog
-from pipeline.memory import Memory
 from pipeline.fleet.placement import store_is_here
+from pipeline.memory import Memory
 from pipeline.routing import Lane, query_queue, store_queue
 from pipeline.store import reads, schema
 from workers.monitor import BINDING_PREFIX, REDIS_SCHEMES

@@ -13,8 +13,8 @@ from contextlib import ExitStack
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.fleet.broker import FleetDispatcher
-from pipeline.memory import IndexRun, Memory
 from pipeline.fleet.placement import store_is_here
+from pipeline.memory import IndexRun, Memory
 from workers.embedded import EmbeddedFleet, IndexingFailed
 
 

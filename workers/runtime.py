@@ -31,8 +31,8 @@ from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
 from pipeline.fleet.broker import FleetDispatcher, redis_client
-from pipeline.ingest.reindex import is_generation_of
 from pipeline.fleet.job_log import JobLog, store_key
+from pipeline.ingest.reindex import is_generation_of
 from pipeline.memory import Memory
 from pipeline.messages import ProviderSpec
 from pipeline.routing import shard_of_queue

@@ -30,11 +30,11 @@ from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.errors import DeletionRefused, FilesElsewhere, FleetError
 from pipeline.fleet.broker import FleetDispatcher
+from pipeline.fleet.placement import store_is_here
 from pipeline.ingest.producer import REQUEUE_AFTER_S, IndexReport, index_once
 from pipeline.ingest.reindex import rebuild_info, rebuild_step, start_rebuild
 from pipeline.ingest.watcher import Watcher
 from pipeline.memory import Memory
-from pipeline.fleet.placement import store_is_here
 from pipeline.qmd import QmdBackend
 from pipeline.qmd.jobs import QmdJobs
 from pipeline.routing import embed_queue, store_queue
