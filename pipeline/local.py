@@ -34,7 +34,6 @@ from pipeline.errors import (
     UnknownJob,
     memory_disabled,
 )
-from pipeline.fleet.job_log import RecordedJob
 from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
 from pipeline.ingest.safety import reads_own_files
 from pipeline.ingest.sources import relative_path, resolve_memory_path
@@ -513,6 +512,7 @@ class LocalMemory:
         folder) raises :class:`~pipeline.errors.FilesElsewhere` unless ``files_here`` makes
         this folder the memory's files. Nothing is written then.
         """
+        from pipeline.fleet.job_log import RecordedJob  # an index pass only
         from pipeline.ingest.producer import IndexReport
 
         check_enabled(self.settings)
