@@ -40,7 +40,7 @@ from pipeline.ingest.sources import relative_path, resolve_memory_path
 from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
-from pipeline.routing import embed_queue, memory_of_job, new_job_id
+from pipeline.routing import control_queue, embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.corpus import check_corpus, corpus_sources, refusal
 from pipeline.search.hybrid import HeldCopies, search
@@ -229,9 +229,9 @@ class LocalMemory:
 
     @property
     def jobs(self) -> JobLog:
-        """This host's job log (``resultBackend``): the index passes run here are recorded
-        there, and with a shared database every host's; when the store is here, the jobs of
-        this store only (:class:`~pipeline.fleet.job_log.JobLog`'s ``store``)."""
+        """This host's job log (``resultBackend``), of this store's jobs only
+        (:class:`~pipeline.fleet.job_log.JobLog`'s ``store``): the index passes run here are
+        recorded there."""
         with self._lock:
             if self._jobs is None:
                 from pipeline.fleet.job_log import JobLog  # SQLAlchemy loads only when used
@@ -835,7 +835,6 @@ class LocalMemory:
         if not self.settings.broker_url:
             return False
         from pipeline.fleet.broker import FleetDispatcher  # Celery loads only when used
-        from pipeline.routing import control_queue
 
         with self._lock:
             if self._fleet is None:
