@@ -1,4 +1,4 @@
-"""``Memory``: one agent's memory, its settings and its store, and everything done with them.
+"""``Memory``: one agent's memory, wherever its store is.
 
     from pipeline import Memory
 
@@ -9,170 +9,63 @@
         memory.get("memory/2026-11-18.md", from_line=3, lines=2)
         memory.append("Decided: Postgres for billing.", target="longterm")
 
-A ``Memory`` owns what it uses: the embedding providers it built (a local model loads once),
-its in-memory copies of the store (vectors and BM25 statistics, for fast repeated searches),
-the connections and background threads it started, and, unless one is given, the
-:class:`~pipeline.dispatch.Dispatcher` its index passes send their embedding work to: the
-fleet's broker when ``brokerUrl`` is configured, else this very process. ``close()`` (or the
-``with`` block) releases them all.
+A ``Memory`` is a thin front: when it is built it asks once whether this host holds the
+memory's store (:mod:`pipeline.fleet.placement`) and then hands every call to the one
+implementation that fits, :class:`~pipeline.local.LocalMemory` (the store is here) or
+:class:`~pipeline.remote.RemoteMemory` (it is on another host, reached through its shard).
+Both answer the same calls: search, get, append, status, index, sync, jobs. ``close()`` (or
+the ``with`` block) releases what the implementation holds.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings, load_settings
 from pipeline.embeddings.providers import ProviderPool
-from pipeline.embeddings.registry import ProviderChoice, choose_provider, fallback_note
-from pipeline.errors import (
-    AppendError,
-    DeletionRefused,
-    EmbeddingError,
-    FleetError,
-    MemoryPathError,
-    StoreError,
-    UnknownJob,
-    memory_disabled,
-)
+from pipeline.errors import FleetError
 from pipeline.fleet.placement import store_is_here
-from pipeline.ingest.refresh import BackgroundRefresher, find_stale, stale_memory_paths
-from pipeline.ingest.safety import reads_own_files, record_files_from
-from pipeline.ingest.sources import MEMORY_SOURCE, relative_path, resolve_memory_path
-from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
-from pipeline.polling import POLL_S, Poll
+from pipeline.local import (
+    MODE_REMOTE,
+    STALL_HINT_S,
+    UNKNOWN_JOB_AFTER_S,
+    VECTORS_EMBEDDED,
+    VECTORS_NONE,
+    VECTORS_QUEUED,
+    IndexRun,
+    LocalMemory,
+    wait_for_submission,
+    wait_for_vectors,
+)
 from pipeline.results import Appended, MemoryText, SearchResults
-from pipeline.routing import embed_queue, memory_of_job, new_job_id
-from pipeline.search.citations import apply_citations, check_mode
-from pipeline.search.corpus import check_corpus, corpus_sources, refusal
-from pipeline.search.hybrid import HeldCopies, search
-from pipeline.search.rerank import build_reranker
-from pipeline.store import batches, cache, joblog, reads, schema
-from pipeline.store.engine import Database, as_store_error, connect
-from pipeline.store.owner import check_owner, owner_of
-from pipeline.store.reads import rebuild_info
 
-# A one-shot search (``memq search``) imports this module: what only indexing, appending,
-# transcripts, the QMD backend or the fleet need is imported where it is used.
 if TYPE_CHECKING:
     from pipeline.dispatch import Dispatcher
-    from pipeline.embeddings.base import EmbeddingProvider
     from pipeline.fleet.job_log import JobLog, JobRecord
-    from pipeline.ingest.producer import IndexReport, Known
-    from pipeline.ingest.reindex import RebuildProgress
-    from pipeline.messages import FileChanges, ProviderSpec
     from pipeline.qmd import QmdBackend
-    from pipeline.qmd.jobs import QmdJobs
     from pipeline.remote import RemoteMemory
 
-log = logging.getLogger(__name__)
-
-#: How long a job may be neither in the job log nor waiting in its queue before a follower
-#: calls it unknown.
-UNKNOWN_JOB_AFTER_S = 15.0
-STALL_HINT_S = 30.0
-#: What happens to a pass's new chunks' vectors (``IndexRun.vectors``).
-VECTORS_EMBEDDED = "embedded"
-VECTORS_QUEUED = "queued"
-VECTORS_NONE = "none (keyword-only index)"
-#: ``IndexRun.mode`` of a pass sent to the writer host of a memory whose store is elsewhere.
-MODE_REMOTE = "remote"
-#: ``SearchResults.mode`` of a QMD answer, by ``qmd.searchMode``.
-_QMD_MODES = {"search": "keyword-only", "vsearch": "hybrid", "query": "hybrid"}
-
-
-@dataclass
-class IndexRun:
-    """What one index pass did (``report``), with which provider (``mode``, ``provider``,
-    ``model``, ``reason``), whether it waited for every vector, how long it took, the chunks
-    left without a vector (``failed_chunks``), a rebuild's progress, and its job id."""
-
-    report: IndexReport
-    mode: str
-    provider: str | None
-    model: str | None
-    reason: str | None
-    waited: bool = False
-    seconds: float = 0.0
-    failed_chunks: int = 0
-    warnings: list[str] = field(default_factory=list)
-    rebuild: RebuildProgress | None = None
-    job_id: str | None = None
-    batch_resumed: int = 0  # live batch jobs whose polling this run started again
-    vectors: str | None = None  # VECTORS_EMBEDDED, VECTORS_QUEUED or VECTORS_NONE
-    #: The store after the pass: vectors written, chunks pending or failed, and why.
-    outcome: VectorOutcome = field(default_factory=VectorOutcome)
-
-    @property
-    def vectors_written(self) -> int | None:
-        """Vectors written during the pass (None when it did not wait for them)."""
-        return self.outcome.written
-
-    @property
-    def pending(self) -> int:
-        """Chunks still without a vector and not failed (queued, or held with a reason)."""
-        return self.outcome.pending
-
-    @property
-    def without_vector(self) -> tuple[WithoutVector, ...]:
-        """The chunks left without a vector, grouped by state and reason."""
-        return self.outcome.groups
-
-
-def wait_for_vectors(db: Database, *, on_progress: Callable[[int, int], None] | None = None,
-                     check: Callable[[], None] | None = None,
-                     warn: Callable[[str], None] | None = None) -> None:
-    """Block until no chunk is pending and no provider batch job is still finishing;
-    ``check`` runs between polls (:meth:`Dispatcher.check`)."""
-    total = reads.waiting_count(db)
-    last_change, last_left = time.monotonic(), total
-    hinted = False
-    while True:
-        left = reads.waiting_count(db)
-        if on_progress:
-            on_progress(total - left, total)
-        if left == 0 and not batches.live_jobs(db):
-            return
-        if left != last_left:
-            last_change, last_left = time.monotonic(), left
-        elif not hinted and warn and time.monotonic() - last_change > STALL_HINT_S:
-            warn("no progress for 30 s: is a worker consuming the embed and store queues? "
-                 "(memq worker --role embed / --role writer)")
-            hinted = True
-        if check:
-            check()
-        time.sleep(POLL_S)
-
-
-def wait_for_submission(db: Database, *, check: Callable[[], None] | None = None) -> None:
-    """Block until every live batch job was created at its provider (``remote.batch.wait``
-    false: the run returns then, and the vectors land later, or in the next run)."""
-    while any(job["remote"] is None for job in batches.live_jobs(db)):
-        if check:
-            check()
-        time.sleep(POLL_S)
+__all__ = ["MODE_REMOTE", "STALL_HINT_S", "UNKNOWN_JOB_AFTER_S", "VECTORS_EMBEDDED",
+           "VECTORS_NONE", "VECTORS_QUEUED", "IndexRun", "Memory", "wait_for_submission",
+           "wait_for_vectors"]
 
 
 class Memory:
-    """One agent's memory: its workspace, resolved settings and SQLite store.
+    """One agent's memory: its workspace, resolved settings and store.
 
     Build it from a workspace folder (``Memory("~/agent-workspace")``), a config file
     (``config=``: memq.toml/.json or an OpenClaw ``openclaw.json``) and the OpenClaw agent
-    whose memory it is (``agent=``), or from resolved ``settings``. ``dispatcher`` is where
-    index passes send their embedding work (default: the fleet's broker when ``brokerUrl`` is
-    set, else this process). ``in_memory`` (default) keeps the store's vectors and BM25
-    statistics in memory for fast repeated searches; pass False for a single search.
-    ``local`` says whether this host holds the store (default: :mod:`pipeline.fleet.placement`
-    decides); ``jobs`` is the job log to record index passes in (default: the one of
-    ``resultBackend``, opened on first use); ``providers`` the embedding providers to use
-    (default: its own, closed with it).
+    whose memory it is (``agent=``), or from resolved ``settings``. ``local`` says whether this
+    host holds the store (default: :mod:`pipeline.fleet.placement` decides, once); ``jobs`` is
+    the job log to record index passes in (default: the one of ``resultBackend``, opened on
+    first use). For a store here: ``dispatcher`` is where index passes send their embedding
+    work (default: the fleet's broker when ``brokerUrl`` is set, else this process),
+    ``in_memory`` (default) keeps the store's vectors and BM25 statistics in memory for fast
+    repeated searches (pass False for a single search), ``providers`` the embedding providers
+    to use (default: its own, closed with it).
     """
 
     def __init__(self, workspace: str | os.PathLike[str] | None = None, *,
@@ -183,22 +76,15 @@ class Memory:
         if settings is None:
             settings = load_settings(config_file=config, workspace=workspace, agent=agent)
         self.settings = settings
-        self._own_providers = providers is None
-        self._providers = ProviderPool() if providers is None else providers
-        self._held = HeldCopies() if in_memory else None
-        #: ``rerank.*``: the cross-encoder stage and its outage state (None when off).
-        self._reranker = build_reranker(self.settings.rerank, local=self.settings.local)
-        self._dispatcher = dispatcher
-        self._owned: Any = None  # the default dispatcher, built on first use, closed with us
-        self._local = local
-        self._remote: RemoteMemory | None = None  # the shard's side, built on first use
-        self._jobs = jobs  # the job log: the one given, else built on first use
-        self._own_jobs = jobs is None
-        self._lock = threading.Lock()
-        self._refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
-        self._qmd: QmdBackend | None = None  # backend "qmd": built on first use
-        self._qmd_jobs: QmdJobs | None = None  # where its update jobs go
-        self._qmd_opened = False  # the boot job was asked for (update.onBoot)
+        here = local if local is not None else store_is_here(settings)
+        self._impl: LocalMemory | RemoteMemory
+        if here:
+            self._impl = LocalMemory(settings, dispatcher=dispatcher, in_memory=in_memory,
+                                     jobs=jobs, providers=providers)
+        else:
+            from pipeline.remote import RemoteMemory  # Celery loads only when used
+
+            self._impl = RemoteMemory(settings, jobs=jobs)
 
     @property
     def name(self) -> str:
@@ -216,34 +102,32 @@ class Memory:
 
     @property
     def here(self) -> bool:
-        """Whether this host holds the memory's store (:mod:`pipeline.fleet.placement`): if not,
-        reads go to its shard's reader and writes become jobs for its shard, and no store is
-        created here. ``local=`` fixes it (a shard's own workers pass True)."""
-        return self._local if self._local is not None else store_is_here(self.settings)
+        """Whether this host holds the memory's store (decided when the memory was built): if
+        not, reads go to its shard's reader and writes become jobs for its shard, and no store
+        is created here."""
+        return isinstance(self._impl, LocalMemory)
+
+    @property
+    def local(self) -> LocalMemory:
+        """The memory as its store's host sees it; FleetError when the store is elsewhere."""
+        if not isinstance(self._impl, LocalMemory):
+            raise FleetError(f"the store of memory {self.name!r} is on shard {self.shard}'s "
+                             "host, not here")
+        return self._impl
 
     @property
     def remote(self) -> RemoteMemory:
-        """The memory as reached through its shard (used when :attr:`here` is False)."""
-        with self._lock:
-            if self._remote is None:
-                from pipeline.remote import RemoteMemory  # Celery loads only when used
-
-                self._remote = RemoteMemory(self.settings)
-            return self._remote
+        """The memory as reached through its shard; FleetError when the store is here."""
+        if isinstance(self._impl, LocalMemory):
+            raise FleetError(f"the store of memory {self.name!r} is here")
+        return self._impl
 
     @property
     def jobs(self) -> JobLog:
         """This host's job log (``resultBackend``): the index passes run here are recorded
         there, and with a shared database every host's; when the store is here, the jobs of
         this store only (:class:`~pipeline.fleet.job_log.JobLog`'s ``store``)."""
-        with self._lock:
-            if self._jobs is None:
-                from pipeline.fleet.job_log import JobLog  # SQLAlchemy loads only when used
-
-                self._jobs = JobLog(self.settings.result_backend,
-                                    keep_days=self.settings.fleet.jobs_keep_days,
-                                    store=self.settings.store.path if self.here else None)
-            return self._jobs
+        return self._impl.jobs
 
     def __repr__(self) -> str:
         return f"Memory({self.name!r}, workspace={str(self.workspace)!r})"
@@ -275,124 +159,9 @@ class Memory:
         annotated ``<!-- project: … -->`` with only active keys score ×1.15, other annotated
         entries ×0.9 (:mod:`pipeline.search.entries`; memq's own index only).
         """
-        self._check_enabled()
-        citations = check_mode(citations or self.settings.citations)
-        corpus = check_corpus(corpus)
-        refused = refusal(self.settings, corpus)
-        if refused is not None:
-            refused.citations = citations
-            return refused
-        if not self.here:
-            return self.remote.search(str(query), max_results=max_results,
-                                      min_score=min_score, sync=sync, citations=citations,
-                                      corpus=corpus, projects=projects)
-        sources = corpus_sources(self.settings, corpus)
-        fallback = None
-        backend = self.qmd
-        if backend is not None:
-            from pipeline.qmd import QmdUnavailable
-
-            self._qmd_open()
-            try:
-                hits = backend.search(str(query), max_results=max_results, min_score=min_score)
-            except QmdUnavailable as exc:  # the backend logged it (once per outage)
-                fallback = exc.as_dict()
-            else:
-                if sources is not None:
-                    hits = [hit for hit in hits if hit.source in sources]
-                return SearchResults(hits=apply_citations(hits, citations), provider="qmd",
-                                     model=backend.qmd.search_mode,
-                                     mode=_QMD_MODES[backend.qmd.search_mode],
-                                     citations=citations, backend="qmd")
-        results = self._search_builtin(str(query), max_results, min_score, sync, citations,
-                                       sources, projects)
-        if backend is not None:
-            results.backend, results.fallback = "builtin", fallback
-        return results
-
-    def _search_builtin(self, query: str, max_results: int | None, min_score: float | None,
-                        sync: bool | None, citations: str, sources: tuple[str, ...] | None,
-                        projects: Sequence[str] | None = None) -> SearchResults:
-        try:
-            db = self._open_store()
-        except StoreError as exc:  # OpenClaw's "unavailable" shape: the agent is told
-            return SearchResults(mode="unavailable", error=str(exc),
-                                 action="rebuild the index with `memq index` after moving the "
-                                        "store aside")
-        if db is None:
-            return SearchResults(warning=f"nothing indexed yet at {self.settings.store.path}: "
-                                         "run `memq index`")
-        try:
-            return self._search(db, query, max_results, min_score, sync, citations, sources,
-                                projects)
-        finally:
-            db.close()
-
-    def _search(self, db: Database, query: str, max_results: int | None,
-                min_score: float | None, sync: bool | None, citations: str,
-                sources: tuple[str, ...] | None, projects: Sequence[str] | None = None
-                ) -> SearchResults:
-        spec = schema.index_spec(db)
-        provider, warning = None, None
-        if spec is not None:
-            try:
-                provider = self._providers.get(spec, self.settings)
-            except EmbeddingError as exc:
-                warning = f"query embedding unavailable, keyword results only: {exc}"
-        synced = 0
-        if self.settings.sync.on_search if sync is None else sync:
-            try:
-                synced = self._sync_rows(db, spec, provider)
-            except DeletionRefused as exc:  # the index stays as it is; the caller is told
-                warning = f"not synced: {exc}"
-        try:
-            answer = search(db, self.settings, query, max_results=max_results,
-                            min_score=min_score, provider=provider, held=self._held,
-                            reranker=self._reranker, sources=sources, projects=projects)
-        except EmbeddingError as exc:
-            provider, warning = None, f"query embedding failed, keyword results only: {exc}"
-            answer = search(db, self.settings, query, max_results=max_results,
-                            min_score=min_score, provider=None, held=self._held,
-                            reranker=self._reranker, sources=sources, projects=projects)
-        hits = answer.hits
-        if not db.fts_ok:
-            warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "
-                                                       f"{db.fts_error}"]))
-        reason = schema.get_meta(db, "mode_reason")
-        rebuild = rebuild_info(db)
-        return SearchResults(
-            hits=apply_citations(hits, citations),
-            provider=spec.name if spec else None, model=spec.model if spec else None,
-            mode="hybrid" if provider is not None else "keyword-only", citations=citations,
-            reason=reason if spec is None and reason else None,
-            pending=reads.pending_count(db) if spec is not None else None,
-            warning=warning, synced=synced,
-            fallback=fallback_note(spec, self.settings, reason), rerank=answer.rerank,
-            # answered from the live index while its successor is built
-            rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)
-
-    def _sync_rows(self, db: Database, spec: ProviderSpec | None,
-                   provider: EmbeddingProvider | None) -> int:
-        """``sync.onSearch``: bring the chunk rows of changed memory files up to date before
-        answering, so a search never answers silently from old text. Returns the files synced.
-
-        Only rows are written (keyword search sees the new text at once); their vectors follow
-        with the next index pass, and the result says they are pending. Nothing happens while
-        the index is being rebuilt for another configuration, or when the index's provider
-        cannot be built here (its input limit decides how chunks are cut).
-        """
-        if spec is not None and provider is None:
-            return 0
-        if not reads_own_files(db, self.settings):  # its producer on another host syncs it
-            return 0
-        stale = stale_memory_paths(db, self.settings)
-        if not stale:
-            return 0
-        from pipeline.ingest.producer import sync_files  # writes rows: only when files changed
-
-        choice = ProviderChoice(provider, spec, schema.get_meta(db, "mode_reason"))
-        report = sync_files(db, self.settings, choice, paths=stale)
-        return report.changed + report.deleted
+        return self._impl.search(query, max_results=max_results, min_score=min_score,
+                                 sync=sync, citations=citations, corpus=corpus,
+                                 projects=projects)
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None
             ) -> MemoryText:
@@ -406,82 +175,13 @@ class Memory:
         open too: ``qmd://<collection>/<path>`` (or OpenClaw's ``qmd/<collection>/<path>``)
         from the collection's folder, and workspace files a collection covers.
         """
-        from pipeline.ingest.sessions import session_get
-
-        self._check_enabled()
-        if not self.here:
-            return self._get_elsewhere(str(path), from_line, lines)
-        backend = self.qmd
-        if backend is not None and _names_qmd_file(backend, str(path)):
-            return backend.get(str(path), from_line, lines)
-        session = session_get(self.settings, str(path), from_line, lines)
-        if session is not None:
-            return session
-        try:
-            target = resolve_memory_path(self.settings, str(path))
-        except MemoryPathError as refused:
-            if backend is None:
-                raise
-            from pipeline.qmd import QmdPathError
-
-            try:  # a file of a QMD collection (its folder inside the workspace)
-                return backend.get(str(path), from_line, lines)
-            except QmdPathError:
-                raise refused from None
-        return self._read_file(target, from_line, lines)
-
-    def _read_file(self, target: Path, from_line: int | None, lines: int | None) -> MemoryText:
-        rel = relative_path(self.settings.workspace, target)
-        elsewhere, kept = self._kept_text(rel)
-        if elsewhere:  # a file the store does not know reads as one that could exist
-            return (MemoryText(rel, "") if kept is None
-                    else MemoryText.window(rel, kept, from_line, lines))
-        if not target.exists():
-            return MemoryText(rel, "")
-        return MemoryText.window(rel, target.read_text(encoding="utf-8", errors="replace"),
-                                 from_line, lines)
-
-    def _kept_text(self, path: str | None = None) -> tuple[bool, str | None]:
-        """Whether the store's files are sent from another host's folder (the folder here is
-        not them: :mod:`pipeline.ingest.safety`), and then the text of memory file ``path``
-        that the store keeps (None for a file it does not know, or without ``path``)."""
-        db = self._open_store() if self.here else None
-        if db is None:
-            return False, None
-        try:
-            if reads_own_files(db, self.settings):
-                return False, None
-            return True, reads.kept_text(db, path) if path is not None else None
-        finally:
-            db.close()
-
-    def _get_elsewhere(self, path: str, from_line: int | None, lines: int | None
-                       ) -> MemoryText:
-        """``get`` of a memory whose store is on another host: a memory file or a session
-        transcript is read here when it is here (the files are the truth), anything else (no
-        workspace here, a QMD document) by the shard's reader."""
-        from pipeline.ingest.sessions import session_get
-
-        if self.settings.sessions_dir.is_dir():  # the agent's transcripts are here too
-            session = session_get(self.settings, path, from_line, lines)
-            if session is not None:
-                return session
-        if self.workspace.is_dir():
-            try:
-                target = resolve_memory_path(self.settings, path)
-            except MemoryPathError:
-                pass
-            else:
-                return self._read_file(target, from_line, lines)
-        return self.remote.get(path, from_line, lines)
+        return self._impl.get(path, from_line, lines)
 
     def stale_files(self) -> list[str]:
         """Memory files the index does not reflect yet (all of them when nothing is indexed):
         a stat-only check, cheap enough before every search (asked of the shard's reader when
         the store is on another host)."""
-        if not self.here:
-            return self.remote.stale_files()
-        return find_stale(self.settings)
+        return self._impl.stale_files()
 
     def status(self) -> dict[str, Any]:
         """What is indexed, pending and failed, with which provider and why, the rebuild under
@@ -489,16 +189,7 @@ class Memory:
         ``backend: "qmd"``, ``backend`` says so and ``qmd`` holds the QMD backend's status.
         For a memory whose store is on another host, its shard's reader answers
         (``servedBy`` names it)."""
-        if not self.here:
-            return self.remote.status()
-        from pipeline.status import index_status
-
-        status = index_status(self.settings, self.jobs)
-        backend = self.qmd
-        status["backend"] = "builtin" if backend is None else "qmd"
-        if backend is not None:
-            status["qmd"] = backend.status()
-        return status
+        return self._impl.status()
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -511,476 +202,75 @@ class Memory:
         target. Once the note is on disk, a failure to index it is reported in ``warning``,
         never raised: a caller that retried would write the note twice.
         """
-        from pipeline.ingest.append import append_note
-
-        self._check_enabled()
-        if not self.here:
-            return self._append_elsewhere(text, target)
-        if self._kept_text()[0]:  # the store is fed from another host's folder
-            raise AppendError(f"the files of memory {self.name!r} are on the host that sends "
-                              "them to this store, not here: append the note there")
-        note = append_note(text, target, settings=self.settings)
-        try:
-            run = self._refresher.refresh_now()
-        except Exception as exc:  # on disk already: report, never raise (see above)
-            log.exception("indexing after memory_append failed")
-            return replace(note, warning=f"saved, but indexing it failed: "
-                                         f"{type(exc).__name__}: {exc}")
-        return replace(note, indexed=True, vectors=run.vectors)
-
-    def _append_elsewhere(self, text: str, target: str) -> Appended:
-        """``append`` of a memory whose store is on another host: with the workspace here,
-        the note is written here and sent to the shard's writer (the answer waits, up to
-        ``fleet.queryTimeoutMs``, until the writer has written it); without it, the shard's
-        host appends and indexes the note."""
-        from pipeline.ingest.append import append_note
-
-        if not self.workspace.is_dir():
-            return self.remote.append(text, target)
-        note = append_note(text, target, settings=self.settings)
-        try:
-            run = self._index_elsewhere(
-                wait=False, retry_failed=False, rebuild=None, on_progress=None, warn=None,
-                started=time.monotonic(), interactive=True,
-                paths=[Path(os.path.normpath(self.workspace / note.path))])
-            job = run.job_id
-            indexed = job is not None and self.remote.wait_ended(
-                job, self.settings.fleet.query_timeout_ms / 1000)
-        except FleetError as exc:  # on disk already: report, never raise (see append)
-            return replace(note, warning=f"saved, but indexing it failed: {exc}")
-        return replace(note, indexed=indexed, vectors=VECTORS_QUEUED,
-                       warning=None if indexed else f"saved; shard {self.shard} indexes it "
-                                                    f"(job {job}), not yet searchable")
+        return self._impl.append(text, target)
 
     def index(self, *, wait: bool = True, retry_failed: bool = False,
-              rebuild: str | None = None, choice: ProviderChoice | None = None,
-              on_progress: Callable[[int, int], None] | None = None,
-              warn: Callable[[str], None] | None = None, job_id: str | None = None,
-              origin: str = "local", host: str | None = None,
-              job_request: Any = None, allow_deletions: bool = False,
-              files_here: bool = False) -> IndexRun:
+              rebuild: str | None = None, on_progress: Callable[[int, int], None] | None = None,
+              warn: Callable[[str], None] | None = None, allow_deletions: bool = False,
+              files_here: bool = False, **pass_: Any) -> IndexRun:
         """One index pass: bring the store in line with the files and embed what is new.
 
         ``wait`` returns only when every vector is written (else once the work is sent).
         ``retry_failed`` queues failed chunks again. ``rebuild`` names a reason to build a new
         index beside the live one and swap it in when complete (``memq reindex``); a
         configuration whose fingerprint no longer matches the store's does the same.
-        ``choice`` is the provider to index with (default: chosen from the settings).
         ``on_progress(done, total)`` follows the vectors; ``warn`` gets hints for a person.
-        The pass is recorded in the job log (``job_id``, ``origin`` and ``host`` say what
-        ran it; ``job_request`` is the Celery request of the task running it, whose worker and
-        queue go with the record).
-
-        A pass never empties a memory by an accident of the host (:mod:`pipeline.ingest.safety`):
-        one that would remove every file or most of them (an empty, missing or unmounted
-        folder) raises :class:`~pipeline.errors.DeletionRefused` unless ``allow_deletions``;
-        one over a folder that is not the memory's files (they are sent from another host's
-        folder) raises :class:`~pipeline.errors.FilesElsewhere` unless ``files_here`` makes
-        this folder the memory's files. Nothing is written then.
+        A pass never empties a memory by an accident of the host (``allow_deletions``,
+        ``files_here``: :meth:`pipeline.local.LocalMemory.index`). What else a pass on the
+        store's host takes (``choice``, ``job_id``, ``origin``, ``host``, ``job_request``) is
+        passed on to it.
 
         For a memory whose store is on another host (:attr:`here`), the pass is a job for the
         shard's writer host (``mode == "remote"``), followed to the end with ``wait``.
         """
-        from pipeline.ingest.producer import IndexReport
-
-        self._check_enabled()
-        started, began = time.monotonic(), time.time()
-        if not self.here:
-            if files_here:
-                raise FleetError(f"--files-here makes the folder of the store's host the "
-                                 f"files of memory {self.name!r}: run it on the host of shard "
-                                 f"{self.shard}'s store")
-            return self._index_elsewhere(wait=wait, retry_failed=retry_failed,
-                                         rebuild=rebuild, on_progress=on_progress, warn=warn,
-                                         started=started, allow_deletions=allow_deletions)
-        choice = choice or choose_provider(self.settings)
-        if choice.fallback_from is not None:
-            log.warning("%s", choice.reason)
-            if warn is not None:
-                warn(f"warning: {choice.reason}")
-        run = IndexRun(IndexReport(), choice.mode, choice.spec.name if choice.spec else None,
-                       choice.spec.model if choice.spec else None, choice.reason,
-                       job_id=job_id or new_job_id(self.name))
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
-        try:
-            schema.ensure_schema(db)
-            check_owner(db, self.owner, claim=True)
-            self._carry_old_job_log(db)
-            self._logged(run, origin, host, job_request, lambda progress: self._produce(
-                run, db, choice, wait=wait, retry_failed=retry_failed, rebuild=rebuild,
-                on_progress=progress, warn=warn, began=began, allow_deletions=allow_deletions,
-                files_here=files_here), on_progress)
-            self._qmd_after(run.report)
-            return run
-        except db.operational_error as exc:
-            raise as_store_error(exc, db.path) or exc from exc
-        finally:
-            run.seconds = time.monotonic() - started
-            db.close()
-
-    def _logged(self, run: IndexRun, origin: str, host: str | None, request: Any,
-                work: Callable[[Callable[[int, int], None]], None],
-                on_progress: Callable[[int, int], None] | None) -> None:
-        """Run ``work`` recorded as job ``run.job_id`` in the job log: started, its vectors'
-        progress, done with the pass's counts, or failed with the error (then raised)."""
-        jobs = self.jobs
-        meta = jobs.started(run.job_id, memory=self.name, origin=origin, host=host,
-                            request=request)
-
-        def progress(done: int, total: int) -> None:
-            jobs.progress(run.job_id, {**meta, "vectors_done": done, "vectors_total": total},
-                          request)
-            if on_progress is not None:
-                on_progress(done, total)
-
-        try:
-            work(progress)
-        except BaseException as exc:
-            jobs.failed(run.job_id, f"{type(exc).__name__}: {exc}"[:1000], meta, request)
-            raise
-        jobs.finished(run.job_id, {**meta, **run.report.counts(), **run.outcome.to_dict()},
-                      request)
-
-    def _carry_old_job_log(self, db: Database) -> None:
-        """Hand the rows of memq's old job log (beside or inside the store) to the job log,
-        then remove the old one: once, the first pass after an upgrade."""
-        rows = joblog.old_rows(self.settings.store.path, db)
-        if rows or joblog.log_path(self.settings.store.path).exists():
-            self.jobs.import_rows(self.name, rows)
-            joblog.forget_old(self.settings.store.path, db)
-
-    def _index_elsewhere(self, *, wait: bool, retry_failed: bool, rebuild: str | None,
-                         on_progress: Callable[[int, int], None] | None,
-                         warn: Callable[[str], None] | None, started: float,
-                         paths: list[Path] | None = None, interactive: bool = False,
-                         allow_deletions: bool = False) -> IndexRun:
-        """An index pass of a memory whose store is on another host, followed to the end (its
-        vectors written) with ``wait``: with the files here, a pass here that sends what
-        changed to the shard's writer (nothing when nothing changed); without them, a job for
-        the shard's host, which reads its own copy."""
-        from pipeline.ingest.producer import IndexReport
-
-        here = self.workspace.is_dir()
-        if here and rebuild is not None:
-            raise FleetError(f"a rebuild of memory {self.name!r} runs on the host of its "
-                             f"store (shard {self.shard}), which does not have its files: "
-                             "move the store aside there and index again from here")
-        if here:
-            job_id, report = self.remote.produce(paths=paths, interactive=interactive,
-                                                 retry_failed=retry_failed,
-                                                 origin="sync" if interactive else "remote",
-                                                 allow_deletions=allow_deletions)
-        elif allow_deletions:
-            raise FleetError(f"--allow-deletions lets a pass over the files of memory "
-                             f"{self.name!r} remove them from its index: run it on the host "
-                             f"that holds them ({self.workspace} is not here)")
-        else:
-            job_id, report = self.remote.queue_index(
-                retry_failed=retry_failed, rebuild=rebuild, interactive=interactive), None
-        sent = f"sent as job {job_id}" if job_id else "nothing changed"
-        run = IndexRun(report or IndexReport(), MODE_REMOTE, None, None,
-                       f"the store is on shard {self.shard}'s host: {sent}",
-                       job_id=job_id, vectors=VECTORS_QUEUED)
-        if wait and job_id is not None:
-            job = self.follow_job(job_id, on_progress=on_progress, warn=warn)
-            if job.state != "done":
-                raise FleetError(f"job {job_id} {job.state}: {job.error}")
-            counts = IndexReport.from_counts(job.result)
-            if report is None:
-                run.report = counts
-            else:  # what the writer made of what was sent
-                report.chunks_queued, report.chunks_cached, report.jobs = (
-                    counts.chunks_queued, counts.chunks_cached, counts.jobs)
-                report.errors += [e for e in job.result.get("errors", ()) if e not in
-                                  report.errors]
-        if wait:
-            run.waited = True
-            status = self.remote.status()
-            run.outcome = VectorOutcome(
-                None, int(status.get("pending") or 0), int(status.get("failed") or 0),
-                tuple(WithoutVector(status.get("provider"), e["state"], e["error"], e["chunks"])
-                      for e in status.get("chunk_errors") or ()))
-            run.failed_chunks = run.outcome.failed
-        run.seconds = time.monotonic() - started
-        return run
+        return self._impl.index(wait=wait, retry_failed=retry_failed, rebuild=rebuild,
+                                on_progress=on_progress, warn=warn,
+                                allow_deletions=allow_deletions, files_here=files_here,
+                                **pass_)
 
     def reindex(self, *, wait: bool = True, on_progress: Callable[[int, int], None] | None = None,
                 warn: Callable[[str], None] | None = None) -> IndexRun:
         """Build a new index beside the live one (searches keep using the live one) and swap
         it in when complete: :meth:`index` with ``rebuild="memq reindex"``."""
-        return self.index(wait=wait, rebuild="memq reindex", on_progress=on_progress, warn=warn)
+        return self._impl.reindex(wait=wait, on_progress=on_progress, warn=warn)
 
     def sync(self) -> IndexRun:
         """Bring the index in line with the files under its own provider and model (never a
         switch, which would drop every vector): new text is keyword-searchable at once, its
         vectors embedded here or queued to the fleet (``run.vectors`` says which). For a
         memory whose store is on another host, an index job for its shard."""
-        from pipeline.ingest.producer import index_once
-
-        self._check_enabled()
-        if not self.here:  # sent to the shard: this host never creates the store
-            return self._index_elsewhere(wait=False, retry_failed=False, rebuild=None,
-                                         on_progress=None, warn=None,
-                                         started=time.monotonic(), interactive=True)
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
-        try:
-            schema.ensure_schema(db)
-            check_owner(db, self.owner, claim=True)
-            choice = self._index_choice(db)
-            if choice.spec is None:
-                report = index_once(db, self.settings, choice, None)
-                self._qmd_after(report)
-                return IndexRun(report, choice.mode, None, None, choice.reason,
-                                vectors=VECTORS_NONE)
-        finally:
-            db.close()
-        return self.index(choice=choice, wait=False)
+        return self._impl.sync()
 
     def sync_in_background(self) -> None:
         """Start :meth:`sync` on a thread unless one runs (which then runs once more); nothing
         while the memory is disabled."""
-        if not self.settings.enabled:
-            return
-        self._refresher.trigger()
+        if self.settings.enabled:
+            self._impl.refresher.trigger()
 
     @property
     def syncing(self) -> bool:
         """A background sync is running."""
-        return self._refresher.running
+        return self._impl.refresher.running
 
     @property
     def sync_error(self) -> str | None:
         """Why the last sync failed (None after a good one)."""
-        return self._refresher.last_error
+        return self._impl.refresher.last_error
 
-    # -- the QMD backend ---------------------------------------------------------------------
-
-    @property
-    def qmd(self) -> QmdBackend | None:
-        """The QMD backend (``backend: "qmd"``), built on first use; None for ``builtin``."""
-        if self.settings.backend != "qmd":
-            return None
-        from pipeline.qmd import QmdBackend
-
-        with self._lock:
-            if self._qmd is None:
-                self._qmd = QmdBackend(self.settings)
-            return self._qmd
-
-    def qmd_job(self, reason: str) -> None:
-        """Ask for a QMD update job (``boot``, ``changed`` or ``due``; see
-        :mod:`pipeline.qmd.jobs`) unless nothing would be done: on the fleet's
-        ``control.<shard>`` queue when a broker takes it, else on this memory's background
-        thread (one job at a time). Nothing happens with ``backend: "builtin"``."""
-        jobs = self._qmd_scheduler()
-        if jobs is not None:
-            jobs.ask(reason)
-
-    def wait_for_qmd_jobs(self, timeout: float | None = None) -> None:
-        """Wait for the QMD job this process runs in the background, if any."""
-        with self._lock:
-            jobs = self._qmd_jobs
-        if jobs is not None:
-            jobs.runner.wait(timeout)
-
-    def _qmd_scheduler(self) -> QmdJobs | None:
-        backend = self.qmd
-        if backend is None:
-            return None
-        from pipeline.qmd.jobs import QmdJobs
-
-        with self._lock:
-            if self._qmd_jobs is None:
-                self._qmd_jobs = QmdJobs(backend, lambda reason: self.dispatcher.qmd_job(
-                    self.name, reason, shard=self.shard))
-            return self._qmd_jobs
-
-    def _qmd_open(self) -> None:
-        """Before a QMD search. Once per ``Memory`` (``update.onBoot``): set QMD up, or
-        refresh it when due, in the background (before answering, with
-        ``update.waitForBootSync``, when the home is not set up yet). Later: the intervals'
-        jobs when due (looked at every 30 s at most)."""
-        from pipeline.qmd.jobs import needs_boot
-
-        jobs = self._qmd_scheduler()
-        if jobs is None:
-            return
-        if self._qmd_opened or not jobs.backend.qmd.update.on_boot:
-            jobs.ask("due")
-            return
-        self._qmd_opened = True
-        if jobs.backend.qmd.update.wait_for_boot_sync and needs_boot(jobs.backend):
-            jobs.runner.run_now("boot")
-            return
-        jobs.ask("boot")
-
-    def _qmd_after(self, report: IndexReport) -> None:
-        """After an index pass: QMD follows the files too (a debounced update)."""
-        if self.settings.backend == "qmd":
-            self.qmd_job("changed" if report.changed or report.deleted else "due")
-
-    # -- the parts ---------------------------------------------------------------------------
-
-    def _check_enabled(self) -> None:
-        """Raise :class:`~pipeline.errors.MemoryDisabled` when ``enabled = false``: OpenClaw
-        then has no memory tools and indexes nothing, and neither does memq."""
-        if not self.settings.enabled:
-            raise memory_disabled(self.settings.config_file)
-
-    @property
-    def dispatcher(self) -> Dispatcher:
-        """Where index passes send embedding work: the one given, else the fleet's broker
-        (``brokerUrl``), else this process."""
-        if self._dispatcher is not None:
-            return self._dispatcher
-        with self._lock:
-            if self._owned is None:
-                if self.settings.broker_url:
-                    from pipeline.fleet.broker import FleetDispatcher  # Celery loads only when used
-
-                    self._owned = FleetDispatcher(self.settings.broker_url)
-                else:
-                    from pipeline.dispatch import InlineDispatcher  # an index pass only
-
-                    self._owned = InlineDispatcher(self.settings, self._providers)
-            return self._owned
-
-    def _open_store(self) -> Database | None:
-        db = schema.open_store(self.settings.store.path,
-                               want_vectors=self.settings.store.want_vectors)
-        if db is not None:
-            try:
-                check_owner(db, self.owner, claim=False)
-            except StoreError:
-                db.close()
-                raise
-        return db
-
-    @property
-    def owner(self) -> dict[str, str]:
-        """What this memory's store records as its owner (name and workspace); a store that
-        records another is refused (:class:`~pipeline.errors.StoreOwnedElsewhere`)."""
-        return owner_of(self.name, self.workspace)
-
-    def _index_choice(self, db: Database) -> ProviderChoice:
-        """The provider choice the index already made; a store never indexed chooses afresh
-        (without fetching the default model: a reader must not start a download)."""
-        spec = schema.index_spec(db)
-        reason = schema.get_meta(db, "mode_reason")
-        if spec is not None:
-            return ProviderChoice(self._providers.get(spec, self.settings), spec, reason)
-        if schema.get_meta(db, "index") is not None:
-            return ProviderChoice(None, None, reason)  # a keyword-only index stays so
-        return choose_provider(self.settings, fetch_default_model=False)
-
-    def _produce(self, run: IndexRun, db: Database, choice: ProviderChoice, *, wait: bool,
-                 retry_failed: bool, rebuild: str | None,
-                 on_progress: Callable[[int, int], None] | None,
-                 warn: Callable[[str], None] | None, began: float,
-                 allow_deletions: bool = False, files_here: bool = False) -> None:
-        from pipeline.ingest.producer import index_once
-
-        settings = self.settings
-        guards = {"allow_deletions": allow_deletions, "files_here": files_here}
-        if choice.spec is None:
-            run.report = index_once(db, settings, choice, None, **guards)
-            run.vectors = VECTORS_NONE
-            if run.report.rebuild_needed or rebuild:
-                run.rebuild = self._rebuild(choice, None, wait=True,
-                                            reason=rebuild or "configuration changed")
-            return
-        dispatcher = self.dispatcher
-        if not dispatcher.durable:  # jobs queued by an earlier run died with it
-            self.forget_queued()
-        try:
-            batch = dispatcher.batch_routing(settings.remote.batch)
-            run.report = index_once(db, settings, choice, dispatcher.embed,
-                                    retry_failed=retry_failed, batch=batch, **guards)
-            run.vectors = VECTORS_QUEUED if dispatcher.durable else VECTORS_EMBEDDED
-            run.batch_resumed = dispatcher.resume_batches(db, self.name, self.shard)
-            resume = wait and rebuild_info(db) is not None  # finish one left unfinished
-            if run.report.rebuild_needed or rebuild or resume:
-                run.rebuild = self._rebuild(choice, dispatcher, wait=wait,
-                                            reason=rebuild or "configuration changed",
-                                            on_progress=on_progress)
-                run.waited = wait
-            elif wait and batch is not None and not settings.remote.batch.wait \
-                    and batches.live_jobs(db):
-                wait_for_submission(db, check=dispatcher.check)
-            elif wait:
-                wait_for_vectors(db, on_progress=on_progress, warn=warn, check=dispatcher.check)
-                run.waited = True
-            elif warn and dispatcher.consumers(embed_queue(choice.spec.name)) == 0:
-                warn(f"no worker consumes {embed_queue(choice.spec.name)} yet: the jobs wait "
-                     "there until one starts")
-        finally:
-            if not dispatcher.durable:
-                self.forget_queued()
-        if run.rebuild is None:  # no swap: ``db`` is the live store
-            self._count_outcome(run, db, began)
-            return
-        live = connect(settings.store.path, want_vectors=settings.store.want_vectors)
-        try:  # after a swap the live store is another file than ``db``
-            self._count_outcome(run, live, began)
-        finally:
-            live.close()
-
-    @staticmethod
-    def _count_outcome(run: IndexRun, db: Database, began: float) -> None:
-        """What the pass that began at ``began`` left in the live store ``db``."""
-        run.outcome = read_outcome(db, run.provider, since=began,
-                                   cached=run.report.chunks_cached, waited=run.waited)
-        run.failed_chunks = run.outcome.failed
-
-    def _rebuild(self, choice: ProviderChoice, dispatcher: Dispatcher | None, *, wait: bool,
-                 reason: str, on_progress: Callable[[int, int], None] | None = None
-                 ) -> RebuildProgress:
-        """Build a new index beside the live one; with ``wait`` (or a dispatcher that cannot
-        take the steps), drive it to the swap here, else hand its steps to the writer."""
-        from pipeline.ingest.reindex import (
-            RebuildProgress,
-            progress_of,
-            rebuild_step,
-            start_rebuild,
-        )
-
-        start_rebuild(self.settings, choice, reason)
-        handed_off = (not wait and dispatcher is not None
-                      and dispatcher.rebuild_later(self.name, shard=self.shard))
-        if handed_off:
-            live = self._open_store()
-            try:
-                info = rebuild_info(live) if live is not None else None
-            finally:
-                if live is not None:
-                    live.close()
-            return progress_of(info, self.settings) if info else RebuildProgress("", reason, 0.0)
-        while True:
-            progress = rebuild_step(self.settings, choice,
-                                    dispatcher.embed if dispatcher is not None else None)
-            if progress is None or progress.done:
-                return progress or RebuildProgress("", reason, 0.0, done=True)
-            if on_progress:
-                on_progress(progress.ready, progress.chunks)
-            if dispatcher is not None:
-                dispatcher.check()
-            time.sleep(POLL_S)
+    def forget_queued(self) -> None:
+        """:meth:`pipeline.local.LocalMemory.forget_queued` (the store must be here)."""
+        self.local.forget_queued()
 
     # -- jobs --------------------------------------------------------------------------------
 
     def recent_jobs(self, limit: int = 20) -> list[JobRecord]:
         """The memory's recent jobs, newest first: from this host's job log when the store
         is here, else from the job log of its shard's host (through its reader)."""
-        if self.here:
-            return self.jobs.recent(self.name, limit)
-        return self.remote.jobs(limit)
+        return self._impl.recent_jobs(limit)
 
     def job(self, job_id: str) -> JobRecord | None:
         """One of the memory's jobs: from this host's job log, else its shard's."""
-        found = self.jobs.get(job_id)
-        if found is None and not self.here:
-            found = self.remote.job(job_id)
-        return found
+        return self._impl.job(job_id)
 
     def follow_job(self, job_id: str, *, on_progress: Callable[[int, int], None] | None = None,
                    warn: Callable[[str], None] | None = None,
@@ -992,194 +282,37 @@ class Memory:
         is neither in a job log nor waiting on the shard's ``control`` queue after
         ``unknown_after`` seconds.
         """
-        if memory_of_job(job_id) not in (None, self.name):
-            raise UnknownJob(f"job {job_id} is not a job of memory {self.name!r}")
-        started = time.monotonic()
-        poll = Poll()
-        while True:
-            job = self.job(job_id)
-            if job is not None and not job.running:
-                break
-            if job is None and time.monotonic() - started > unknown_after \
-                    and not self._job_waiting(job_id):
-                raise UnknownJob(f"unknown job {job_id}: in no job log memory {self.name!r} "
-                                 f"can read, not waiting on 'control.{self.shard}'")
-            poll.wait()
-        if job.state == "done":
-            if self.here:
-                # Opened now, not before the job ran: a rebuild may have swapped another file in.
-                db = schema.open_store(self.settings.store.path, want_vectors=False)
-                if db is not None:
-                    try:  # a keyword-only index waits for no vector
-                        if schema.index_spec(db) is not None:
-                            wait_for_vectors(db, on_progress=on_progress, warn=warn)
-                    finally:
-                        db.close()
-            else:
-                self.remote.wait_for_vectors(on_progress=on_progress)
-        return job
+        return self._impl.follow_job(job_id, on_progress=on_progress, warn=warn,
+                                     unknown_after=unknown_after)
 
-    def _job_waiting(self, job_id: str) -> bool:
-        if not self.settings.broker_url:
-            return False
-        try:
-            return self.remote.job_waiting(job_id)
-        except Exception:  # a hint only: the broker may be down
-            return False
+    # -- the QMD backend (a store here only) -------------------------------------------------
 
-    # -- a shard's side of a producer on another host --------------------------------------
+    @property
+    def qmd(self) -> QmdBackend | None:
+        """The QMD backend (``backend: "qmd"``), built on first use; None for ``builtin``, or
+        when the store is on another host (its host runs QMD)."""
+        return self._impl.qmd if isinstance(self._impl, LocalMemory) else None
 
-    def manifest(self) -> dict[str, Known]:
-        """The store's files (path -> hash, mtime_ns, size, error): what a producer on another
-        host compares its files with. Empty when nothing is indexed (nothing is created)."""
-        db = self._open_store()
-        if db is None:
-            return {}
-        try:
-            return reads.known_files(db)
-        finally:
-            db.close()
+    def qmd_job(self, reason: str) -> None:
+        """:meth:`pipeline.local.LocalMemory.qmd_job` (nothing when the store is elsewhere)."""
+        if isinstance(self._impl, LocalMemory):
+            self._impl.qmd_job(reason)
 
-    def files_digest(self) -> str:
-        """:func:`~pipeline.ingest.transfer.stats_digest` of the memory files the store knows:
-        a host with the files compares it with its own, instead of fetching the manifest."""
-        from pipeline.ingest.transfer import stats_digest
-
-        db = self._open_store()
-        if db is None:
-            return stats_digest({})
-        try:
-            return stats_digest(reads.file_stats(db, MEMORY_SOURCE))
-        finally:
-            db.close()
-
-    def apply_changes(self, message: FileChanges, job_request: Any = None) -> IndexReport:
-        """Write one part of a producer pass that ran on another host (the host that holds
-        the files; :mod:`pipeline.ingest.transfer`), as a local pass would, and queue the
-        embedding work; recorded in the job log as job ``message.job`` (started by its first
-        part, done with its last)."""
-        from pipeline.ingest.producer import IndexReport
-
-        self._check_enabled()
-        jobs = self.jobs
-        job = message.job
-        host = getattr(job_request, "hostname", None)
-        if message.part == 0:
-            meta = jobs.started(job, memory=self.name, origin=message.origin, host=host,
-                                request=job_request)
-            before = IndexReport()
-        else:
-            earlier = jobs.get(job)
-            meta = {"memory": self.name, "origin": message.origin,
-                    "host": host or socket.gethostname(),
-                    "startedAt": earlier.started_at if earlier else time.time()}
-            before = IndexReport.from_counts(earlier.result if earlier else {})
-        try:
-            report = self._apply_changes(message)
-        except BaseException as exc:
-            jobs.failed(job, f"{type(exc).__name__}: {exc}"[:1000], meta, job_request)
-            raise
-        counts = {name: before.counts()[name] + value
-                  for name, value in report.counts().items()}
-        counts["files"] = message.files
-        result = {**meta, **counts, "errors": report.errors[:20]}
-        if message.last:
-            jobs.finished(job, result, job_request)
-        else:
-            jobs.progress(job, result, job_request, force=True)
-        return report
-
-    def _apply_changes(self, message: FileChanges) -> IndexReport:
-        from pipeline.ingest.multimodal import ReceivedMedia
-        from pipeline.ingest.producer import queue_pending
-        from pipeline.ingest.transfer import apply_changes
-        from pipeline.messages import Route
-
-        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
-        try:
-            schema.ensure_schema(db)
-            check_owner(db, self.owner, claim=True)
-            indexed = schema.get_meta(db, "index") is not None
-            choice = self._index_choice(db) if indexed else choose_provider(self.settings)
-            report, media = apply_changes(db, self.settings, choice, message.changes)
-            record_files_from(db, message.folder, message.job)
-            report.errors = [*message.errors, *report.errors]
-            if report.rebuild_needed:
-                raise FleetError(f"the index of memory {self.name!r} was built for another "
-                                 "configuration: rebuild it from the host of its files "
-                                 "(move the store aside on this host, then memq index there)")
-            if choice.spec is not None:
-                queue_pending(db, choice.spec, self.dispatcher.embed, memory=self.name,
-                              retry_failed=message.retry_failed, report=report,
-                              media=ReceivedMedia(media, self.settings.multimodal),
-                              route=Route(self.shard, message.interactive),
-                              use_cache=self.settings.cache.enabled)
-            with schema.transaction(db):
-                cache.prune_cache(db, self.settings.cache.max_entries)
-                schema.set_meta(db, "last_index_at", time.time())
-            return report
-        except db.operational_error as exc:
-            raise as_store_error(exc, db.path) or exc from exc
-        finally:
-            db.close()
-
-    def forget_queued(self) -> None:
-        """Jobs sent to a dispatcher that does not outlive this process died with it: let the
-        next pass queue the pending chunks again (in the live store and a rebuild's target)."""
-        paths = [self.settings.store.path]
-        live = self._open_store()
-        if live is None:
-            return
-        try:
-            info = rebuild_info(live)
-            if info is not None and Path(info["target"]).exists():
-                paths.append(Path(info["target"]))
-        finally:
-            live.close()
-        for path in paths:
-            db = connect(path, want_vectors=self.settings.store.want_vectors)
-            try:
-                reads.forget_queued(db)
-            finally:
-                db.close()
+    def wait_for_qmd_jobs(self, timeout: float | None = None) -> None:
+        """Wait for the QMD job this process runs in the background, if any."""
+        if isinstance(self._impl, LocalMemory):
+            self._impl.wait_for_qmd_jobs(timeout)
 
     # -- the end -----------------------------------------------------------------------------
 
     def close(self) -> None:
         """Release what this memory holds: background syncs and QMD jobs (waited for), the
-        default dispatcher, built providers (a local model's memory) and in-memory copies."""
-        self._refresher.wait()
-        with self._lock:
-            jobs, self._qmd_jobs = self._qmd_jobs, None
-        if jobs is not None:
-            jobs.close()
-        with self._lock:
-            owned, self._owned = self._owned, None
-            remote, self._remote = self._remote, None
-            jobs = self._jobs if self._own_jobs else None
-            self._jobs = None if self._own_jobs else self._jobs
-        for part in (owned, remote, jobs):
-            if part is not None:
-                part.close()
-        if self._own_providers:
-            self._providers.close()
-        if self._held is not None:
-            self._held.close()
-        if self._reranker is not None:
-            self._reranker.close()
+        default dispatcher, built providers (a local model's memory), in-memory copies and
+        connections."""
+        self._impl.close()
 
     def __enter__(self) -> Memory:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-
-def _names_qmd_file(backend: QmdBackend, path: str) -> bool:
-    """Whether ``path`` names a QMD document: ``qmd://…``, or ``qmd/<collection>/…`` for one
-    of the backend's collections (else ``qmd/`` is a workspace folder)."""
-    if path.startswith("qmd://"):
-        return True
-    return path.startswith("qmd/") and path[4:].partition("/")[0] in {
-        c.name for c in backend.collections}

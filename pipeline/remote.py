@@ -1,152 +1,72 @@
 """Reaching a memory whose store is on another host: its shard's readers, over the broker.
 
-:class:`RemoteMemory` is what :class:`~pipeline.Memory` does with a memory whose store this
-host does not hold (:mod:`pipeline.fleet.placement`): every read goes to the shard's reader, and no
-store is ever created here. When the memory's files are here, its index passes run here and
-send what changed to the shard's writer (:meth:`RemoteMemory.produce`); when they are not,
-they are jobs for the shard's host, which reads its own copy.
-
-A :class:`ShardReader` sends a :class:`~pipeline.messages.QueryRequest` to the memory's
-``query.<shard>`` queue (the interactive lane, expiring with the wait) and waits for the
-:class:`~pipeline.messages.QueryReply` on Celery's ``rpc://`` result backend: one reply queue
-per client thread, the answer pushed to it the moment the reader has it (a database result
-backend would be polled; docs/deploy.md compares both). Past ``fleet.queryTimeoutMs`` the
-caller gets :class:`~pipeline.errors.ShardUnreachable`, never a hang.
+:class:`RemoteMemory` is what :class:`~pipeline.Memory` is for a memory whose store this host
+does not hold (:mod:`pipeline.fleet.placement`): the same surface as
+:class:`~pipeline.local.LocalMemory` (search, get, append, status, index, jobs). Every read
+goes to the shard's reader (:class:`~pipeline.fleet.reader.ShardReader`), and no store is ever
+created here. When the memory's files are here, its index passes run here and send what
+changed to the shard's writer (:meth:`RemoteMemory.produce`); when they are not, they are
+jobs for the shard's host, which reads its own copy.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
-from celery.exceptions import TimeoutError as CeleryTimeout
-from kombu.exceptions import OperationalError
-
-from pipeline.config import Settings, redact_url
-from pipeline.errors import (
-    AppendError,
-    DeletionRefused,
-    FleetError,
-    MemoryDisabled,
-    MemoryPathError,
-    MessageRefused,
-    ShardUnreachable,
-    WorkspaceMissing,
-)
-from pipeline.fleet.broker import (
-    BROKER_ERRORS,
-    FleetDispatcher,
-    broker_failure,
-    client_app,
-    describe,
-    silent_shard,
-)
+from pipeline.config import Settings
+from pipeline.errors import DeletionRefused, FleetError, MemoryPathError, ShardUnreachable
+from pipeline.fleet.broker import FleetDispatcher, taking
 from pipeline.fleet.job_log import JobRecord
+from pipeline.fleet.reader import ShardReader, unwrap
 from pipeline.ingest.producer import IndexReport, Known
+from pipeline.ingest.refresh import BackgroundRefresher
 from pipeline.ingest.safety import folder_identity
+from pipeline.ingest.sources import resolve_memory_path
 from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
-from pipeline.messages import IndexRequest, QueryReply, QueryRequest
+from pipeline.local import (
+    MODE_REMOTE,
+    UNKNOWN_JOB_AFTER_S,
+    VECTORS_QUEUED,
+    IndexRun,
+    check_enabled,
+    follow_job,
+    read_memory_file,
+    search_terms,
+)
+from pipeline.messages import IndexRequest, QueryRequest
+from pipeline.outcome import VectorOutcome, WithoutVector
 from pipeline.polling import Poll
 from pipeline.results import Appended, MemoryText, SearchResults
-from pipeline.routing import QUERY_TASK, Lane, control_queue, new_job_id, query_queue
+from pipeline.routing import control_queue, new_job_id
 
-#: The error a reply's kind stands for, raised again on the asking side.
-_RAISED: dict[str, type[Exception]] = {
-    "path": MemoryPathError, "append": AppendError, "disabled": MemoryDisabled,
-    "workspace": WorkspaceMissing,
-}
+if TYPE_CHECKING:
+    from pipeline.fleet.job_log import JobLog
 
-
-class ShardReader:
-    """Asks the readers of the fleet on ``broker_url``; waits ``timeout_s`` at most for each
-    answer. Thread-safe (Celery keeps one result consumer per thread); ``close()`` releases
-    the connections."""
-
-    def __init__(self, broker_url: str, timeout_s: float) -> None:
-        self.broker_url = broker_url
-        self.timeout_s = timeout_s
-        self.app = client_app(broker_url)
-        self.app.conf.update(result_backend="rpc://", result_persistent=False)
-        self._lanes = urlsplit(broker_url).scheme in ("redis", "rediss", "redis+socket")
-        self._lock = threading.Lock()
-
-    def ask(self, request: QueryRequest) -> QueryReply:
-        """Send ``request`` to its shard and wait for the reply."""
-        queue = query_queue(request.shard)
-        message = request.to_json()
-        try:
-            result = self.app.send_task(
-                QUERY_TASK, args=[message], queue=queue, expires=self.timeout_s,
-                priority=int(Lane.INTERACTIVE) if self._lanes else None,
-                argsrepr=describe(message), kwargsrepr="{}")  # no query text in events
-            raw = result.get(timeout=self.timeout_s, propagate=False, interval=0.05)
-        except CeleryTimeout:  # why: no worker on this broker at all, or no reader of it
-            raise silent_shard(self.broker_url, request.shard, self.timeout_s) from None
-        except BROKER_ERRORS as exc:
-            raise broker_failure(self.broker_url, exc) from None
-        if not isinstance(raw, dict):
-            raise ShardUnreachable(f"the reader of shard {request.shard} failed: {raw!r}"[:500])
-        try:
-            return QueryReply.from_json(raw)
-        except MessageRefused as exc:
-            raise ShardUnreachable(f"the reader of shard {request.shard} answered in a form "
-                                   f"this memq cannot read: {exc}") from None
-
-    def answer(self, request: QueryRequest) -> Any:
-        """The answer to ``request`` (:func:`unwrap`)."""
-        return unwrap(self.ask(request), request)
-
-    def close(self) -> None:
-        """Close the connections of this reader (its app's pool and this thread's consumer)."""
-        with self._lock:
-            backend = self.app._backend
-            consumer = getattr(backend, "result_consumer", None)
-            if consumer is not None and getattr(consumer, "_connection", None) is not None:
-                try:
-                    consumer.stop()
-                    consumer._connection.close()
-                except Exception:  # closing is best effort: the process may be exiting
-                    pass
-            self.app.close()
-
-    def __enter__(self) -> ShardReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def unwrap(reply: QueryReply, request: QueryRequest) -> Any:
-    """The answer a reply holds; a refusal raised as the same error a local call would raise
-    (a path outside the memory, a refused note, a memory turned off), anything else as a
-    :class:`~pipeline.errors.FleetError` naming the reader."""
-    if reply.error is None:
-        return reply.answer
-    raised = _RAISED.get(reply.kind or "")
-    if raised is not None:
-        raise raised(reply.error)
-    where = f" ({reply.node})" if reply.node else ""
-    if reply.kind == "refused":
-        raise FleetError(f"the reader of shard {request.shard}{where} refused to answer for "
-                         f"memory {request.memory!r}: {reply.error}")
-    raise FleetError(f"the reader of shard {request.shard}{where} failed: {reply.error}")
+__all__ = ["RemoteMemory", "ShardReader", "unwrap"]
 
 
 class RemoteMemory:
     """One memory as seen from a host that does not hold its store (``settings`` are this
-    host's view of it: the name, the shard, the broker, the timeouts)."""
+    host's view of it: the name, the shard, the broker, the timeouts). ``jobs`` is this host's
+    job log (default: the one of ``resultBackend``, opened on first use)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, jobs: JobLog | None = None) -> None:
         self.settings = settings
         self.name = settings.agent_id
         self.shard = settings.fleet.shard_of(self.name)
         self._reader: ShardReader | None = None
         self._fleet: FleetDispatcher | None = None
+        self._jobs = jobs
+        self._own_jobs = jobs is None
         self._lock = threading.Lock()
+        #: :meth:`sync` on a background thread (:meth:`pipeline.Memory.sync_in_background`).
+        self.refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
 
     def __repr__(self) -> str:
         return f"RemoteMemory({self.name!r}, shard={self.shard})"
@@ -166,6 +86,22 @@ class RemoteMemory:
                 self._fleet = FleetDispatcher(str(self.settings.broker_url))
             return self._fleet
 
+    @property
+    def workspace(self) -> Path:
+        return self.settings.workspace
+
+    @property
+    def jobs(self) -> JobLog:
+        """This host's job log (``resultBackend``), of every store: a shared database holds
+        the jobs of the memory's shard too."""
+        with self._lock:
+            if self._jobs is None:
+                from pipeline.fleet.job_log import JobLog  # SQLAlchemy loads only when used
+
+                self._jobs = JobLog(self.settings.result_backend,
+                                    keep_days=self.settings.fleet.jobs_keep_days)
+            return self._jobs
+
     def _request(self, op: str, args: dict[str, Any] | None = None) -> QueryRequest:
         return QueryRequest(self.name, op, {k: v for k, v in (args or {}).items()
                                             if v is not None}, self.shard)
@@ -176,14 +112,21 @@ class RemoteMemory:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def search(self, query: str, *, max_results: int | None, min_score: float | None,
-               sync: bool | None, citations: str, corpus: str | None = None,
+    def search(self, query: str, *, max_results: int | None = None,
+               min_score: float | None = None, sync: bool | None = None,
+               citations: str | None = None, corpus: str | None = None,
                projects: Sequence[str] | None = None) -> SearchResults:
         """The reader's answer (the same hits, scores and notes the store host gives); a
         shard that does not answer gives ``mode == "unavailable"`` and why. With ``sync``
         (default ``sync.onSearch``), files the index does not reflect are counted
         (``dirty``: against the files here when they are here, else on the shard's host)
-        and sent to the shard (``syncing``), never waited for."""
+        and sent to the shard (``syncing``), never waited for. The arguments are
+        :meth:`pipeline.Memory.search`'s."""
+        check_enabled(self.settings)
+        citations, corpus, refused = search_terms(self.settings, citations, corpus)
+        if refused is not None:
+            return refused
+        query = str(query)
         want_sync = self.settings.sync.on_search if sync is None else sync
         files_here = self.settings.workspace.is_dir()
         args: dict[str, Any] = {"query": query, "maxResults": max_results,
@@ -223,8 +166,26 @@ class RemoteMemory:
                 results.sync_error = str(exc)
         return results
 
-    def get(self, path: str, from_line: int | None, lines: int | None) -> MemoryText:
-        """Lines of a memory file, read by the shard's reader."""
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None
+            ) -> MemoryText:
+        """Lines of a memory file (:meth:`pipeline.Memory.get`): a memory file or a session
+        transcript is read here when it is here (the files are the truth), anything else (no
+        workspace here, a QMD document) by the shard's reader."""
+        from pipeline.ingest.sessions import session_get
+
+        check_enabled(self.settings)
+        path = str(path)
+        if self.settings.sessions_dir.is_dir():  # the agent's transcripts are here too
+            session = session_get(self.settings, path, from_line, lines)
+            if session is not None:
+                return session
+        if self.workspace.is_dir():
+            try:
+                target = resolve_memory_path(self.settings, path)
+            except MemoryPathError:
+                pass
+            else:
+                return read_memory_file(self.settings, target, from_line, lines)
         return MemoryText.from_dict(self.ask("get", {"path": path, "from": from_line,
                                                      "lines": lines}))
 
@@ -236,9 +197,109 @@ class RemoteMemory:
         status.update(servedBy=reply.node, shard=self.shard)
         return status
 
-    def append(self, text: str, target: str) -> Appended:
-        """Append a note on the shard's host (the memory's files are there, not here)."""
-        return Appended.from_dict(self.ask("append", {"text": text, "target": target}))
+    def append(self, text: str, target: str = "daily") -> Appended:
+        """Remember ``text`` (:meth:`pipeline.Memory.append`). With the workspace here, the
+        note is written here and sent to the shard's writer (the answer waits, up to
+        ``fleet.queryTimeoutMs``, until the writer has written it); without it, the shard's
+        host appends and indexes the note."""
+        from pipeline.ingest.append import append_note
+
+        check_enabled(self.settings)
+        if not self.workspace.is_dir():
+            return Appended.from_dict(self.ask("append", {"text": text, "target": target}))
+        note = append_note(text, target, settings=self.settings)
+        try:
+            run = self._pass(wait=False, interactive=True,
+                             paths=[Path(os.path.normpath(self.workspace / note.path))])
+            job = run.job_id
+            indexed = job is not None and self.wait_ended(
+                job, self.settings.fleet.query_timeout_ms / 1000)
+        except FleetError as exc:  # on disk already: report, never raise (a retry doubles it)
+            return replace(note, warning=f"saved, but indexing it failed: {exc}")
+        return replace(note, indexed=indexed, vectors=VECTORS_QUEUED,
+                       warning=None if indexed else f"saved; shard {self.shard} indexes it "
+                                                    f"(job {job}), not yet searchable")
+
+    # -- index passes ------------------------------------------------------------------------
+
+    def index(self, *, wait: bool = True, retry_failed: bool = False,
+              rebuild: str | None = None, on_progress: Callable[[int, int], None] | None = None,
+              warn: Callable[[str], None] | None = None, allow_deletions: bool = False,
+              files_here: bool = False, **_local: Any) -> IndexRun:
+        """An index pass (:meth:`pipeline.Memory.index`) of a memory whose store is on another
+        host: a job for the shard's writer host (``mode == "remote"``), followed to the end
+        with ``wait``. What only a pass on the store's host uses (``choice``, ``job_id``,
+        ``origin``, ``host``, ``job_request``) is not used."""
+        check_enabled(self.settings)
+        if files_here:
+            raise FleetError(f"--files-here makes the folder of the store's host the "
+                             f"files of memory {self.name!r}: run it on the host of shard "
+                             f"{self.shard}'s store")
+        return self._pass(wait=wait, retry_failed=retry_failed, rebuild=rebuild,
+                          on_progress=on_progress, warn=warn, allow_deletions=allow_deletions)
+
+    def reindex(self, *, wait: bool = True, on_progress: Callable[[int, int], None] | None = None,
+                warn: Callable[[str], None] | None = None) -> IndexRun:
+        """:meth:`index` with ``rebuild="memq reindex"`` (the shard's host rebuilds)."""
+        return self.index(wait=wait, rebuild="memq reindex", on_progress=on_progress, warn=warn)
+
+    def sync(self) -> IndexRun:
+        """An index job for the memory's shard, not waited for (this host never creates the
+        store)."""
+        check_enabled(self.settings)
+        return self._pass(wait=False, interactive=True)
+
+    def _pass(self, *, wait: bool, retry_failed: bool = False, rebuild: str | None = None,
+              on_progress: Callable[[int, int], None] | None = None,
+              warn: Callable[[str], None] | None = None, paths: list[Path] | None = None,
+              interactive: bool = False, allow_deletions: bool = False) -> IndexRun:
+        """An index pass followed to the end (its vectors written) with ``wait``: with the
+        files here, a pass here that sends what changed to the shard's writer (nothing when
+        nothing changed); without them, a job for the shard's host, which reads its own copy."""
+        started = time.monotonic()
+        here = self.workspace.is_dir()
+        if here and rebuild is not None:
+            raise FleetError(f"a rebuild of memory {self.name!r} runs on the host of its "
+                             f"store (shard {self.shard}), which does not have its files: "
+                             "move the store aside there and index again from here")
+        if here:
+            job_id, report = self.produce(paths=paths, interactive=interactive,
+                                          retry_failed=retry_failed,
+                                          origin="sync" if interactive else "remote",
+                                          allow_deletions=allow_deletions)
+        elif allow_deletions:
+            raise FleetError(f"--allow-deletions lets a pass over the files of memory "
+                             f"{self.name!r} remove them from its index: run it on the host "
+                             f"that holds them ({self.workspace} is not here)")
+        else:
+            job_id, report = self.queue_index(
+                retry_failed=retry_failed, rebuild=rebuild, interactive=interactive), None
+        sent = f"sent as job {job_id}" if job_id else "nothing changed"
+        run = IndexRun(report or IndexReport(), MODE_REMOTE, None, None,
+                       f"the store is on shard {self.shard}'s host: {sent}",
+                       job_id=job_id, vectors=VECTORS_QUEUED)
+        if wait and job_id is not None:
+            job = self.follow_job(job_id, on_progress=on_progress, warn=warn)
+            if job.state != "done":
+                raise FleetError(f"job {job_id} {job.state}: {job.error}")
+            counts = IndexReport.from_counts(job.result)
+            if report is None:
+                run.report = counts
+            else:  # what the writer made of what was sent
+                report.chunks_queued, report.chunks_cached, report.jobs = (
+                    counts.chunks_queued, counts.chunks_cached, counts.jobs)
+                report.errors += [e for e in job.result.get("errors", ()) if e not in
+                                  report.errors]
+        if wait:
+            run.waited = True
+            status = self.status()
+            run.outcome = VectorOutcome(
+                None, int(status.get("pending") or 0), int(status.get("failed") or 0),
+                tuple(WithoutVector(status.get("provider"), e["state"], e["error"], e["chunks"])
+                      for e in status.get("chunk_errors") or ()))
+            run.failed_chunks = run.outcome.failed
+        run.seconds = time.monotonic() - started
+        return run
 
     # -- a producer here, the store there -----------------------------------------------------
 
@@ -264,16 +325,13 @@ class RemoteMemory:
         if not changes and not retry_failed:
             return None, report
         job = new_job_id(self.name)
-        try:
+        with taking(str(self.settings.broker_url), "the file changes"):
             for message in packed(changes, memory=self.name, job=job, files=report.files,
                                   errors=report.errors, shard=self.shard,
                                   interactive=interactive, origin=origin,
                                   retry_failed=retry_failed,
                                   folder=folder_identity(self.settings.workspace)):
                 self.fleet.file_changes(message)
-        except (OperationalError, OSError) as exc:
-            raise FleetError(f"the broker {redact_url(str(self.settings.broker_url))} did "
-                             f"not take the file changes: {exc}") from None
         return job, report
 
     def stale_files(self) -> list[str]:
@@ -289,28 +347,43 @@ class RemoteMemory:
                     rebuild: str | None = None) -> str:
         """Send an index pass of the memory to its shard's writer host; the job id."""
         request = IndexRequest(self.name, retry_failed, self.shard, interactive, rebuild)
-        try:
+        with taking(str(self.settings.broker_url), "the index job"):
             return self.fleet.index(request, job_id=new_job_id(self.name))
-        except (OperationalError, OSError) as exc:
-            raise FleetError(f"the broker {redact_url(str(self.settings.broker_url))} did "
-                             f"not take the index job: {exc}") from None
 
-    def jobs(self, limit: int = 20) -> list[JobRecord]:
+    def recent_jobs(self, limit: int = 20) -> list[JobRecord]:
         """The memory's recent jobs, from the job log of its shard's host."""
         return [JobRecord.from_dict(d) for d in self.ask("jobs", {"limit": limit})]
 
     def job(self, job_id: str) -> JobRecord | None:
-        """One job of the memory, from the job log of its shard's host."""
-        found = self.ask("jobs", {"id": job_id})
-        return JobRecord.from_dict(found[0]) if found else None
+        """One job of the memory: from this host's job log, else its shard's host's."""
+        found = self.jobs.get(job_id)
+        if found is not None:
+            return found
+        rows = self.ask("jobs", {"id": job_id})
+        return JobRecord.from_dict(rows[0]) if rows else None
+
+    def follow_job(self, job_id: str, *, on_progress: Callable[[int, int], None] | None = None,
+                   warn: Callable[[str], None] | None = None,
+                   unknown_after: float = UNKNOWN_JOB_AFTER_S) -> JobRecord:
+        """:func:`pipeline.local.follow_job` of this memory."""
+        return follow_job(self, job_id, on_progress=on_progress, warn=warn,
+                          unknown_after=unknown_after)
 
     def job_waiting(self, job_id: str) -> bool:
-        """Whether the job's message may still wait on the shard's ``control`` queue."""
-        return self.fleet.job_waiting(control_queue(self.shard), job_id)
+        """Whether the job's message may still wait on the shard's ``control`` queue (a
+        hint: False without a broker, or when the broker does not answer)."""
+        if not self.settings.broker_url:
+            return False
+        try:
+            return self.fleet.job_waiting(control_queue(self.shard), job_id)
+        except Exception:  # a hint only: the broker may be down
+            return False
 
     def wait_for_vectors(self, *, on_progress: Callable[[int, int], None] | None = None,
+                         warn: Callable[[str], None] | None = None,
                          check: Callable[[], None] | None = None) -> None:
-        """Block until the shard's store has no chunk waiting for a vector."""
+        """Block until the shard's store has no chunk waiting for a vector (``warn`` is not
+        used: the shard's host warns of its own workers)."""
         total = None
         poll = Poll()
         while True:
@@ -337,10 +410,19 @@ class RemoteMemory:
         return False
 
     def close(self) -> None:
+        """Wait for a background sync, then close the connections this memory opened."""
+        self.refresher.wait()
         with self._lock:
             reader, self._reader = self._reader, None
             fleet, self._fleet = self._fleet, None
-        if reader is not None:
-            reader.close()
-        if fleet is not None:
-            fleet.close()
+            jobs = self._jobs if self._own_jobs else None
+            self._jobs = None if self._own_jobs else self._jobs
+        for part in (reader, fleet, jobs):
+            if part is not None:
+                part.close()
+
+    def __enter__(self) -> RemoteMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

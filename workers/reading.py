@@ -61,6 +61,7 @@ from pipeline.routing import (
 from workers.app import app
 from workers.orphans import BROKER_DIR_ENV
 from workers.runtime import arrival_shard, in_child_process, runtime
+from workers.shard_side import files_digest, manifest
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def answer(memory: Memory, request: QueryRequest) -> Any:
             results.dirty = len(memory.stale_files())
         reply = results.to_dict()
         if args.get("filesDigest") is not None:  # the asking host has the files: in step?
-            reply["filesMatch"] = memory.files_digest() == args["filesDigest"]
+            reply["filesMatch"] = files_digest(memory.local) == args["filesDigest"]
         return reply
     if request.op == "get":
         return memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
@@ -92,7 +93,7 @@ def answer(memory: Memory, request: QueryRequest) -> Any:
     if request.op == "stale":  # none known here when the files are not here
         return memory.stale_files() if memory.workspace.is_dir() else []
     if request.op == "manifest":
-        return {path: list(row) for path, row in memory.manifest().items()}
+        return {path: list(row) for path, row in manifest(memory.local).items()}
     if request.op == "export":
         return export_step(memory.settings, dict(args))
     if request.op == "append":

@@ -25,6 +25,7 @@ from pipeline.errors import (
     ProviderUnavailable,
     StoreBusy,
 )
+from pipeline.fleet.job_log import RecordedJob
 from pipeline.ingest.reindex import rebuild_step
 from pipeline.messages import EmbedJob, EmbedResult, FileChanges, IndexRequest, QmdJobRequest
 from pipeline.qmd import QmdBackend
@@ -40,6 +41,7 @@ from pipeline.routing import (
     memory_of_job,
 )
 from pipeline.store.results import apply_result, gone
+from workers import shard_side
 from workers.app import DescribedRequest, app
 from workers.runtime import arrival_shard, runtime
 
@@ -281,7 +283,7 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
 def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """Part of a producer pass that ran on the host holding a memory's files, sent to the
     writer host that holds its store (``control.<shard>``): applied as a local pass would
-    (:meth:`pipeline.Memory.apply_changes`); every path is checked against the memory's own
+    (:func:`workers.shard_side.apply_changes`); every path is checked against the memory's own
     sources there."""
     try:
         changes = FileChanges.from_json(message)
@@ -292,7 +294,7 @@ def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     except MessageRefused as exc:
         refuse_job(self, changes.memory, exc, job_id=changes.job, origin=changes.origin)
     with runtime.memory(changes.memory) as memory:
-        report = memory.apply_changes(changes, job_request=self.request)
+        report = shard_side.apply_changes(memory.local, changes, job_request=self.request)
     return report.counts()
 
 
@@ -308,13 +310,12 @@ def qmd_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         refuse_job(self, None, exc, origin="qmd")
     if settings.backend != "qmd":
         return {"skipped": "backend is not qmd"}
-    jobs = runtime.jobs(settings)
-    meta = jobs.started(self.request.id, memory=request.memory, origin=f"qmd-{request.reason}",
-                        host=self.request.hostname, request=self.request, task=QMD_JOB_TASK)
+    job = RecordedJob.start(runtime.jobs(settings), self.request.id, memory=request.memory,
+                            origin=f"qmd-{request.reason}", host=self.request.hostname,
+                            request=self.request, task=QMD_JOB_TASK)
     out = run_due(QmdBackend(settings), request.reason)
     if out.get("error"):
-        jobs.failed(self.request.id, f"qmd {out.get('kind')}: {out['error']}", meta,
-                    self.request)
+        job.failed(f"qmd {out.get('kind')}: {out['error']}")
     else:
-        jobs.finished(self.request.id, {**meta, "qmd": out}, self.request)
+        job.done({"qmd": out})
     return out

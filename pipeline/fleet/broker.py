@@ -13,6 +13,8 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -177,6 +179,17 @@ def broker_failure(broker_url: str, exc: BaseException) -> BrokerUnreachable:
                                  "check the vhost and permissions of MEMQ_BROKER_URL "
                                  "(brokerUrl)")
     return BrokerUnreachable(f"the broker {where} cannot be reached ({detail})", CHECK_BROKER)
+
+
+@contextmanager
+def taking(broker_url: str, what: str) -> Iterator[None]:
+    """Around sending ``what`` (``"the index job"``…): a broker that did not take it raises
+    :class:`~pipeline.errors.FleetError` naming the broker (its password masked)."""
+    try:
+        yield
+    except (OperationalError, OSError) as exc:
+        raise FleetError(f"the broker {redact_url(broker_url)} did not take {what}: "
+                         f"{exc}") from None
 
 
 def silent_shard(broker_url: str, shard: int, waited_s: float) -> ShardUnreachable:

@@ -39,7 +39,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 from functools import cache, cached_property
@@ -599,6 +600,60 @@ class JobLog:
             engine.dispose()
         if backend is not None:
             backend.session_manager.release(self._sqlalchemy_url())
+
+
+class RecordedJob:
+    """One job's record in a job log while it runs, the one bookkeeping of every job memq
+    records (an index pass here, a writer's part of a pass sent from another host, a QMD
+    update): :meth:`start` (or :meth:`resume` for a later part), :meth:`progress`, then
+    :meth:`done` or :meth:`failed`. Every state repeats the meta the start recorded."""
+
+    def __init__(self, log: JobLog, job_id: str, meta: dict[str, Any],
+                 request: Any = None) -> None:
+        self.log, self.id, self.meta, self.request = log, job_id, meta, request
+
+    @classmethod
+    def start(cls, log: JobLog, job_id: str, *, memory: str, origin: str,
+              host: str | None = None, request: Any = None,
+              task: str = INDEX_JOB) -> RecordedJob:
+        """Record ``job_id`` as started (``request``: the Celery task request running it,
+        None for a job run in this process)."""
+        meta = log.started(job_id, memory=memory, origin=origin, host=host, request=request,
+                           task=task)
+        return cls(log, job_id, meta, request)
+
+    @classmethod
+    def resume(cls, log: JobLog, job_id: str, *, memory: str, origin: str,
+               host: str | None = None, request: Any = None
+               ) -> tuple[RecordedJob, JobRecord | None]:
+        """A job an earlier part started (nothing is recorded now), and its row so far."""
+        earlier = log.get(job_id)
+        meta = {"memory": memory, "origin": origin, "host": host or socket.gethostname(),
+                "startedAt": earlier.started_at if earlier else time.time()}
+        return cls(log, job_id, meta, request), earlier
+
+    def progress(self, counts: dict[str, Any], *, force: bool = False) -> None:
+        """Record the counts so far (at most once a second unless ``force``)."""
+        self.log.progress(self.id, {**self.meta, **counts}, self.request, force=force)
+
+    def done(self, result: dict[str, Any]) -> None:
+        """Record the job done with ``result``."""
+        self.log.finished(self.id, {**self.meta, **result}, self.request)
+
+    def failed(self, error: str | BaseException) -> None:
+        """Record the job failed: ``error`` (a message, or the exception that ended it)."""
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}"[:1000]
+        self.log.failed(self.id, error, self.meta, self.request)
+
+    @contextmanager
+    def failing(self) -> Iterator[None]:
+        """Record the job failed if the block raises (the error is raised on)."""
+        try:
+            yield
+        except BaseException as exc:
+            self.failed(exc)
+            raise
 
 
 def store_key(path: str | os.PathLike[str]) -> str:

@@ -101,7 +101,7 @@ def export_step(settings: Settings, args: dict[str, Any]) -> dict[str, Any]:
 
 def pull_store(reader: Any, memory: str, shard: int, target: Path) -> dict[str, Any]:
     """Copy ``memory``'s store from the reader of ``shard`` (a
-    :class:`~pipeline.remote.ShardReader`) to ``target`` on this host; what was copied
+    :class:`~pipeline.fleet.reader.ShardReader`) to ``target`` on this host; what was copied
     (bytes, chunks, vectors, seconds), or ``{"bytes": 0}`` when the memory has no store there.
     """
     started = time.monotonic()

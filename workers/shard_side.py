@@ -1,0 +1,116 @@
+"""A shard's side of a producer on another host: what the writer and reader of the store's host
+answer a host that holds the memory's files (:mod:`pipeline.ingest.transfer`).
+
+Functions over the :class:`~pipeline.local.LocalMemory` of a store on this host: the store's
+files (:func:`manifest`, :func:`files_digest`) a producer compares its own with, and the
+changes it sends (:func:`apply_changes`), written as a local pass would and recorded in the job
+log.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pipeline.embeddings.registry import choose_provider
+from pipeline.errors import FleetError
+from pipeline.fleet.job_log import RecordedJob
+from pipeline.ingest.producer import IndexReport, Known
+from pipeline.ingest.safety import record_files_from
+from pipeline.ingest.sources import MEMORY_SOURCE
+from pipeline.local import LocalMemory, check_enabled
+from pipeline.messages import FileChanges
+from pipeline.store import cache, reads, schema
+from pipeline.store.engine import as_store_error, connect
+from pipeline.store.owner import check_owner
+
+
+def manifest(memory: LocalMemory) -> dict[str, Known]:
+    """The store's files (path -> hash, mtime_ns, size, error): what a producer on another
+    host compares its files with. Empty when nothing is indexed (nothing is created)."""
+    db = memory.open_store()
+    if db is None:
+        return {}
+    try:
+        return reads.known_files(db)
+    finally:
+        db.close()
+
+
+def files_digest(memory: LocalMemory) -> str:
+    """:func:`~pipeline.ingest.transfer.stats_digest` of the memory files the store knows: a
+    host with the files compares it with its own, instead of fetching the manifest."""
+    from pipeline.ingest.transfer import stats_digest
+
+    db = memory.open_store()
+    if db is None:
+        return stats_digest({})
+    try:
+        return stats_digest(reads.file_stats(db, MEMORY_SOURCE))
+    finally:
+        db.close()
+
+
+def apply_changes(memory: LocalMemory, message: FileChanges,
+                  job_request: Any = None) -> IndexReport:
+    """Write one part of a producer pass that ran on another host (the host that holds the
+    files; :mod:`pipeline.ingest.transfer`), as a local pass would, and queue the embedding
+    work; recorded in the job log as job ``message.job`` (started by its first part, done with
+    its last)."""
+    check_enabled(memory.settings)
+    host = getattr(job_request, "hostname", None)
+    if message.part == 0:
+        job = RecordedJob.start(memory.jobs, message.job, memory=memory.name,
+                                origin=message.origin, host=host, request=job_request)
+        before = IndexReport()
+    else:
+        job, earlier = RecordedJob.resume(memory.jobs, message.job, memory=memory.name,
+                                          origin=message.origin, host=host,
+                                          request=job_request)
+        before = IndexReport.from_counts(earlier.result if earlier else {})
+    with job.failing():
+        report = _write_changes(memory, message)
+    counts = {name: before.counts()[name] + value for name, value in report.counts().items()}
+    counts["files"] = message.files
+    result = {**counts, "errors": report.errors[:20]}
+    if message.last:
+        job.done(result)
+    else:
+        job.progress(result, force=True)
+    return report
+
+
+def _write_changes(memory: LocalMemory, message: FileChanges) -> IndexReport:
+    from pipeline.ingest.multimodal import ReceivedMedia
+    from pipeline.ingest.producer import queue_pending
+    from pipeline.ingest.transfer import apply_changes as apply_to_store
+    from pipeline.messages import Route
+
+    settings = memory.settings
+    db = connect(settings.store.path, want_vectors=settings.store.want_vectors)
+    try:
+        schema.ensure_schema(db)
+        check_owner(db, memory.owner, claim=True)
+        indexed = schema.get_meta(db, "index") is not None
+        choice = memory.index_choice(db) if indexed else choose_provider(settings)
+        report, media = apply_to_store(db, settings, choice, message.changes)
+        record_files_from(db, message.folder, message.job)
+        report.errors = [*message.errors, *report.errors]
+        if report.rebuild_needed:
+            raise FleetError(f"the index of memory {memory.name!r} was built for another "
+                             "configuration: rebuild it from the host of its files "
+                             "(move the store aside on this host, then memq index there)")
+        if choice.spec is not None:
+            queue_pending(db, choice.spec, memory.dispatcher.embed, memory=memory.name,
+                          retry_failed=message.retry_failed, report=report,
+                          media=ReceivedMedia(media, settings.multimodal),
+                          route=Route(memory.shard, message.interactive),
+                          use_cache=settings.cache.enabled)
+        with schema.transaction(db):
+            cache.prune_cache(db, settings.cache.max_entries)
+            schema.set_meta(db, "last_index_at", time.time())
+        return report
+    except db.operational_error as exc:
+        raise as_store_error(exc, db.path) or exc from exc
+    finally:
+        db.close()
