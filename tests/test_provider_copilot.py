@@ -13,7 +13,9 @@ only as a deprecated SDK export nothing calls. The token is the suite's sentinel
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,10 @@ from pipeline.errors import (
     ProviderThrottled,
     ProviderUnavailable,
 )
+from tests.conftest import REPO
 from tests.fakes.copilot_double import CopilotDouble, Fault
 from tests.secrets_scan import SENTINEL
+from tests.test_fleet import memq_argv
 
 TOKEN = f"ghu_{SENTINEL}"
 DOCS = ["the billing service runs on PostgreSQL 16", "deploys happen on Tuesdays"]
@@ -201,7 +205,7 @@ def test_remote_api_key_and_base_url_are_used_as_openclaw_uses_them(tmp_path: Pa
                                                       "baseUrl": double.root + "/capi"}})
         choice = choose_provider(settings, env={})
         assert choice.provider is not None
-        double._checked.add(TOKEN)  # (a Copilot API that takes this token as it is)
+        double.vouch(TOKEN)
         assert choice.provider.embed_query("x").shape == (1536,)
         assert [p for _, p, _ in double.paths()] == ["/capi/models", "/capi/embeddings"]
         assert choice.spec is not None and choice.spec.options["base_url"] == \
@@ -212,3 +216,39 @@ def test_no_token_hands_over_to_the_fallback(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, {"provider": "github-copilot", "fallback": "none"})
     with pytest.raises(MissingApiKey, match="No GitHub token"):
         choose_provider(settings, env={})
+
+
+def test_memq_index_and_search_with_copilot_through_the_cli(tmp_path: Path) -> None:
+    """The first embedding no longer fails: ``memq index`` then a hybrid ``memq search``
+    through a ``remote.baseUrl`` Copilot endpoint, the token never in their output or the
+    store (the session-end scan checks the files)."""
+    with CopilotDouble(tokens=(TOKEN,)) as double:
+        double.vouch(TOKEN)
+        ws = tmp_path / "ws"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text("# Vault\n\nThe vault is named kestrel-copilot.\n\n"
+                                      "Lunch is at noon.\n")
+        config = tmp_path / "openclaw.json"
+        config.write_text(json.dumps({"agents": {"list": [{
+            "id": "main", "workspace": str(ws),
+            "memorySearch": {"provider": "github-copilot",
+                             "remote": {"baseUrl": double.root + "/capi",
+                                        "apiKey": "${MEMQ_TEST_COPILOT}"},
+                             "store": {"path": str(tmp_path / "store.sqlite")}}}]}}))
+        env = {**os.environ, "MEMQ_TEST_COPILOT": TOKEN, "MEMQ_CONFIG": str(config),
+               "MEMQ_HOME": str(tmp_path / "home")}
+
+        def memq(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(memq_argv(*args), env=env, capture_output=True, text=True,
+                                  timeout=300, cwd=REPO)
+
+        done = memq("index", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        found = memq("search", "--json", "kestrel-copilot vault")
+        assert found.returncode == 0, found.stderr
+        answer = json.loads(found.stdout)
+        assert answer["mode"] == "hybrid" and answer["provider"] == "github-copilot", answer
+        assert "kestrel-copilot" in answer["results"][0]["snippet"]
+        assert {status for _, _, status in double.paths()} == {200}
+        for text in (done.stdout, done.stderr, found.stdout, found.stderr):
+            assert SENTINEL not in text

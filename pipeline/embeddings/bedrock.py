@@ -32,6 +32,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -59,6 +60,9 @@ SERVICE = "bedrock"
 BEARER_ENV = "AWS_BEARER_TOKEN_BEDROCK"
 #: Cohere on Bedrock takes at most 96 texts per request.
 COHERE_MAX_TEXTS = 96
+#: Requests in flight at once for the one-text-per-request models (OpenClaw sends a batch's
+#: all at once; memq caps them).
+PARALLEL_REQUESTS = 8
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,11 @@ class BedrockProvider(RemoteProvider):
             body = self._cohere_body(list(texts), "search_query" if kind == "query"
                                      else "search_document")
             return self._cohere_vectors(self._invoke(body, timeout))
-        return [self._single(text, timeout) for text in texts]
+        if len(texts) == 1:
+            return [self._single(texts[0], timeout)]
+        # One request per text, as OpenClaw sends them: a few at a time.
+        with ThreadPoolExecutor(max_workers=min(len(texts), PARALLEL_REQUESTS)) as pool:
+            return list(pool.map(lambda text: self._single(text, timeout), texts))
 
     def _single(self, text: str, timeout: float) -> Any:
         if not text.strip() and self._dims:  # OpenClaw sends no request for a blank text

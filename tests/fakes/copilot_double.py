@@ -80,6 +80,12 @@ class CopilotDouble:
             self._server.server_close()
             self._server = None
 
+    def vouch(self, token: str) -> None:
+        """Let the Copilot API take ``token`` without a user check (a ``remote.baseUrl`` proxy
+        in front of it, which OpenClaw sends the configured key as it is)."""
+        with self._lock:
+            self._checked.add(token)
+
     def revoke(self, token: str) -> None:
         """Expire ``token``: the Copilot API refuses it until it passes the user check again."""
         with self._lock:
