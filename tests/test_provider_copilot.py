@@ -252,3 +252,65 @@ def test_memq_index_and_search_with_copilot_through_the_cli(tmp_path: Path) -> N
         assert {status for _, _, status in double.paths()} == {200}
         for text in (done.stdout, done.stderr, found.stdout, found.stderr):
             assert SENTINEL not in text
+
+
+# -- against OpenClaw's own adapter ------------------------------------------------------------
+
+#: Headers only one HTTP client adds (Node's fetch, httpx), or that depend on the server.
+CLIENT_HEADERS = {"host", "connection", "content-length", "accept-language", "sec-fetch-mode"}
+
+
+def run_openclaw(case: dict[str, Any], home: Path) -> dict[str, Any]:
+    from tests.tools import node_env, tool, tools_dir
+
+    done = subprocess.run(
+        [str(tool("node")), str(Path(__file__).with_name("openclaw_copilot.mjs")),
+         str(tools_dir() / "openclaw/node_modules/openclaw")],
+        input=json.dumps(case), capture_output=True, text=True, timeout=180,
+        env=node_env({"HOME": str(home), "OPENCLAW_STATE_DIR": str(home / ".openclaw"),
+                      "PATH": "/usr/bin:/bin"}), check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def on_the_wire(double: CopilotDouble) -> list[Any]:
+    """Each request's method, path, body and headers as JSON data, the double's address and
+    the token written as placeholders (a failing comparison prints no secret)."""
+    seen = [[r.method, r.path, r.body,
+             {k: v for k, v in r.headers.items() if k not in CLIENT_HEADERS}]
+            for r in double.requests]
+    return json.loads(json.dumps(seen).replace(double.root, "ROOT").replace(TOKEN, "TOKEN"))
+
+
+@pytest.mark.parametrize(("model", "headers"), [
+    ("", {"X-Team": "memq"}),
+    ("github-copilot/text-embedding-3-large", {"Copilot-Integration-Id": "vscode-chat"}),
+    ("text-embedding-ada-002", {}),
+])
+def test_requests_match_openclaw_2026_9_6_adapter(tmp_path: Path, model: str,
+                                                  headers: dict[str, str]) -> None:
+    """OpenClaw's github-copilot adapter (run by Node on the installed package) and memq, each
+    against its own double with the same remote.baseUrl, remote.apiKey and headers: the same
+    requests (method, path, body, headers), widths, and model error. (OpenClaw checks the
+    GitHub token at a fixed https://api.github.com, which no test can stand in for, so the
+    custom-endpoint path is compared.)"""
+    docs, query = DOCS, "which database?"
+    with CopilotDouble(tokens=(TOKEN,)) as theirs, CopilotDouble(tokens=(TOKEN,)) as ours:
+        theirs.vouch(TOKEN)
+        ours.vouch(TOKEN)
+        got = run_openclaw({"options": {"model": model, "remote": {
+            "baseUrl": theirs.root + "/capi", "apiKey": TOKEN, "headers": headers}},
+            "documents": docs, "query": query}, tmp_path)
+        mine = CopilotProvider(model or None, github_token=TOKEN, explicit_token=True,
+                               base_url=ours.root + "/capi", headers=headers)
+        try:
+            vectors = [*mine.embed_documents(docs), mine.embed_query(query)]
+        except ProviderRefused as exc:
+            assert "error" in got, got
+            assert got["error"] in str(exc)
+            assert on_the_wire(ours) == on_the_wire(theirs)
+            return
+        assert "error" not in got, got
+        assert got["model"] == mine.model
+        assert got["widths"] == [len(v) for v in vectors]
+        assert on_the_wire(ours) == on_the_wire(theirs)
