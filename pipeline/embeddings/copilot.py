@@ -161,7 +161,8 @@ class CopilotProvider(RemoteProvider):
     # -- the token check and model discovery ------------------------------------------------
 
     def _get(self, client: httpx.Client, url: str, headers: Mapping[str, str], what: str,
-             timeout: float) -> Any:
+             timeout: float, *, token_check: bool = False) -> Any:
+        """GET ``url``'s JSON; a refusal of the token check says so as OpenClaw does."""
         where = f"{self.name}: {what} (GET {shown_url(url)})"
         try:
             response = client.get(url, headers=dict(headers), timeout=timeout)
@@ -172,7 +173,7 @@ class CopilotProvider(RemoteProvider):
                                     f"{self._scrub(str(exc))[:MAX_MESSAGE_CHARS]}") from None
         if response.status_code >= 300:
             error = error_for_response(where, response, self._scrub)
-            if response.status_code in (401, 403) and what == "GitHub token check":
+            if response.status_code in (401, 403) and token_check:
                 advice = (" Run `openclaw models auth login-github-copilot` to authenticate "
                           "again, and check that the account has Copilot access"
                           if response.status_code == 403 else "")
@@ -228,7 +229,7 @@ class CopilotProvider(RemoteProvider):
                 user = self._get(client, f"{self.github_api}/copilot_internal/user",
                                  {"Accept": "application/json",
                                   "Authorization": f"Bearer {self._token}"},
-                                 "GitHub token check", AUTH_TIMEOUT_S)
+                                 "GitHub token check", AUTH_TIMEOUT_S, token_check=True)
                 base = self._api_base(user)
             headers = {**self._api_headers, "Authorization": f"Bearer {self._token}"}
             listing = self._get(client, f"{base}/models", headers, "model discovery",
