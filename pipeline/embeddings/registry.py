@@ -287,8 +287,10 @@ def _bedrock(settings: Settings, *, primary: bool, model: str | None,
 def _copilot(settings: Settings, *, primary: bool, model: str | None,
              options: Mapping[str, Any] | None, env: Mapping[str, str]) -> EmbeddingProvider:
     """GitHub Copilot: the GitHub token from ``remote.apiKey`` (primary) or
-    ``COPILOT_GITHUB_TOKEN``; ``remote.baseUrl`` (or a job spec's) with an explicit key skips
-    the token check, as in OpenClaw."""
+    ``COPILOT_GITHUB_TOKEN``; ``remote.baseUrl`` with an explicit key skips the token check, as
+    in OpenClaw. A worker rebuilding a job's provider for such an endpoint may take the
+    token from its environment (the producer applied OpenClaw's rule; memq lets a worker
+    without the config use its own environment's key, as for the other providers)."""
     from pipeline.embeddings.copilot import TOKEN_ENV, CopilotProvider, copilot_domain
     from pipeline.embeddings.remote import resolve_api_key
 
@@ -305,7 +307,8 @@ def _copilot(settings: Settings, *, primary: bool, model: str | None,
     return CopilotProvider(model or None, github_token=token,
                            base_url=options.get("base_url") or (remote.base_url if primary
                                                                 else None),
-                           explicit_token=bool(explicit), headers=headers,
+                           explicit_token=bool(explicit) or options.get("role") is not None,
+                           headers=headers,
                            domain=copilot_domain(env), timeout=_timeout_override(env))
 
 

@@ -68,7 +68,7 @@ _FAULTS = {"429": (429, "ThrottlingException", "Too many requests, please wait b
                                                        "request.")}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TemporaryKey:
     """Temporary credentials: the secret, the session token, and whether it has expired."""
 
@@ -110,11 +110,11 @@ class BedrockDouble:
     """A running fake Bedrock Runtime endpoint; use as a context manager. ``keys`` maps access
     key ids to their secret (or a :class:`TemporaryKey`)."""
 
-    keys: dict[str, str | TemporaryKey] = field(default_factory=dict)
+    keys: dict[str, str | TemporaryKey] = field(default_factory=dict, repr=False)
     region: str = "us-east-1"
-    bearer_tokens: tuple[str, ...] = ()
+    bearer_tokens: tuple[str, ...] = field(default=(), repr=False)
     script: list[Fault] = field(default_factory=list)
-    requests: list[Seen] = field(default_factory=list)
+    requests: list[Seen] = field(default_factory=list, repr=False)
     #: Seconds a signature's date may differ from the double's clock (AWS: 5 minutes).
     max_skew_s: float = 300.0
 

@@ -42,11 +42,11 @@ MODELS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072}
 class CopilotDouble:
     """A running fake GitHub + Copilot API; use as a context manager."""
 
-    tokens: tuple[str, ...] = ()
-    no_copilot: tuple[str, ...] = ()
+    tokens: tuple[str, ...] = field(default=(), repr=False)
+    no_copilot: tuple[str, ...] = field(default=(), repr=False)
     models: tuple[str, ...] = ("text-embedding-3-small", "text-embedding-3-large")
     script: list[Fault] = field(default_factory=list)
-    requests: list[Seen] = field(default_factory=list)
+    requests: list[Seen] = field(default_factory=list, repr=False)
     #: ``endpoints.api`` to announce instead of this server's ``/capi`` (None: this server's).
     api_url: str | None = None
 
