@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 SENTINEL = "sk-memq-SENTINEL-7f3a9c2e5b1d"
-#: Every provider key variable memq reads.
+#: Every provider key variable memq reads (AWS's secret key, session token and Bedrock API
+#: key, and the GitHub token of Copilot, included).
 PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYAGE_API_KEY",
-                     "MISTRAL_API_KEY", "OLLAMA_API_KEY")
+                     "MISTRAL_API_KEY", "OLLAMA_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                     "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", "COPILOT_GITHUB_TOKEN")
 SCANNED_SUFFIXES = (".log", ".sqlite", ".sqlite-wal", ".sqlite-journal", ".db", ".db-wal")
 
 _findings: list[str] = []

@@ -16,6 +16,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import REPO, redis_client, run_memq, write_config
+from tests.fakes.bedrock_double import BedrockDouble, TemporaryKey
+from tests.fakes.copilot_double import CopilotDouble
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 from tests.secrets_scan import PROVIDER_KEY_VARS, SENTINEL, leaks_in_files, leaks_in_redis
 
@@ -106,4 +108,59 @@ def test_sentinel_key_never_leaks_anywhere(workspace: Path, tmp_path: Path, brok
     finally:
         client.close()
     assert "memq.embed_chunks" in places["worker logs"]  # the logs were really read
+    assert leaks == []
+
+
+def test_aws_and_copilot_secrets_never_leak(workspace: Path, tmp_path: Path, broker_url: str,
+                                            fleet) -> None:
+    """Bedrock and GitHub Copilot through real workers: a refused signature, a refused GitHub
+    token, then a Bedrock index that goes through after a 500. The AWS secret key, session
+    token and Bedrock API key and the GitHub token are all the sentinel (set in every
+    process's environment); no output, worker log, store or Redis key holds it."""
+    key_id = "AKIAIOSFODNN7EXAMPLE"
+    with BedrockDouble(keys={key_id: TemporaryKey(SENTINEL, SENTINEL)},
+                       script=[Fault("500")]) as bedrock, \
+            BedrockDouble(keys={key_id: "another-secret"}) as refusing, \
+            CopilotDouble(tokens=("ghu_someone_else",)) as copilot:
+        env_keys = {**dict.fromkeys(PROVIDER_KEY_VARS, SENTINEL), "AWS_ACCESS_KEY_ID": key_id}
+        env_keys.pop("AWS_BEARER_TOKEN_BEDROCK")  # (it would be preferred to the keys)
+        fleet.env.update({**env_keys, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": bedrock.url})
+        fleet.start(["store.0"], "writer")
+        fleet.start(["embed.bedrock", "embed.github-copilot"], "embed")
+        env = {**os.environ, **env_keys, "MEMQ_BROKER_URL": broker_url}
+        outputs: list[str] = []
+
+        def memq(*args: str, cfg: Path, endpoint: str) -> str:
+            done = run_memq(*args, "--workspace", str(workspace), "--config", str(cfg),
+                            env={**env, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": endpoint},
+                            timeout=120)
+            outputs.append(done.stdout + done.stderr)
+            return done.stdout + done.stderr
+
+        refused_cfg = write_config(tmp_path / "refused.json", provider="bedrock",
+                                   store={"path": str(tmp_path / "refused.sqlite")})
+        memq("index", cfg=refused_cfg, endpoint=refusing.url)
+        copilot_cfg = write_config(tmp_path / "copilot.json", provider="github-copilot",
+                                   remote={"baseUrl": copilot.root + "/capi",
+                                           "apiKey": "${COPILOT_GITHUB_TOKEN}"},
+                                   store={"path": str(tmp_path / "copilot.sqlite")})
+        memq("index", cfg=copilot_cfg, endpoint=bedrock.url)
+        assert "HTTP 401" in memq("status", "--json", cfg=copilot_cfg, endpoint=bedrock.url)
+        cfg = write_config(tmp_path / "bedrock.json", provider="bedrock",
+                           store={"path": str(tmp_path / "bedrock.sqlite")})
+        memq("index", cfg=cfg, endpoint=bedrock.url)
+        memq("status", "--json", cfg=cfg, endpoint=bedrock.url)
+        outputs.append(_mcp_search({**env, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": bedrock.url},
+                                   workspace, cfg))
+        assert {r.status for r in bedrock.invocations()} >= {500, 200}
+        assert {r.status for r in refusing.invocations()} == {403}
+    fleet.stop()
+    places = {"command output": "\n".join(outputs), "worker logs": fleet.logs(None)}
+    leaks = [where for where, text in places.items() if SENTINEL in text]
+    leaks += leaks_in_files(tmp_path)
+    client = redis_client(broker_url)
+    try:
+        leaks += leaks_in_redis(client)
+    finally:
+        client.close()
     assert leaks == []

@@ -10,9 +10,12 @@ A provider id names one of OpenClaw 2026.9.6's adapters, or a custom ``models.pr
 entry served by the adapter its ``api`` names (:func:`served_by`): ``openai-compatible``,
 ``lmstudio``, ``ollama`` and ``openai`` serve it under its own id, with its own entry (its
 endpoint, key and headers, no environment key); any other adapter serves it as itself.
-``bedrock`` and ``github-copilot`` are accepted in the configuration but not served yet
-(:data:`~pipeline.config.NOT_YET`): building one raises :class:`ProviderUnavailable` saying so,
-which fails that memory alone (or hands it to its ``fallback``).
+``bedrock`` (:mod:`pipeline.embeddings.bedrock`: AWS credentials, SigV4) and
+``github-copilot`` (:mod:`pipeline.embeddings.copilot`: the GitHub token check) have builders
+of their own (:func:`_bedrock`, :func:`_copilot`): neither takes an API key the way the others
+do. An adapter of :data:`~pipeline.config.NOT_YET` that memq has no class for raises
+:class:`ProviderUnavailable` saying so, which fails that memory alone (or hands it to its
+``fallback``).
 
 ``fallback`` is built when the primary cannot be, with the fallback provider's **own** default
 model (OpenClaw #142364 handed it the primary's model name). ``remote.*`` (baseUrl, apiKey,
@@ -51,7 +54,7 @@ from pipeline.errors import EmbeddingError, MissingApiKey, ProviderUnavailable
 from pipeline.message_fields import ProviderSpec
 
 KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama", "lmstudio",
-                   "deepinfra", "openai-compatible")
+                   "deepinfra", "openai-compatible", "bedrock", "github-copilot")
 IMPLEMENTED = KNOWN_PROVIDERS
 AUTO_REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")
 _REMOTE_CLASSES = {
@@ -63,6 +66,8 @@ _REMOTE_CLASSES = {
     "lmstudio": ("pipeline.embeddings.compatible", "LmStudioProvider"),
     "deepinfra": ("pipeline.embeddings.compatible", "DeepInfraProvider"),
     "openai-compatible": ("pipeline.embeddings.compatible", "OpenAICompatibleProvider"),
+    "bedrock": ("pipeline.embeddings.bedrock", "BedrockProvider"),
+    "github-copilot": ("pipeline.embeddings.copilot", "CopilotProvider"),
 }
 #: The adapters that serve a custom ``models.providers`` id under that id, with its entry
 #: (OpenClaw's pass ``options.provider`` on to the entry lookup); the others ignore it.
@@ -168,7 +173,7 @@ def served_by(name: str, settings: Settings) -> tuple[str, str | None]:
             raise ProviderUnavailable(f"{name}: {entry.path} names no embedding adapter ({what}; "
                                       f"OpenClaw 2026.9.6 has {', '.join(ADAPTERS)})")
         adapter, custom = found, (name if found in _KEEP_CUSTOM_ID else None)
-    if adapter in NOT_YET:
+    if adapter in NOT_YET and adapter not in _REMOTE_CLASSES:
         via = f" (through {name})" if adapter != name else ""
         raise ProviderUnavailable(f"embedding provider {adapter!r}{via} is not supported by memq "
                                   f"yet: {NOT_YET[adapter]}; name another provider for this "
@@ -191,6 +196,9 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     from pipeline.embeddings.remote import resolve_api_key
 
     adapter, custom = served_by(name, settings)
+    if adapter in _OWN_BUILDERS:
+        return _OWN_BUILDERS[adapter](settings, primary=primary, model=model,
+                                      options=options, env=os.environ if env is None else env)
     cls = remote_class(adapter)
     remote = settings.remote
     from_spec = options is not None
@@ -256,6 +264,56 @@ def _remote(name: str, settings: Settings, *, primary: bool, model: str | None =
     if options.get("auth"):  # the producer used a key: a keyless worker must not try without
         kwargs["key_required"] = True
     return cls(model or None, **kwargs)
+
+
+def _bedrock(settings: Settings, *, primary: bool, model: str | None,
+             options: Mapping[str, Any] | None, env: Mapping[str, str]) -> EmbeddingProvider:
+    """Bedrock: the region from ``remote.baseUrl`` (primary) or the environment, the endpoint
+    from the AWS endpoint variables, AWS credentials from the environment or the shared
+    files. A job spec's region, endpoint and width win, so a worker signs for the producer's
+    region and model."""
+    from pipeline.embeddings.bedrock import BedrockProvider, bedrock_endpoint, bedrock_region
+
+    options = options or {}
+    region = options.get("region") or bedrock_region(
+        settings.remote.base_url if primary else None, env)
+    dimensions = (options.get("dimensions") if "dimensions" in options
+                  else settings.output_dimensionality)
+    return BedrockProvider(model or None, region=region,
+                           endpoint=options.get("base_url") or bedrock_endpoint(region, env),
+                           dimensions=dimensions, env=env, timeout=_timeout_override(env))
+
+
+def _copilot(settings: Settings, *, primary: bool, model: str | None,
+             options: Mapping[str, Any] | None, env: Mapping[str, str]) -> EmbeddingProvider:
+    """GitHub Copilot: the GitHub token from ``remote.apiKey`` (primary) or
+    ``COPILOT_GITHUB_TOKEN``; ``remote.baseUrl`` with an explicit key skips the token check, as
+    in OpenClaw. A worker rebuilding a job's provider for such an endpoint may take the
+    token from its environment (the producer applied OpenClaw's rule; memq lets a worker
+    without the config use its own environment's key, as for the other providers)."""
+    from pipeline.embeddings.copilot import TOKEN_ENV, CopilotProvider, copilot_domain
+    from pipeline.embeddings.remote import resolve_api_key
+
+    options = options or {}
+    remote = settings.remote
+    try:
+        explicit = resolve_api_key((), configured=remote.api_key if primary else None,
+                                   configured_env=remote.api_key_env if primary else None,
+                                   env=env)
+    except MissingApiKey as exc:
+        raise MissingApiKey(f"github-copilot: {exc}") from None
+    token = explicit or (env.get(TOKEN_ENV) or "").strip() or None
+    headers = {**(remote.headers if primary else {}), **(options.get("headers") or {})}
+    return CopilotProvider(model or None, github_token=token,
+                           base_url=options.get("base_url") or (remote.base_url if primary
+                                                                else None),
+                           explicit_token=bool(explicit) or options.get("role") is not None,
+                           headers=headers,
+                           domain=copilot_domain(env), timeout=_timeout_override(env))
+
+
+#: The adapters built by a function of their own (no API key in OpenClaw's usual sense).
+_OWN_BUILDERS = {"bedrock": _bedrock, "github-copilot": _copilot}
 
 
 def _spec_for(provider: EmbeddingProvider, options: dict[str, Any]) -> ProviderSpec:
