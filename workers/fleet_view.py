@@ -59,8 +59,8 @@ def memory_row(settings: Settings, jobs: JobLog, readers: list[str] | None = Non
     name = settings.agent_id
     row: dict[str, Any] = {"memory": name, "shard": settings.fleet.shard_of(name),
                            "store": str(settings.store.path), "indexed": False, "chunks": 0,
-                           "ready": 0, "pending": 0, "failed": 0, "last_job": None,
-                           "served_by": None, "error": None}
+                           "ready": 0, "pending": 0, "failed": 0, "lastJob": None,
+                           "servedBy": None, "error": None}
     if not store_is_here(settings):
         if unseen or readers == []:
             row["error"] = unseen or f"no live reader of shard {row['shard']}"
@@ -76,7 +76,7 @@ def memory_row(settings: Settings, jobs: JobLog, readers: list[str] | None = Non
                    pending=states.get("pending", 0), failed=states.get("failed", 0))
     last = jobs.recent(name, 1)
     if last:
-        row["last_job"] = _last_job(last[0].to_dict())
+        row["lastJob"] = _last_job(last[0].to_dict())
     return row
 
 
@@ -90,14 +90,14 @@ def _row_from_shard(settings: Settings, row: dict[str, Any]) -> dict[str, Any]:
     row.update(indexed=bool(status.get("indexed")), store=status.get("store"),
                chunks=status.get("chunks", 0), ready=status.get("vectors", 0),
                pending=status.get("pending", 0), failed=status.get("failed", 0),
-               served_by=status.get("servedBy"))
+               servedBy=status.get("servedBy"))
     if status.get("jobs"):
-        row["last_job"] = _last_job(status["jobs"][0])
+        row["lastJob"] = _last_job(status["jobs"][0])
     return row
 
 
 def _last_job(job: dict[str, Any]) -> dict[str, Any]:
-    return {k: job.get(k) for k in ("id", "kind", "state", "started_at", "finished_at",
+    return {k: job.get(k) for k in ("id", "kind", "state", "startedAt", "finishedAt",
                                     "error")}
 
 
@@ -129,8 +129,8 @@ def fleet_view(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict[s
     view: dict[str, Any] = {
         "broker": redact_url(settings.broker_url) if settings.broker_url else None,
         "reachable": False, "error": None, "memories": [],
-        "shards": [{"shard": n, "memories": [], "lease_holder": None, "consumers": None,
-                    "writer_alive": None, "readers": None} for n in range(shards)],
+        "shards": [{"shard": n, "memories": [], "leaseHolder": None, "consumers": None,
+                    "writerAlive": None, "readers": None} for n in range(shards)],
         "queues": None, "problems": [],
     }
     problems: list[str] = view["problems"]
@@ -197,11 +197,11 @@ def _ask_broker(view: dict[str, Any], broker_url: str, timeout: float) -> None:
         shard["readers"] = sorted(node for node, queues in nodes.items()
                                   if query_queue(n) in queues)
         if holders is not None:
-            shard["lease_holder"] = holders[n]
-            shard["writer_alive"] = holders[n] is not None and holders[n] in shard["consumers"]
+            shard["leaseHolder"] = holders[n]
+            shard["writerAlive"] = holders[n] is not None and holders[n] in shard["consumers"]
         else:  # no leases to read: a live consumer of the shard's store queue is its writer
-            shard["writer_alive"] = bool(shard["consumers"])
-        if not shard["writer_alive"]:
+            shard["writerAlive"] = bool(shard["consumers"])
+        if not shard["writerAlive"]:
             problems.append(f"shard {n}: no live writer")
         if not shard["readers"]:
             problems.append(f"shard {n}: no live reader")
@@ -219,10 +219,10 @@ def fleet_lines(view: dict[str, Any]) -> list[str]:
     for shard in view["shards"]:
         if shard["consumers"] is None:
             writer = "unknown"
-        elif shard["writer_alive"]:
-            writer = f"{shard['lease_holder'] or ', '.join(shard['consumers'])} (alive)"
-        elif shard["lease_holder"]:
-            writer = f"lease held by {shard['lease_holder']}, which does not answer"
+        elif shard["writerAlive"]:
+            writer = f"{shard['leaseHolder'] or ', '.join(shard['consumers'])} (alive)"
+        elif shard["leaseHolder"]:
+            writer = f"lease held by {shard['leaseHolder']}, which does not answer"
         else:
             writer = "none"
         lines.append(f"shard {shard['shard']}:  writer {writer}; "
@@ -238,7 +238,7 @@ def fleet_lines(view: dict[str, Any]) -> list[str]:
     lines.append(f"  {'memory':<20} {'shard':>5} {'chunks':>8} {'ready':>8} {'pending':>8} "
                  f"{'failed':>7}  last job")
     for r in view["memories"]:
-        job = r["last_job"]
+        job = r["lastJob"]
         last = f"{job['kind']} {job['state']}" if job else ("-" if r["indexed"]
                                                             else "not indexed")
         if r.get("error"):
