@@ -44,6 +44,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
+from pipeline.results import MemoryText
 from pipeline.search.corpus import CORPORA, GET_CORPORA, corpus_outcomes
 
 log = logging.getLogger("memq.mcp")
@@ -229,7 +230,7 @@ class MemoryTools:
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         corpus = args.get("corpus")
         if corpus == "wiki":  # OpenClaw's answer when no wiki corpus is registered
-            return {"path": args["path"], "text": "", **corpus_outcomes(corpus)}
+            return {**MemoryText(args["path"], "").to_dict(), **corpus_outcomes(corpus)}
         try:
             text = self.memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
         except MemoryPathError as exc:

@@ -214,7 +214,7 @@ class MemoryCatalog:
         status = _reader_status(s) if servers is not None and servers.readers else None
         served_by = (status or {}).get("servedBy") or (servers.node if servers else None)
         if s.broker_url and not store_is_here(s):
-            last = (status or {}).get("last_index_at")
+            last = (status or {}).get("lastIndexAt")
             state = (STATE_UNREACHABLE if status is None else
                      STATE_OK if status.get("indexed") and last else STATE_NOT_INDEXED)
             return MemoryInfo(s.agent_id, name == self.default, s.workspace, s.store.path,

@@ -296,7 +296,7 @@ class RemoteMemory:
             run.outcome = VectorOutcome(
                 None, int(status.get("pending") or 0), int(status.get("failed") or 0),
                 tuple(WithoutVector(status.get("provider"), e["state"], e["error"], e["chunks"])
-                      for e in status.get("chunk_errors") or ()))
+                      for e in status.get("chunkErrors") or ()))
             run.failed_chunks = run.outcome.failed
         run.seconds = time.monotonic() - started
         return run

@@ -58,7 +58,7 @@ def assert_all_embedded_once(settings, double) -> dict:
     """Every chunk has the double's vector for its text, and was embedded exactly once:
     by one batch line that succeeded, or else by one sync request."""
     status = index_status(settings)
-    assert status["pending"] == status["failed"] == 0, status["chunk_errors"]
+    assert status["pending"] == status["failed"] == 0, status["chunkErrors"]
     assert status["vectors"] == status["chunks"] > 0
     db = connect(settings.store.path)
     try:

@@ -272,7 +272,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     job = status["jobs"][0]
     assert job["id"] == job_id and job["state"] == "done"
     assert job["kind"] == "remote" and job["host"].startswith("writer@")
-    assert job["chunks_queued"] == status["chunks"] > 0 and job["embed_jobs"] > 0
+    assert job["chunksQueued"] == status["chunks"] > 0 and job["embedJobs"] > 0
     fleet_s = status["fleet"]
     assert fleet_s["workers"] == 3
     assert sorted(n.split("@")[0] for n in fleet_s["nodes"]) == ["embed-a", "embed-b", "writer"]
@@ -300,7 +300,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
         assert code == 200, body
         return json.loads(body)
 
-    n_jobs = job["embed_jobs"]
+    n_jobs = job["embedJobs"]
     wait_for(lambda: len(tasks("memq.write_vectors")) == n_jobs, "Flower's task events", fleet,
              timeout=30)
     index_tasks = tasks("memq.index_memory")
@@ -331,7 +331,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     jobs = json.loads(run_memq("jobs", "--json", env=settings_env, timeout=60).stdout)["jobs"]
     assert [j["kind"] for j in jobs[:3]] == ["local", "local", "remote"]
-    assert all(j["state"] == "done" and j["chunks_queued"] > 0 for j in jobs[:2])
+    assert all(j["state"] == "done" and j["chunksQueued"] > 0 for j in jobs[:2])
 
 
 def test_worker_flags_reach_the_worker(workspace: Path, tmp_path: Path, tiny_model: Path,

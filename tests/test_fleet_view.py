@@ -56,9 +56,9 @@ def test_fleet_view_shows_memories_writers_lanes_and_pending(
     before: dict[str, Any] = json.loads(status_fleet(env, "--json", code=3).stdout)
     assert before["reachable"] is True
     assert [m["memory"] for m in before["memories"]] == ["alpha", "beta"]
-    assert all(not m["indexed"] and m["last_job"] is None for m in before["memories"])
+    assert all(not m["indexed"] and m["lastJob"] is None for m in before["memories"])
     assert not any(s.store.path.exists() for s in settings.values())  # status created nothing
-    assert [(s["lease_holder"], s["consumers"], s["writer_alive"]) for s in before["shards"]] \
+    assert [(s["leaseHolder"], s["consumers"], s["writerAlive"]) for s in before["shards"]] \
         == [(None, [], False), (None, [], False)]
 
     # A writer for shard 0 only, and no embed worker: every embedding job waits in its lane.
@@ -88,17 +88,17 @@ def test_fleet_view_shows_memories_writers_lanes_and_pending(
         assert row["indexed"] and row["shard"] == shard[agent]
         assert row["pending"] == pending_in(settings[agent].store.path) > 0
         assert row["ready"] == 0 and row["chunks"] == row["pending"]
-        assert row["last_job"]["kind"] == "local" and row["last_job"]["state"] == "done"
+        assert row["lastJob"]["kind"] == "local" and row["lastJob"]["state"] == "done"
     assert view["totals"]["pending"] == rows["alpha"]["pending"] + rows["beta"]["pending"]
     s0, s1 = view["shards"]
-    assert s0["lease_holder"].startswith("w0@") and s0["consumers"] == [s0["lease_holder"]]
-    assert s0["writer_alive"] is True
-    assert (s1["lease_holder"], s1["consumers"], s1["writer_alive"]) == (None, [], False)
+    assert s0["leaseHolder"].startswith("w0@") and s0["consumers"] == [s0["leaseHolder"]]
+    assert s0["writerAlive"] is True
+    assert (s1["leaseHolder"], s1["consumers"], s1["writerAlive"]) == (None, [], False)
     assert sorted(s0["memories"] + s1["memories"]) == ["alpha", "beta"]
     assert s0["memories"] == [a for a in ("alpha", "beta") if shard[a] == 0]
 
     human = status_fleet(env, code=3).stdout
-    assert f"shard 0:  writer {s0['lease_holder']} (alive)" in human
+    assert f"shard 0:  writer {s0['leaseHolder']} (alive)" in human
     assert "shard 1:  writer none" in human
     assert f"embed.local           1 / {bulk}" in human
     assert "alpha" in human and "beta" in human
@@ -108,8 +108,8 @@ def test_fleet_view_shows_memories_writers_lanes_and_pending(
     writer.wait()
     wait_for(lambda: not nodes_on(broker_url, "store.0"), "the killed writer to go", fleet)
     dead: dict[str, Any] = json.loads(status_fleet(env, "--json", code=3).stdout)
-    assert dead["shards"][0]["lease_holder"] == s0["lease_holder"]
-    assert dead["shards"][0]["writer_alive"] is False
+    assert dead["shards"][0]["leaseHolder"] == s0["leaseHolder"]
+    assert dead["shards"][0]["writerAlive"] is False
     assert "which does not answer" in status_fleet(env, code=3).stdout
 
 
@@ -142,7 +142,7 @@ def test_fleet_view_shows_each_shards_readers_and_exits_3_when_it_cannot_see(
     seen: dict[str, Any] = json.loads(status_fleet(env, "--json").stdout)
     assert seen["problems"] == []
     for shard in seen["shards"]:
-        assert shard["writer_alive"] is True and shard["readers"][0].startswith("r@")
+        assert shard["writerAlive"] is True and shard["readers"][0].startswith("r@")
     human = status_fleet(env).stdout
     node = seen["shards"][0]["readers"][0]
     assert f"shard 0:  reader {node} (alive)" in human

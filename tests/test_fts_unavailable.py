@@ -66,8 +66,8 @@ def test_index_and_search_are_vector_only(tmp_path: Path, workspace: Path, make_
     assert all(hit.score > 0 for hit in found)
     status = index_status(settings)
     assert status["vectors"] == status["chunks"] > 0
-    assert status["keyword_search"] == "unavailable"
-    assert "FTS5" in status["keyword_search_reason"]
+    assert status["keywordSearch"] == "unavailable"
+    assert "FTS5" in status["keywordSearchReason"]
     db = connect(settings.store.path)
     try:
         names = {r[0] for r in db.conn.execute("SELECT name FROM sqlite_master")}
@@ -96,7 +96,7 @@ def test_fts5_coming_back_fills_the_keyword_index(tmp_path: Path, workspace: Pat
     with Memory(settings=settings) as memory:
         found = memory.search("project")
     assert len(found) > 0 and found.warning is None
-    assert index_status(settings)["keyword_search"] == "fts5"
+    assert index_status(settings)["keywordSearch"] == "fts5"
 
 
 def test_the_cli_works_without_fts5(tmp_path: Path, workspace: Path, make_settings,

@@ -161,8 +161,8 @@ def test_old_job_logs_are_carried_over_once(workspace: Path, make_settings) -> N
     jobs = {j["id"]: j for j in s["jobs"]}
     assert next(iter(jobs)) == run.job_id
     assert jobs["main:in-store"]["state"] == "done" and jobs["main:in-store"]["files"] == 4
-    assert jobs["main:in-store"]["started_at"] == 1000.0
-    assert jobs["main:in-store"]["finished_at"] == 1010.0
+    assert jobs["main:in-store"]["startedAt"] == 1000.0
+    assert jobs["main:in-store"]["finishedAt"] == 1010.0
     assert (jobs["main:beside"]["state"], jobs["main:beside"]["error"]) == (
         "failed", "ConfigError: x")
     assert jobs["main:cut"]["state"] == "failed" and "interrupted" in jobs["main:cut"]["error"]

@@ -167,9 +167,9 @@ def test_media_files_are_indexed_found_by_text_reported_and_removed(
         fleet.start(["embed.gemini"], "embed")
         run = run_index(settings, wait=True)
         status = index_status(settings)
-        assert status["pending"] == 0 and status["failed"] == 0, status["chunk_errors"]
+        assert status["pending"] == 0 and status["failed"] == 0, status["chunkErrors"]
         assert status["vectors"] == status["chunks"] > 2
-        errors = {e["path"]: e["error"] for e in status["file_errors"]}
+        errors = {e["path"]: e["error"] for e in status["fileErrors"]}
         assert errors == {
             "media/scan_big.png": f"skipped: {len(png('too big')) + 5000} bytes is over "
                                   "multimodal.maxFileBytes (4096)",

@@ -142,8 +142,8 @@ def test_every_listed_format_is_indexed_and_sent_as_the_model_takes_it(
         with Memory(settings=settings, in_memory=False) as memory:
             run = memory.index()
         status = index_status(settings)
-        assert status["file_errors"] == [] and run.report.failed == 0
-        assert status["pending"] == 0 and status["failed"] == 0, status["chunk_errors"]
+        assert status["fileErrors"] == [] and run.report.failed == 0
+        assert status["pending"] == 0 and status["failed"] == 0, status["chunkErrors"]
         sent = _sent(double)
     db = connect(settings.store.path)
     rows = dict(db.conn.execute("SELECT path, text FROM chunks WHERE path LIKE 'media/%' "

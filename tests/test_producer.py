@@ -83,15 +83,15 @@ def test_bad_files_are_reported_not_fatal(keyword_only, workspace: Path) -> None
     reasons = " ".join(report.errors)
     assert "not valid UTF-8" in reasons and "NUL" in reasons and "byte limit" in reasons
     status = index_status(settings)
-    assert status["files_with_errors"] == 3
-    assert {e["path"] for e in status["file_errors"]} == {
+    assert status["filesWithErrors"] == 3
+    assert {e["path"] for e in status["fileErrors"]} == {
         "memory/latin1.md", "memory/binary.md", "memory/huge.md"}
     # The good files are all searchable.
     assert memory_search("PostgreSQL", settings=settings)["results"]
     # Fixing the file clears its error on the next pass.
     (mem / "latin1.md").write_text("café au lait", encoding="utf-8")
     run(db, settings, choose_provider(settings))
-    assert index_status(settings)["files_with_errors"] == 2
+    assert index_status(settings)["filesWithErrors"] == 2
 
 
 def test_symlinks_and_ignored_folders_are_skipped(keyword_only, workspace: Path, tmp_path) -> None:

@@ -97,7 +97,7 @@ def test_fault_storm_converges_with_every_chunk_embedded_once(
             double, workspace, make_settings, broker_url, fleet, monkeypatch,
             rateLimit={"requestsPerMinute": 10000})
         assert run.waited and run.report.jobs >= 10, logs[-3000:]
-        assert status["failed"] == 0 and status["pending"] == 0, status["chunk_errors"]
+        assert status["failed"] == 0 and status["pending"] == 0, status["chunkErrors"]
         assert status["vectors"] == status["chunks"] == run.report.chunks_queued > 40
         stats = double.stats()
         assert stats["texts_embedded"] == status["chunks"]  # every chunk embedded exactly once
@@ -134,7 +134,7 @@ def test_rejected_key_leaves_chunks_pending_with_a_clear_error_without_leaking_i
         # Held, not failed: the next pass after the key is fixed embeds them (no --retry-failed).
         assert run.failed_chunks == status["failed"] == 0
         assert status["pending"] == status["chunks"] > 0 and status["vectors"] == 0
-        [error] = status["chunk_errors"]
+        [error] = status["chunkErrors"]
         assert error["state"] == "pending"
         assert "HTTP 401" in error["error"] and "check the API key" in error["error"]
         assert "Incorrect API key provided: ***" in error["error"]
@@ -159,7 +159,7 @@ def test_context_length_error_is_split_through_real_workers(
         status = index_status(settings)
         assert run.report.jobs == 1 and status["chunks"] >= 6
         assert status["failed"] == 1 and status["vectors"] == status["chunks"] - 1
-        [error] = status["chunk_errors"]
+        [error] = status["chunkErrors"]
         assert "input too long" in error["error"] and "context length" in error["error"]
         batches = [r.body["input"] for r in double.embed_requests()]
         assert len(batches[0]) == status["chunks"]  # first the whole job, then halves...
@@ -189,7 +189,7 @@ def test_exhausted_quota_is_not_retried(workspace: Path, make_settings, broker_u
             double, workspace, make_settings, broker_url, fleet, monkeypatch)
         assert len(double.embed_requests()) == run.report.jobs == 1
         assert status["failed"] == status["chunks"] and status["pending"] == 0
-        assert "quota exhausted: not retried" in status["chunk_errors"][0]["error"]
+        assert "quota exhausted: not retried" in status["chunkErrors"][0]["error"]
 
 
 def test_retries_run_out_and_the_chunks_fail_with_the_reason(
@@ -200,5 +200,5 @@ def test_retries_run_out_and_the_chunks_fail_with_the_reason(
             double, workspace, make_settings, broker_url, fleet, monkeypatch)
         assert [r.status for r in double.embed_requests()] == [500] * 4  # 1 try + 3 retries
         assert status["failed"] == status["chunks"] == run.failed_chunks > 0
-        error = status["chunk_errors"][0]["error"]
+        error = status["chunkErrors"][0]["error"]
         assert "HTTP 500" in error and "(after 3 retries)" in error

@@ -72,11 +72,11 @@ def test_settings_carry_the_path_to_every_store_connection(
     status = index_status(settings)
     assert status["vectors"] == status["chunks"] > 0
     if good:
-        assert status["vector_backend"] == "sqlite-vec"
-        assert status["vector_backend_reason"] is None
+        assert status["vectorBackend"] == "sqlite-vec"
+        assert status["vectorBackendReason"] is None
     else:
-        assert status["vector_backend"] == "in-process (numpy)"
-        assert str(path) in status["vector_backend_reason"]
+        assert status["vectorBackend"] == "in-process (numpy)"
+        assert str(path) in status["vectorBackendReason"]
 
 
 def test_vector_enabled_false_wins_over_an_extension_path(tmp_path: Path, workspace: Path,

@@ -112,7 +112,7 @@ def test_unreadable_files_and_folders_are_reported_the_rest_indexed(shared_dir: 
         second.stdout
     s = json.loads(memq_as_nobody("status", "--json", *args, home=home).stdout)
     assert s["files"] == 5 + 1, s  # the sample workspace's notes and the one kept from locked/
-    errors = {e["path"]: e["error"] for e in s["file_errors"]}
+    errors = {e["path"]: e["error"] for e in s["fileErrors"]}
     assert errors == {"memory/private.md": "unreadable: Permission denied"}, s
     for query, path in (("Zigbee", "memory/2026-11-10.md"),
                         ("behind a closed folder", "memory/locked/inside.md")):

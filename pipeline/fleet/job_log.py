@@ -276,26 +276,35 @@ class JobRecord:
     def running(self) -> bool:
         return self.celery_state in RUNNING_STATES
 
+    #: The job log's snake_case names of a job's facts and the camelCase keys of its JSON
+    #: (``docs/json.md``); the log itself keeps its names.
+    JSON_NAMES: ClassVar[dict[str, str]] = {
+        "chunks_queued": "chunksQueued", "chunks_cached": "chunksFromCache",
+        "embed_jobs": "embedJobs", "vectors_done": "vectorsDone", "vectors_total": "vectorsTotal"}
+
     def to_dict(self) -> dict[str, Any]:
-        """The job as ``memq jobs --json`` shows it: its counts at the top level (``files``,
-        ``changed``, ``chunks_queued``…), what else its result holds under ``result``."""
-        counts = {name: self.result.get(name) for name in COUNTS}
-        rest = {k: v for k, v in self.result.items() if k not in COUNTS}
+        """The job as ``memq jobs --json`` shows it, in camelCase: its counts at the top level
+        (``files``, ``changed``, ``chunksQueued``…), what else its result holds under
+        ``result`` (the job log's own names turned into :data:`JSON_NAMES`)."""
+        counts = {self.JSON_NAMES.get(name, name): self.result.get(name) for name in COUNTS}
+        rest = {self.JSON_NAMES.get(k, k): v for k, v in self.result.items() if k not in COUNTS}
         return {"id": self.id, "memory": self.memory, "kind": self.origin,
-                "state": self.state, "celery_state": self.celery_state, "host": self.host,
-                "store": self.store, "started_at": self.started_at, "finished_at": self.finished_at,
+                "state": self.state, "celeryState": self.celery_state, "host": self.host,
+                "store": self.store, "startedAt": self.started_at, "finishedAt": self.finished_at,
                 "error": self.error, **counts, "result": rest}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobRecord:
         """The inverse of :meth:`to_dict` (a job read on another host)."""
-        result = {**(data.get("result") or {}),
-                  **{k: data[k] for k in COUNTS if data.get(k) is not None}}
+        logged = {key: name for name, key in cls.JSON_NAMES.items()}
+        result = {logged.get(k, k): v for k, v in (data.get("result") or {}).items()}
+        result.update({name: data[key] for name in COUNTS
+                       if data.get(key := cls.JSON_NAMES.get(name, name)) is not None})
         return cls(id=data["id"], memory=data.get("memory"), state=data["state"],
-                   celery_state=data.get("celery_state") or "PENDING", origin=data.get("kind"),
+                   celery_state=data.get("celeryState") or "PENDING", origin=data.get("kind"),
                    host=data.get("host"), store=data.get("store"),
-                   started_at=data.get("started_at"),
-                   finished_at=data.get("finished_at"), error=data.get("error"), result=result)
+                   started_at=data.get("startedAt"),
+                   finished_at=data.get("finishedAt"), error=data.get("error"), result=result)
 
 
 def _record(row: Any) -> JobRecord:
