@@ -19,6 +19,7 @@ from pipeline.ingest.redaction import redact_secrets
 from pipeline.ingest.redaction_patterns import DEFAULT_REDACT_PATTERNS
 from pipeline.ingest.session_text import HEARTBEAT_PROMPT
 from pipeline.ingest.transcripts import transcript
+from tests.secrets_scan import TRANSCRIPT_SECRETS, leaks_in_files
 from tests.tools import node_env, tool, tools_dir
 
 SCRIPT = Path(__file__).with_name("openclaw_sessions.mjs")
@@ -136,51 +137,9 @@ TRANSCRIPTS: list[tuple[str, list[Any]]] = [
     ]),
 ]
 
-#: One example of every kind of secret OpenClaw 2026.9.6 masks in a transcript (its default
-#: patterns: assignments and headers, then vendor tokens), each a distinct made-up value.
-SECRET_KINDS: list[str] = [
-    "OPENAI_API_KEY=sk-live-0123456789abcdefghij",
-    'DB_PASSWORD="correct-horse-battery-staple-42"',
-    '{"apiKey": "k-0123456789abcdefghijklmnop"}',
-    '{"cardNumber": "4242424242424242"}',
-    "'client_secret': 'cs-0123456789abcdefghijkl'",
-    "--api-key=ak-0123456789abcdefghijklmn",
-    "--password hunter2-hunter2-hunter2",
-    "Authorization: Bearer ey0123456789abcdefghijklmn",
-    "Authorization: Basic dXNlcjpwYXNzd29yZC0wMTIzNDU2Nzg5",
-    "Authorization: Bot MTIzNDU2Nzg5MDEyMzQ1Njc4.abcdef.ghijklmnop",
-    "Proxy-Authorization: Digest pd-0123456789abcdefghij",
-    "x-api-token: xt-0123456789abcdefghijklm",
-    "X-OpenClaw-Token: oc-0123456789abcdefghijklm",
-    "Bearer br0123456789abcdefghijklmn",
-    "https://alice:pw-0123456789abcdefgh@example.com/x",
-    "mongodb+srv://bob:mg-0123456789abcdefgh@cluster0.example.net",
-    "token=tk-0123456789abcdefghij&user=bob",
-    'password="pw-quoted-0123456789abcdef"',
-    "passphrase: pp-0123456789abcdefghijklm",
-    "db-password = dbp-0123456789abcdefghij",
-    "stripe.api_key = sak-0123456789abcdefghij",
-    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----",
-    "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-    "sk-ant-api03-0123456789abcdefghijklmnop",
-    "ghp_0123456789abcdefghijABCDEFGHIJ012345",
-    "github_pat_11AAAAAAA0123456789_abcdefghijklmnopqrstuvwxyz",
-    "gho_0123456789abcdefghij", "ghu_0123456789abcdefghij", "ghs_0123456789abcdefghij",
-    "ghr_0123456789abcdefghij", "glpat-0123456789abcdefghij",
-    "xoxb-123456789012-abcdefghijklmnop", "xapp-1-A0123456789-abcdefghij",
-    "https://hooks.slack.com/services/T0123ABCD/B0123ABCD/abcdefghijklmnopqrstuvwx",
-    "gsk_0123456789abcdefghijklmnop", "AIzaSyA0123456789abcdefghijklmnopqrs",
-    "ya29.a0AfH6SMB0123456789abcdef",
-    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
-    "pplx-0123456789abcdefghijklmnop", "fal_0123456789abcdefghij", "fc-0123456789abcdefghij",
-    "sk_live_0123456789abcdefghij", "rk_live_0123456789abcdefghij",
-    "SG.0123456789abcdefghij.0123456789abcdefghij", "npm_0123456789abcdefghijklmnopqrstuvwxyz",
-    "pypi-AgEIcHlwaS5vcmcCJDAxMjM0NTY3", "dop_v1_0123456789abcdefghij",
-    "hf_0123456789abcdefghijklmnop", "r8_0123456789abcdefghijklmnop",
-    "AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE", "xai-0123456789abcdefghijklmnopqrstuvwxyz",
-    "tvly-0123456789abcdefghij", "bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
-    "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
-]
+#: A line of every kind of secret OpenClaw 2026.9.6 masks (its default patterns: assignments
+#: and headers, then vendor tokens), from the suite-wide secrets scan.
+SECRET_KINDS: list[str] = [line % secret for line, secret in TRANSCRIPT_SECRETS]
 
 TEXTS = [
     *SECRET_KINDS,
@@ -191,6 +150,11 @@ TEXTS = [
      f"Authorization: Bearer abcdefghijklmnopqrstuvwxyz and ghp_{'a' * 24} but keys in general "
      "are fine"),
     "-----BEGIN RSA PRIVATE KEY-----\nMIIsecret\n-----END RSA PRIVATE KEY-----",
+    # the texts of other tests' redaction expectations (test_live_sessions, test_qmd_backend)
+    f"OPENAI_API_KEY=sk-livesessiontest0123456789 and Bearer {'x' * 30}",
+    "The deploy token is sk-livesessiontest0123456789 keep it safe",
+    "Remember my espresso order, and my key sk-memq-SENTINEL-7f3a9c2e5b1d",
+    "openai() home(/x) args: search what is sk-memq-SENTINEL-7f3a9c2e5b1d",
     "sk-abc " * 3 + "sk-abcdefghijklmnopq",
     ("padding " * 5000) + "ghp_0123456789abcdefghijABCDEFGHIJ012345" + (" tail" * 10),
 ]
@@ -260,8 +224,8 @@ def test_what_the_thirteen_line_transcript_keeps(theirs: dict[str, Any]) -> None
 
 
 def test_every_kind_of_secret_is_masked() -> None:
-    for kind in SECRET_KINDS:
-        assert redact_secrets(kind) != kind, kind
+    for line, secret in TRANSCRIPT_SECRETS:
+        assert secret not in redact_secrets(line % secret), line
     assert redact_secrets("AKIAIOSFODNN7EXAMPLE") == "AKIAIO…MPLE"
     assert redact_secrets("sk-abcdefghijklmnop1234") == "sk-abc…1234"
 
@@ -270,3 +234,38 @@ def test_form_bodies_are_masked_though_not_as_openclaw_masks_them(theirs: dict[s
     for index, text in enumerate(FORM_BODIES, start=len(TEXTS)):
         assert theirs["redacted"][index] == "x-api-key=***&next=1"
         assert redact_secrets(text) == "x-api-key=abc012…ghij&next=1"  # the secret is gone too
+
+
+def test_a_transcript_of_every_secret_kind_is_indexed_masked(tmp_path: Path, workspace: Path,
+                                                            make_settings) -> None:
+    """The suite-wide secrets scan's transcript: indexed, its store holds none of the secrets
+    (and the scan at the end of the session looks again)."""
+    from pipeline.embeddings.registry import choose_provider
+    from pipeline.ingest.producer import index_once
+    from pipeline.store.engine import connect
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    records = [user(line % secret) if i % 2 == 0 else bot(line % secret)
+               for i, (line, secret) in enumerate(TRANSCRIPT_SECRETS)]
+    (folder / "secrets.jsonl").write_text(jsonl(records), encoding="utf-8")
+    settings = make_settings(workspace, sources=["memory", "sessions"], provider="none",
+                             experimental={"sessionMemory": True}, sessionsDir=str(folder),
+                             store={"path": str(tmp_path / "store" / "memq.sqlite")})
+    db = connect(settings.store.path)
+    try:
+        index_once(db, settings, choose_provider(settings), None)
+        text = "\n".join(row[0] for row in db.conn.execute(
+            "SELECT text FROM chunks WHERE source = 'sessions'"))
+    finally:
+        db.close()
+    assert "AKIAME…0001" in text and "sk-mem…89ab" in text  # indexed, masked
+    assert [secret for _, secret in TRANSCRIPT_SECRETS if secret in text] == []
+    assert settings.store.path.parent == tmp_path / "store"
+    assert leaks_in_files(tmp_path / "store") == []
+    planted = tmp_path / "planted.log"  # the scan knows these secrets
+    planted.write_text(f"oops {TRANSCRIPT_SECRETS[-1][1]}\n")
+    try:
+        assert leaks_in_files(tmp_path) == [str(planted)]
+    finally:
+        planted.unlink()  # not a leak of memq's: the session-end scan must not see it

@@ -15,8 +15,8 @@ and whole dreaming-narrative transcripts. Kept text has inbound metadata blocks,
 prefixes and runtime-context blocks removed, whitespace collapsed, secrets masked, and is
 wrapped into lines of at most 800 UTF-16 units.
 
-Not ported: OpenClaw's cron classification from its session store (``sessions.json``) and from
-the records of reset/deleted archive files; those transcripts are kept.
+Not ported: OpenClaw's cron-run classification of a transcript file from its session store
+(``sessions.json``) and from the records of reset/deleted archive files.
 """
 
 from __future__ import annotations
