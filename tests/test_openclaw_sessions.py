@@ -269,3 +269,43 @@ def test_a_transcript_of_every_secret_kind_is_indexed_masked(tmp_path: Path, wor
         assert leaks_in_files(tmp_path) == [str(planted)]
     finally:
         planted.unlink()  # not a leak of memq's: the session-end scan must not see it
+
+
+def test_a_store_of_uncleaned_transcripts_is_rebuilt_once(tmp_path: Path, workspace: Path,
+                                                         make_settings) -> None:
+    """A store whose session chunks were made before transcripts had a version (uncleaned, whole
+    masks) is rebuilt once, as after a chunking version change; one without sessions is not."""
+    from pipeline.ingest.producer import index_fingerprint, index_identity
+    from pipeline.ingest.transcripts import TRANSCRIPT_VERSION
+    from pipeline.store import schema
+    from pipeline.store.engine import connect
+    from workers.indexing import run_index
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "s.jsonl").write_text(jsonl(TRANSCRIPTS[0][1]), encoding="utf-8")
+    settings = make_settings(workspace, sources=["memory", "sessions"], provider="none",
+                             experimental={"sessionMemory": True}, sessionsDir=str(folder))
+    run_index(settings, wait=True)
+    db = connect(settings.store.path)
+    try:
+        old = schema.get_meta(db, "index")
+        assert old["transcript_version"] == TRANSCRIPT_VERSION == 2
+        del old["transcript_version"]  # as a memq from before the version wrote it
+        with schema.transaction(db):
+            schema.set_meta(db, "index", old)
+    finally:
+        db.close()
+    first = run_index(settings, wait=True)
+    assert first.report.rebuild_needed and first.rebuild is not None and first.rebuild.done
+    assert not run_index(settings, wait=True).report.rebuild_needed
+    db = connect(settings.store.path)
+    try:
+        text = "\n".join(r[0] for r in db.conn.execute(
+            "SELECT text FROM chunks WHERE source = 'sessions'"))
+    finally:
+        db.close()
+    assert "HEARTBEAT_OK" not in text and "memory/2026-01-05.md" not in text
+    memory_only = make_settings(workspace, provider="none")
+    identity = index_identity(None, memory_only)
+    assert "transcript_version" not in index_fingerprint(identity)  # memory stores keep theirs
