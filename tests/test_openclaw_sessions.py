@@ -146,6 +146,8 @@ TEXTS = [
     "GITHUB_TOKEN=$GITHUB_TOKEN stays a reference", "API_KEY=${API_KEY:-default}",
     "short sk-abcdefgh1 and OPENAI_API_KEY=abc123xyz", "no secrets here at all",
     "data:image/png;base64,iVBORw0KGgoAKIAIOSFODNN7EXAMPLE", "keys in general are fine",
+    "x;BASE64,abc+AKIAIOSFODNN7EXAMPLE", "x;base64, AKIAIOSFODNN7EXAMPLE",
+    "data:;base64,AKIAIOSFODNN7EXAMPLE;ASIAIOSFODNN7EXAMPLE",
     ("User: my key is sk-memq-SENTINEL-7f3a9c2e5b1d and OPENAI_API_KEY=abc123xyz, "
      f"Authorization: Bearer abcdefghijklmnopqrstuvwxyz and ghp_{'a' * 24} but keys in general "
      "are fine"),

@@ -33,7 +33,7 @@ _JS_SPACE = ("\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f
 _JS_LINE_END = "\\n\\r\\u2028\\u2029"
 # OpenClaw's BASE64_SAFE_TOKEN_BOUNDARY lookbehind: variable width, which `re` cannot do
 _BASE64_GUARD = "(?<!;base64,[A-Za-z0-9+/=]*)"
-_BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]*\Z")
+_BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 _LITERAL = re.compile(r"^/(.+)/([gimsuy]*)$", re.DOTALL)
 _SHELL_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _SHELL_BARE = re.compile(r"^\$([A-Z_][A-Z0-9_]*)$")
@@ -124,11 +124,11 @@ class _Pattern:
 
 
 def _after_base64(text: str, match: re.Match[str]) -> bool:
-    token_start = match.start(match.lastindex or 0)
-    before = text[:token_start]
-    run = _BASE64_RUN.search(before)
-    start = run.start() if run else token_start
-    return before[:start].endswith(";base64,")
+    """Whether the token follows ``;base64,`` and base64 characters (the lookbehind)."""
+    start = match.start(match.lastindex or 0)
+    while start > 0 and text[start - 1] in _BASE64_CHARS:
+        start -= 1
+    return start >= 8 and text[start - 8:start].lower() == ";base64,"  # the pattern's flag i
 
 
 def _compile(index: int, raw: str) -> _Pattern:
