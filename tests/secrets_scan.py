@@ -22,15 +22,82 @@ PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYA
                      "MISTRAL_API_KEY", "OLLAMA_API_KEY", "AWS_SECRET_ACCESS_KEY",
                      "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", "COPILOT_GITHUB_TOKEN")
 SCANNED_SUFFIXES = (".log", ".sqlite", ".sqlite-wal", ".sqlite-journal", ".db", ".db-wal")
+#: A transcript line of every kind of secret OpenClaw 2026.9.6 masks in session transcripts
+#: (``%s`` is the secret), each a made-up value marked ``memq`` where its format allows. A test
+#: indexes them (tests/test_openclaw_sessions.py); the scan looks for every one as it does for
+#: the sentinel.
+TRANSCRIPT_SECRETS: tuple[tuple[str, str], ...] = (
+    ("OPENAI_API_KEY=%s", "memq-env-0123456789abcdef"),
+    ('DB_PASSWORD="%s"', "memq-quoted-0123456789abc"),
+    ('{"apiKey": "%s"}', "memq-json-0123456789abcdef"),
+    ('{"cardNumber": "%s"}', "4000056655665556"),
+    ("'client_secret': '%s'", "memq-cs-0123456789abcdefg"),
+    ("--api-key=%s", "memq-flag-0123456789abcde"),
+    ("--password %s", "memq-pw-0123456789abcdefg"),
+    ("Authorization: Bearer %s", "memqBearer0123456789abcdef"),
+    ("Authorization: Basic %s", "bWVtcTpwYXNzd29yZC0wMTIzNDU2Nzg5"),
+    ("Authorization: Bot %s", "MEMQ0123456789.abcdef.ghijklmnopqrstuv"),
+    ("Proxy-Authorization: Digest %s", "memq-digest-0123456789abc"),
+    ("x-api-token: %s", "memq-xapi-0123456789abcde"),
+    ("X-OpenClaw-Token: %s", "memq-oc-0123456789abcdefg"),
+    ("curl -H 'Bearer %s'", "memqStandalone0123456789ab"),
+    ("https://alice:%s@example.com/x", "memq-url-0123456789abcdef"),
+    ("mongodb+srv://bob:%s@cluster0.example.net", "memq-mongo-0123456789abcd"),
+    ("token=%s&user=bob", "memq-form-0123456789abcdef"),
+    ('password="%s"', "memq-pwq-0123456789abcdef"),
+    ("passphrase: %s", "memq-pp-0123456789abcdefg"),
+    ("db-password = %s", "memq-dbp-0123456789abcdef"),
+    ("stripe.api_key = %s", "memq-sak-0123456789abcdef"),
+    ("-----BEGIN PRIVATE KEY-----\n%s\n-----END PRIVATE KEY-----",
+     "MIIEvQIBADANmemqSENTINELkqhkiG9w0BAQEFAASC"),
+    ("aws_secret_access_key = %s", "memqSENTINELwJalrXUtnFEMI/K7MDENG/bPxRfi"),
+    ("%s", "sk-memq-vendor-0123456789ab"),
+    ("%s", "ghp_memq0123456789abcdefghijABCDEFGH"),
+    ("%s", "github_pat_memq0123456789_abcdefghijklmnop"),
+    ("%s", "gho_memq0123456789abcdef"),
+    ("%s", "ghu_memq0123456789abcdef"),
+    ("%s", "ghs_memq0123456789abcdef"),
+    ("%s", "ghr_memq0123456789abcdef"),
+    ("%s", "glpat-memq0123456789abcdefgh"),
+    ("%s", "xoxb-memq-0123456789-abcdefgh"),
+    ("%s", "xapp-memq-0123456789-abcdef"),
+    ("%s", "https://hooks.slack.com/services/TMEMQ0123/BMEMQ0123/memq0123456789abcdefghij"),
+    ("%s", "gsk_memq0123456789abcdefgh"),
+    ("%s", "AIzaMEMQ0123456789abcdefghijklm"),
+    ("%s", "ya29.memq0123456789abcdef"),
+    ("%s", "eyJtZW1xIjoiMSJ9.eyJzdWIiOiJtZW1xIn0.memq0123456789ab"),
+    ("%s", "pplx-memq0123456789abcdefgh"),
+    ("%s", "fal_memq0123456789abcdefgh"),
+    ("key %s", "fc-memq0123456789abcdefgh"),
+    ("%s", "sk_live_memq0123456789abcdef"),
+    ("%s", "rk_live_memq0123456789abcdef"),
+    ("%s", "SG.memq0123456789ab.memq0123456789ab"),
+    ("%s", "npm_memq0123456789abcdefghijklmnop"),
+    ("%s", "pypi-memq0123456789abcdefgh"),
+    ("%s", "dop_v1_memq0123456789abcdef"),
+    ("%s", "hf_memq0123456789abcdefghij"),
+    ("%s", "r8_memq0123456789abcdefghij"),
+    ("key %s", "AKIAMEMQSENTINEL0001"),
+    ("key %s", "ASIAMEMQSENTINEL0002"),
+    ("%s", "xai-memq0123456789abcdefghijklmnopqrstu"),
+    ("%s", "tvly-memq0123456789abcdefgh"),
+    ("telegram bot%s", "123456789:AAmemq0123456789abcdefghij"),
+    ("telegram %s", "987654321:AAmemq0123456789abcdefghij"),
+)
 
 _findings: list[str] = []
 
 
 def leaks_in_files(root: Path) -> list[str]:
-    """Logs and stores under ``root`` that hold the sentinel."""
-    needle = SENTINEL.encode()
-    return [str(p) for p in root.rglob("*")
-            if p.name.endswith(SCANNED_SUFFIXES) and p.is_file() and needle in p.read_bytes()]
+    """Logs and stores under ``root`` that hold the sentinel or a transcript secret."""
+    needles = [SENTINEL.encode(), *(secret.encode() for _, secret in TRANSCRIPT_SECRETS)]
+    found = []
+    for path in root.rglob("*"):
+        if path.name.endswith(SCANNED_SUFFIXES) and path.is_file():
+            data = path.read_bytes()
+            if any(needle in data for needle in needles):
+                found.append(str(path))
+    return found
 
 
 def leaks_in_redis(client: Any) -> list[str]:

@@ -32,6 +32,7 @@ from pipeline.ingest.live_sessions import (
     live_sessions,
 )
 from pipeline.ingest.producer import index_once
+from pipeline.ingest.session_text import wrap
 from pipeline.ingest.transcripts import transcript
 from pipeline.ingest.watcher import Watcher, watch_targets
 from pipeline.query import memory_get, memory_search
@@ -196,15 +197,20 @@ def test_live_transcripts_indexed_under_openclaws_paths(home: OpenClawHome,
     text = "\n".join(r[3] for r in rows)
     assert "User: Which database did we pick for billing?" in text
     assert "keeps its invoices in PostgreSQL" in text  # the compressed record, decoded
-    assert SECRET not in text and "The deploy token is ***" in text  # redacted
+    # redacted as OpenClaw 2026.9.6 does: a long token keeps its head and tail
+    assert SECRET not in text and "The deploy token is sk-liv…6789" in text
     assert (rows[0][1], rows[-1][2]) == (2, 5)  # record lines: the header is line 1
     hit = memory_search("gate code 4471", settings=settings)["results"][0]
     assert (hit["path"], hit["source"]) == (path, "sessions")
     got = memory_get(path, 5, 1, settings=settings)
     assert got == {"path": path, "from": 5, "lines": 1,
                    "text": "Assistant: Understood, the gate code is 4471."}
+    # A turn longer than 800 characters is wrapped, as OpenClaw does (test_openclaw_sessions.py)
+    wrapped = wrap(LONG)
+    assert len(wrapped) == 3 and " ".join(wrapped) == LONG
     assert memory_get(path, 2, 2, settings=settings)["text"] == (
-        f"User: Which database did we pick for billing?\nAssistant: {LONG}")
+        "User: Which database did we pick for billing?\n"
+        + "\n".join(f"Assistant: {segment}" for segment in wrapped))
     # The cron run and unknown sessions read as nothing, whatever the path says.
     assert memory_get(f"sessions/main/{CRON}.jsonl", settings=settings)["text"] == ""
     assert memory_get("sessions/main/nope.jsonl", settings=settings)["text"] == ""
@@ -380,7 +386,8 @@ def test_which_live_sessions_openclaw_indexes() -> None:
 
 def test_transcript_text_is_redacted() -> None:
     raw = json.dumps(message(1, "user", f"OPENAI_API_KEY={SECRET} and Bearer {'x' * 30}"))
-    assert transcript(raw).text == "User: OPENAI_API_KEY=*** and Bearer ***"
+    # OpenClaw 2026.9.6's masking (tests/test_openclaw_sessions.py): head and tail of long tokens
+    assert transcript(raw).text == "User: OPENAI_API_KEY=sk-liv…6789 and Bearer xxxxxx…xxxx"
 
 
 def test_the_watcher_follows_the_database_folder(home: OpenClawHome, live_settings) -> None:

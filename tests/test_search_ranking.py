@@ -312,7 +312,7 @@ def test_decay_applies_in_keyword_only_mode(ws: Path, make_settings) -> None:
     ("memory/work/2026-02-10.md", "2026-02-10"),  # nested (OpenClaw: evergreen, #121103)
     ("memory/a/b/c/2026-02-10.md", "2026-02-10"),
     ("memory/2026-02-10-standup.md", "2026-02-10"),  # suffixed (#151914)
-    ("memory/2026-02-30.md", None),  # not a date: evergreen
+    ("memory/2026-02-30.md", "1970-01-01"),  # dated name, no date: mtime (OpenClaw 2026.9.6)
     ("memory/people.md", None),
     ("MEMORY.md", None),
     ("USER.md", None),

@@ -54,7 +54,12 @@ from pipeline.ingest.sources import (
     memory_files,
     memory_files_at,
 )
-from pipeline.ingest.transcripts import SESSIONS_SOURCE, needs_sync, transcript_chunks
+from pipeline.ingest.transcripts import (
+    SESSIONS_SOURCE,
+    TRANSCRIPT_VERSION,
+    needs_sync,
+    transcript_chunks,
+)
 from pipeline.messages import (
     DEFAULT_ROUTE,
     JOB_MAX_BYTES,
@@ -132,6 +137,8 @@ def index_identity(spec: ProviderSpec | None, settings: Settings) -> dict[str, A
         "sources": list(settings.sources),
         "extra_paths": sorted(str(p) for p in settings.extra_paths),
     }
+    if SESSIONS_SOURCE in settings.sources:  # absent without sessions: those stores stay valid
+        identity["transcript_version"] = TRANSCRIPT_VERSION
     if settings.multimodal.active:  # absent when off, so older stores keep their fingerprint
         identity["multimodal"] = {"modalities": list(settings.multimodal.modalities),
                                   "max_file_bytes": settings.multimodal.max_file_bytes}
@@ -145,12 +152,15 @@ def index_fingerprint(identity: dict[str, Any]) -> dict[str, Any]:
     Not the provider key (it hashes the extra headers too), the rate limit, the headers or
     whether an API key was set: changing those must not rebuild an index. Any other change
     builds a new index beside the live one (:mod:`pipeline.ingest.reindex`); the live one is
-    never altered in place. A store written before chunking had a version counts as version 1.
+    never altered in place. A store written before chunking had a version counts as version 1;
+    one indexing sessions before transcripts had a version, as transcript version 1.
     """
     fingerprint = {k: v for k, v in identity.items() if k != "provider_key"}
     fingerprint["options"] = {k: v for k, v in (identity.get("options") or {}).items()
                               if k not in VECTOR_NEUTRAL_OPTIONS}
     fingerprint.setdefault("chunking_version", 1)
+    if SESSIONS_SOURCE in (identity.get("sources") or ()):
+        fingerprint.setdefault("transcript_version", 1)
     return fingerprint
 
 

@@ -2,12 +2,14 @@
 
 A transcript is OpenClaw's JSONL: one JSON record per line, as in its archived ``.jsonl``
 files, and as the records of a live transcript in its agent database read one per line
-(:mod:`pipeline.ingest.live_sessions`). What is worth searching is the conversation:
-``type: "message"`` records from the user or the assistant, their ``text`` blocks only (no tool
-calls, tool results or thinking), whitespace collapsed, secrets masked
-(:func:`pipeline.ingest.redaction.redact_secrets`, as OpenClaw's session indexer does), written
-as ``User: …`` / ``Assistant: …`` lines. A line map sends every such line back to its JSONL
-line, so a hit names the transcript lines it came from.
+(:mod:`pipeline.ingest.live_sessions`). What is worth searching is what OpenClaw 2026.9.6's
+session indexer keeps (``buildSessionEntryInProcess``, ported in
+:mod:`pipeline.ingest.session_text`): ``type: "message"`` records from the user or the
+assistant, their ``text`` blocks only (no tool calls, tool results or thinking), without
+heartbeat and memory-recall turns, system/cron/heartbeat prompts, silent replies and injected
+metadata, whitespace collapsed, secrets masked (:func:`pipeline.ingest.redaction.redact_secrets`),
+written as ``User: …`` / ``Assistant: …`` lines of at most 800 characters. A line map sends
+every such line back to its JSONL line, so a hit names the transcript lines it came from.
 
 Transcripts grow by a few lines per turn; re-indexing one on every write would re-chunk it
 forever. A known transcript is synced again only once it grew by ``deltaBytes`` (100,000) or
@@ -22,34 +24,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
-from typing import Any
 
 from pipeline.config import Settings
-from pipeline.ingest.chunking import Chunk, chunk_markdown
+from pipeline.ingest import session_text
+from pipeline.ingest.chunking import Chunk, chunk_markdown, js_trim
 from pipeline.ingest.redaction import redact_secrets
+from pipeline.ingest.session_text import ROLES
 from pipeline.results import MemoryText
 
 SESSIONS_SOURCE = "sessions"  # the ``sources`` entry, and the first part of their store paths
-ROLES = {"user": "User", "assistant": "Assistant"}
-_SPACE = re.compile(r"\s+")
+#: What a transcript's indexed text is made of; bump it when that changes, so stores index
+#: their session chunks again (2: OpenClaw 2026.9.6's cleaning, masking and 800-unit lines).
+TRANSCRIPT_VERSION = 2
 
 
 @dataclass(frozen=True)
 class Transcript:
     text: str
     line_map: tuple[int, ...]  # 1-based JSONL line of each text line
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(block.get("text", "") for block in content
-                        if isinstance(block, dict) and block.get("type") == "text"
-                        and isinstance(block.get("text"), str))
-    return ""
 
 
 def transcript(raw: str) -> Transcript:
@@ -60,19 +53,37 @@ def transcript(raw: str) -> Transcript:
     """
     lines: list[str] = []
     line_map: list[int] = []
-    for number, line in enumerate(raw.splitlines(), start=1):
+    dreaming = heartbeat_turn = recall_turn = False
+    for number, line in enumerate(raw.split("\n"), start=1):
+        if not js_trim(line):
+            continue
         try:
             record = json.loads(line)
         except ValueError:
             continue
+        if not dreaming and session_text.is_dreaming_record(record):
+            dreaming = True  # the whole transcript is a dreaming run's: nothing is kept
+            lines.clear()
+            line_map.clear()
         if not isinstance(record, dict) or record.get("type") != "message":
             continue
         message = record.get("message")
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             continue
-        text = _SPACE.sub(" ", redact_secrets(_text_of(message.get("content")))).strip()
-        if text:
-            lines.append(f"{ROLES[message['role']]}: {text}")
+        role = message["role"]
+        if role == "user":
+            heartbeat_turn = session_text.is_heartbeat_turn(message)
+            recall_turn = session_text.is_recall_turn(message)
+            if session_text.is_inter_session(message):
+                continue
+        if heartbeat_turn or recall_turn or dreaming:
+            continue
+        raw_text = session_text.raw_text(message.get("content"))
+        text = None if raw_text is None else session_text.sanitize(raw_text, role)
+        if not text:
+            continue
+        for segment in session_text.wrap(redact_secrets(text)):
+            lines.append(f"{ROLES[role]}: {segment}")
             line_map.append(number)
     return Transcript("\n".join(lines), tuple(line_map))
 

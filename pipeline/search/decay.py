@@ -1,11 +1,18 @@
 """Temporal decay: older notes count less, evergreen notes not at all.
 
 multiplier = exp(−ln 2 / halfLife × age in days), so a note one half-life old keeps half its
-score. The age comes from the file name for dated memory notes at any depth
-(``memory/2026-02-10.md``, ``memory/work/2026-02-10.md``, ``memory/2026-02-10-standup.md``,
-UTC midnight); ``MEMORY.md`` and ``USER.md`` (exactly, at the workspace root, as OpenClaw 2026.9's
-``isEvergreenMemoryPath``) and undated files under ``memory/`` are evergreen;
-every other file (extra paths, session transcripts) ages from its modification time.
+score. Which notes age, and from when, is OpenClaw 2026.9.6's ``extractTimestamp``
+(extensions/memory-core/src/memory/temporal-decay.ts), exactly:
+
+- a path with a ``memory/`` folder followed by ``(dir/)*YYYY-MM-DD(-slug)?.md`` (case-sensitive,
+  a valid calendar date) ages from that date, UTC midnight: ``memory/2026-02-10.md``,
+  ``memory/work/2026-02-10-standup.md``; ``memory/2026-01-15_notes.md``, ``2026-01-15.MD`` or
+  ``memory/2026-02-30.md`` are not dated (the last, named like a dated note but no date, ages
+  from its modification time);
+- ``MEMORY.md`` and ``USER.md`` (exactly, at the workspace root) and every other file under
+  ``memory/`` are evergreen;
+- every other file (``memory.md``, extra paths, session transcripts) ages from its
+  modification time.
 """
 
 from __future__ import annotations
@@ -18,20 +25,28 @@ from collections.abc import Sequence
 from pipeline.store import reads
 from pipeline.store.engine import Database
 
-_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_. ][^/]*)?\.md$", re.IGNORECASE)
+_DATED = re.compile(r"(?:^|/)memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:-[^/]+)?\.md\Z", re.ASCII)
 _EVERGREEN = frozenset({"MEMORY.md", "USER.md"})
 DAY_S = 86400.0
 
 
+def _normalized(path: str) -> str:
+    path = path.replace("\\", "/")
+    return path[2:] if path.startswith("./") else path
+
+
 def note_date(path: str) -> float | None:
     """The UTC timestamp of a dated memory note's name, or None (invalid dates included)."""
-    if not path.startswith("memory/"):
-        return None
-    match = _DATED.search(path)
-    if match is None:
+    match = _DATED.search(_normalized(path))
+    return None if match is None else _utc_day(match)
+
+
+def _utc_day(match: re.Match[str]) -> float | None:
+    year, month, day_of_month = map(int, match.groups())
+    if year < 100:  # JavaScript's Date.UTC reads years 0-99 as 1900-1999: no round trip
         return None
     try:
-        day = dt.datetime(*map(int, match.groups()), tzinfo=dt.UTC)
+        day = dt.datetime(year, month, day_of_month, tzinfo=dt.UTC)
     except ValueError:
         return None
     return day.timestamp()
@@ -39,10 +54,14 @@ def note_date(path: str) -> float | None:
 
 def note_time(path: str, mtime_ns: int | None) -> float | None:
     """When the note was written for decay purposes; None means evergreen."""
-    if path in _EVERGREEN:
+    normalized = _normalized(path)
+    match = _DATED.search(normalized)
+    if match is not None:
+        dated = _utc_day(match)
+        if dated is not None:
+            return dated  # a dated name that is no date (2026-02-30) ages by mtime below
+    elif normalized in _EVERGREEN or normalized.startswith("memory/"):
         return None
-    if path.startswith("memory/"):
-        return note_date(path)
     return None if mtime_ns is None else mtime_ns / 1e9
 
 
