@@ -22,7 +22,7 @@ from pipeline.qmd.results import (
     to_results,
 )
 from pipeline.qmd.runner import qmd_env, summary
-from pipeline.qmd.sanitize import redact_secrets
+from pipeline.qmd.sanitize import redact_for_errors, redact_secrets
 from pipeline.qmd.scope import scope_allows
 from tests.secrets_scan import SENTINEL
 
@@ -179,6 +179,11 @@ def test_redact_secrets() -> None:
     assert out.endswith("but keys in general are fine")
     pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIsecret\n-----END RSA PRIVATE KEY-----"
     assert "MIIsecret" not in redact_secrets(pem)
+    # Error text and logs keep nothing of a secret, not even its head and tail.
+    whole = redact_for_errors(text)
+    assert whole.startswith("User: my key is *** and OPENAI_API_KEY=***")
+    assert "ghp_" not in whole and "…" not in whole
+    assert whole.endswith("but keys in general are fine")
 
 
 def test_qmd_env_drops_credentials(tmp_path: Path) -> None:

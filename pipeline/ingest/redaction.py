@@ -191,7 +191,7 @@ def _pem(block: str) -> str:
     return f"{lines[0]}\n…redacted…\n{lines[-1]}" if len(lines) >= 2 else MASK
 
 
-def _replacement(pattern: _Pattern) -> Callable[[re.Match[str]], str]:
+def _replacement(pattern: _Pattern, hints: bool) -> Callable[[re.Match[str]], str]:
     def replace(match: re.Match[str]) -> str:
         whole = match.group(0)
         if "PRIVATE KEY-----" in whole:
@@ -210,19 +210,19 @@ def _replacement(pattern: _Pattern) -> Callable[[re.Match[str]], str]:
             if (key and _is_shell_reference(key.group(1), token)) or \
                     _EMPTY_EXPANSION_TAIL.match(token):
                 return whole
-            masked = mask_token(token)
+            masked = mask_token(token) if hints else MASK
         else:
-            masked = mask_token(secret) + suffix + form_suffix
+            masked = (mask_token(secret) if hints else MASK) + suffix + form_suffix
         start, end = match.start(index) - match.start(), match.end(index) - match.start()
         return whole[:start] + masked + whole[end:]
     return replace
 
 
-def _apply(pattern: _Pattern, text: str) -> str:
+def _apply(pattern: _Pattern, text: str, hints: bool) -> str:
     matches = pattern.matches(text)
     if not matches:
         return text
-    replace = _replacement(pattern)
+    replace = _replacement(pattern, hints)
     parts: list[str] = []
     cursor = 0
     for match in matches:
@@ -233,13 +233,14 @@ def _apply(pattern: _Pattern, text: str) -> str:
     return "".join(parts)
 
 
-def redact_secrets(text: str) -> str:
+def redact_secrets(text: str, *, hints: bool = True) -> str:
     """``text`` with API keys, tokens, passwords and private keys masked as OpenClaw 2026.9.6's
-    ``redactSensitiveText`` masks them."""
+    ``redactSensitiveText`` masks them (what memq indexes of a transcript). ``hints=False``
+    masks every secret whole (``***``), keeping no head or tail: for error text and logs."""
     for pattern in _PATTERNS:
         if pattern.chunk_safe and len(text) > _CHUNK_THRESHOLD:
-            text = "".join(_apply(pattern, text[i:i + _CHUNK_SIZE])
+            text = "".join(_apply(pattern, text[i:i + _CHUNK_SIZE], hints)
                            for i in range(0, len(text), _CHUNK_SIZE))
         else:
-            text = _apply(pattern, text)
+            text = _apply(pattern, text, hints)
     return text

@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline.errors import QmdUnavailable
 from pipeline.qmd.backend import QmdBackend
-from pipeline.qmd.sanitize import redact_secrets
+from pipeline.qmd.sanitize import redact_for_errors
 
 log = logging.getLogger("memq.qmd")
 
@@ -195,7 +195,7 @@ class QmdJobs:
                     return True
             except Exception as exc:  # a broker down must not fail the search or index
                 log.warning("cannot queue the QMD %s job (%s: %s); running it here",
-                            reason, type(exc).__name__, redact_secrets(str(exc)))
+                            reason, type(exc).__name__, redact_for_errors(str(exc)))
         self.runner.trigger(reason)
         return True
 

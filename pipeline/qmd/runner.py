@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import QmdUnavailable
-from pipeline.qmd.sanitize import is_secret_variable, redact_secrets
+from pipeline.qmd.sanitize import is_secret_variable, redact_for_errors
 
 MAX_OUTPUT_CHARS = 200_000
 _DETAIL_CHARS = 300
@@ -56,7 +56,7 @@ def summary(args: Sequence[str]) -> str:
 def _detail(stderr: str, stdout: str) -> str:
     """The first lines of what qmd said, short, with secrets masked."""
     text = " ".join((stderr.strip() or stdout.strip()).split())
-    text = redact_secrets(text)
+    text = redact_for_errors(text)
     return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
 
 
