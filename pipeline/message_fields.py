@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import dataclasses
 import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Annotated, Any, TypeVar
 
 import numpy as np
@@ -38,7 +39,6 @@ from pydantic_core import PydanticCustomError, core_schema
 from pipeline.errors import MessageRefused
 
 #: The configuration of every message class: strict, no field it does not declare.
-#: are numpy arrays, checked by :data:`Vector`).
 WIRE = ConfigDict(strict=True, extra="forbid")
 
 #: The largest whole number a message may carry (SQLite's integers are 64-bit).
@@ -363,7 +363,8 @@ class ProviderSpec:
     options: JsonObject = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"name": self.name, "model": self.model, "provider_key": self.provider_key,
+                "options": copy.deepcopy(self.options)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "a provider spec") -> ProviderSpec:

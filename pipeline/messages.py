@@ -39,7 +39,7 @@ import dataclasses
 import keyword
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, field, replace
+from dataclasses import field, replace
 from typing import Annotated, Any, ClassVar, Literal, Protocol, TypedDict, TypeVar, get_args
 
 import numpy as np
@@ -557,7 +557,8 @@ class FileChange:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        values = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return {name: value for name, value in values if value is not None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "a file change") -> FileChange:
