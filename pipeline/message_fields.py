@@ -32,9 +32,8 @@ from dataclasses import field
 from typing import Annotated, Any, TypeVar
 
 import numpy as np
-from pydantic import ConfigDict, GetCoreSchemaHandler, ValidationError
+from pydantic import ConfigDict, GetCoreSchemaHandler, ValidationError, ValidationInfo
 from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError, core_schema
 
 from pipeline.errors import MessageRefused
 
@@ -63,13 +62,21 @@ def shown(value: Any) -> str:
     return type(value).__name__
 
 
-def refused(why: str, at: str = "") -> PydanticCustomError:
+class Refusal(ValueError):
+    """A field's refusal inside a validator (see :func:`refused`)."""
+
+    def __init__(self, why: str, at: str = "") -> None:
+        super().__init__(why)
+        self.why, self.at = why, at
+
+
+def refused(why: str, at: str = "") -> Refusal:
     """A field's refusal inside a validator: ``why`` completes the sentence that starts with
     the field's name (``must be text, not 1``); ``at`` names a place inside the field."""
-    return PydanticCustomError("refused", "{why}", {"why": why, "at": at})
+    return Refusal(why, at)
 
 
-def wanted(what: str, value: Any, at: str = "") -> PydanticCustomError:
+def wanted(what: str, value: Any, at: str = "") -> Refusal:
     """``must be <what>, not <value>``."""
     return refused(f"must be {what}, not {shown(value)}", at)
 
@@ -83,8 +90,8 @@ def refusal(error: ValidationError, where: str) -> MessageRefused:
     first = error.errors(include_url=False)[0]
     loc, kind, ctx = first["loc"], first["type"], first.get("ctx") or {}
     place = _place(where, loc)
-    if kind == "refused":
-        return MessageRefused(f"{place}{ctx.get('at', '')} {ctx['why']}")
+    if isinstance(ctx.get("error"), Refusal):
+        return MessageRefused(f"{place}{ctx['error'].at} {ctx['error'].why}")
     if kind in ("missing", "missing_argument", "missing_positional_argument",
                 "missing_keyword_only_argument") and loc:
         return MessageRefused(f"{_place(where, loc[:-1])} has no {loc[-1]!r}")
@@ -105,7 +112,8 @@ def read_message(cls: type[M], data: Any, where: str) -> M:
     if not isinstance(data, Mapping):
         raise MessageRefused(f"{where} must be a JSON object, not {shown(data)}")
     try:
-        return cls.__pydantic_validator__.validate_python(data, strict=False)  # type: ignore[attr-defined]
+        return cls.__pydantic_validator__.validate_python(data, strict=False,
+                                                         context=_FROM_THE_WIRE)  # type: ignore[attr-defined]
     except ValidationError as error:
         raise refusal(error, where) from None
 
@@ -191,7 +199,7 @@ def one_of(choices: Sequence[str]) -> Callable[[Any], str]:
     return check
 
 
-def _vector(value: Any) -> np.ndarray:
+def check_vector(value: Any) -> np.ndarray:
     """A vector: base64 of one or more finite little-endian float32 values (its wire form), or
     a 1-D array of finite numbers (held as float32)."""
     if isinstance(value, str):
@@ -238,8 +246,8 @@ def _json(value: Any, at: str = "", depth: int = 0) -> Any:
     if isinstance(value, str):
         try:
             return check_text(value)
-        except PydanticCustomError as error:
-            raise refused(error.context["why"], at) from None  # type: ignore[index]
+        except Refusal as error:
+            raise refused(error.why, at) from None
     if isinstance(value, list | tuple):
         return [_json(v, f"{at}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
@@ -276,42 +284,58 @@ def text_fields(value: Any, required: Sequence[str], optional: Sequence[str]
         else:
             try:
                 out[key] = check_text(value[key])
-            except PydanticCustomError as error:
-                raise refused(error.context["why"], f".{key}") from None  # type: ignore[index]
+            except Refusal as error:
+                raise refused(error.why, f".{key}") from None
     return out
 
 
 # -- the field types --------------------------------------------------------------------------
 
+#: The validation context of a message read from the wire (:func:`read_message`).
+_FROM_THE_WIRE = {"wire": True}
+
+
 @dataclasses.dataclass(frozen=True)
 class Checked:
     """``Annotated`` metadata: the field's value is what ``check`` returns for it (which raises
-    :func:`refused` for a value it refuses), whatever pydantic's mode."""
+    :func:`refused` for a value it refuses), whatever pydantic's mode. ``on_the_wire`` checks
+    the shape of a value read from the wire only (a memory name, an absolute path): the code
+    that builds a message is trusted with those, a message from another host is not."""
 
     check: Callable[[Any], Any]
+    on_the_wire: Callable[[Any], Any] | None = None
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
-                                     ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(self.check)
+                                     ) -> dict[str, Any]:
+        """A plain validator's core schema (pydantic_core's ``*_plain_validator_function``,
+        written out: the inner type's own schema is never built)."""
+        if self.on_the_wire is None:
+            return {"type": "function-plain",
+                    "function": {"type": "no-info", "function": self.check}}
+        check, on_the_wire = self.check, self.on_the_wire
+
+        def validate(value: Any, info: ValidationInfo) -> Any:
+            return on_the_wire(value) if info.context is _FROM_THE_WIRE else check(value)
+        return {"type": "function-plain", "function": {"type": "with-info", "function": validate}}
 
 
 Text = Annotated[str, Checked(check_text)]
 OptionalText = Annotated[str | None, Checked(_optional(check_text))]
 #: A memory's name (see ``_NAME``).
-MemoryName = Annotated[str, Checked(_name)]
+MemoryName = Annotated[str, Checked(check_text, _name)]
 #: A store generation's real path.
-StorePath = Annotated[str, Checked(_path)]
+StorePath = Annotated[str, Checked(check_text, _path)]
 #: A sha256 hex digest, or empty (not known).
-Sha256 = Annotated[str, Checked(_sha256)]
+Sha256 = Annotated[str, Checked(check_text, _sha256)]
 Whole = Annotated[int, Checked(whole(0))]
 OptionalWhole = Annotated[int | None, Checked(_optional(whole(0)))]
 #: A finite number >= 0 (seconds, a deadline), held as a float.
 Seconds = Annotated[float, Checked(_number)]
 Flag = Annotated[bool, Checked(_flag)]
 OptionalFlag = Annotated[bool | None, Checked(_optional(_flag))]
-Base64Text = Annotated[str, Checked(_base64)]
-OptionalBase64 = Annotated[str | None, Checked(_optional(_base64))]
-Vector = Annotated[np.ndarray, Checked(_vector)]
+Base64Text = Annotated[str, Checked(check_text, _base64)]
+OptionalBase64 = Annotated[str | None, Checked(_optional(check_text), _optional(_base64))]
+Vector = Annotated[np.ndarray, Checked(check_vector)]
 #: Any plain JSON value (nesting at most :data:`MAX_DEPTH` deep, numbers finite).
 JsonValue = Annotated[Any, Checked(_json)]
 JsonObject = Annotated[dict[str, Any], Checked(_json_object)]

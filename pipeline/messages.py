@@ -45,7 +45,6 @@ from typing import Annotated, Any, ClassVar, Literal, Protocol, TypedDict, TypeV
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.dataclasses import dataclass
-from pydantic_core import ArgsKwargs, PydanticCustomError
 
 from pipeline.errors import MessageRefused
 from pipeline.message_fields import (
@@ -61,6 +60,7 @@ from pipeline.message_fields import (
     OptionalText,
     OptionalWhole,
     ProviderSpec,
+    Refusal,
     Route,
     Seconds,
     Sha256,
@@ -69,6 +69,7 @@ from pipeline.message_fields import (
     Vector,
     Whole,
     check_text,
+    check_vector,
     one_of,
     read_message,
     refused,
@@ -209,11 +210,15 @@ class ChunkVector:
     @model_validator(mode="before")
     @classmethod
     def _from_row(cls, data: Any) -> Any:
-        if isinstance(data, list):
-            if len(data) != 3:
-                raise wanted("a list of 3 values", data)
-            return ArgsKwargs(tuple(data))
-        return data
+        if not isinstance(data, list):
+            return data
+        if len(data) != 3:
+            raise wanted("a list of 3 values", data)
+        try:
+            vector = check_vector(data[2])
+        except Refusal as error:
+            raise refused(error.why, "[2]") from None
+        return {"id": data[0], "hash": data[1], "vector": vector}
 
 
 @dataclass(frozen=True, config=WIRE)
@@ -641,8 +646,8 @@ def _project_keys(value: Any) -> list[str] | None:
     for n, key in enumerate(value):
         try:
             check_text(key)
-        except PydanticCustomError as error:
-            raise refused(error.context["why"], f"[{n}]") from None  # type: ignore[index]
+        except Refusal as error:
+            raise refused(error.why, f"[{n}]") from None
     return list(value)
 
 
