@@ -221,6 +221,16 @@ def check_vector(value: Any) -> np.ndarray:
     return vector
 
 
+def _built_vector(value: Any) -> np.ndarray:
+    """A vector a Python caller hands a message: as on the wire, or any sequence of numbers."""
+    if isinstance(value, list | tuple):
+        try:
+            value = np.asarray(value, dtype="<f4")
+        except (TypeError, ValueError):
+            raise wanted("a vector of numbers", value) from None
+    return check_vector(value)
+
+
 def _base64(value: Any) -> str:
     try:
         base64.b64decode(check_text(value), validate=True)
@@ -335,7 +345,7 @@ Flag = Annotated[bool, Checked(_flag)]
 OptionalFlag = Annotated[bool | None, Checked(_optional(_flag))]
 Base64Text = Annotated[str, Checked(check_text, _base64)]
 OptionalBase64 = Annotated[str | None, Checked(_optional(check_text), _optional(_base64))]
-Vector = Annotated[np.ndarray, Checked(check_vector)]
+Vector = Annotated[np.ndarray, Checked(_built_vector, check_vector)]
 #: Any plain JSON value (nesting at most :data:`MAX_DEPTH` deep, numbers finite).
 JsonValue = Annotated[Any, Checked(_json)]
 JsonObject = Annotated[dict[str, Any], Checked(_json_object)]
