@@ -106,14 +106,15 @@ def refusal(error: ValidationError, where: str) -> MessageRefused:
     return MessageRefused(f"{place} is refused: {first['msg']}")
 
 
-def read_message(cls: type[M], data: Any, where: str) -> M:
+def read_message(cls: type[M], data: Any, where: str, *, wire: bool = True) -> M:
     """``data`` (a JSON object) read as ``cls``; :class:`MessageRefused` naming the field
-    that is wrong, and nothing else, when it is not one."""
+    that is wrong, and nothing else, when it is not one. ``wire=False`` reads what a Python
+    caller handed (the shapes only the wire checks are not checked)."""
     if not isinstance(data, Mapping):
         raise MessageRefused(f"{where} must be a JSON object, not {shown(data)}")
     try:
-        return cls.__pydantic_validator__.validate_python(data, strict=False,
-                                                         context=_FROM_THE_WIRE)  # type: ignore[attr-defined]
+        return cls.__pydantic_validator__.validate_python(  # type: ignore[attr-defined]
+            data, strict=False, context=_FROM_THE_WIRE if wire else None)
     except ValidationError as error:
         raise refusal(error, where) from None
 

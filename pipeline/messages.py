@@ -676,16 +676,16 @@ class QueryArgs(Mapping[str, Any]):
         return dict(self)
 
     @classmethod
-    def read(cls, data: Any, where: str) -> QueryArgs:
-        """``data``, the arguments of a read as JSON, read as ``cls`` (MessageRefused
-        otherwise)."""
+    def read(cls, data: Any, where: str, *, wire: bool = True) -> QueryArgs:
+        """``data``, the arguments of a read as JSON (from the wire, or from a Python caller:
+        ``wire=False``), read as ``cls`` (MessageRefused otherwise)."""
         if not isinstance(data, Mapping):
             raise MessageRefused(f"{where} must be a JSON object, not {shown(data)}")
         names = {f.name.rstrip("_"): f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted((k for k in data if k not in names), key=str)
         if unknown:
             raise MessageRefused(f"{where} has an unknown argument {shown(unknown[0])}")
-        return read_message(cls, {names[k]: v for k, v in data.items()}, where)
+        return read_message(cls, {names[k]: v for k, v in data.items()}, where, wire=wire)
 
 
 def _python_name(key: str) -> str:
@@ -693,7 +693,9 @@ def _python_name(key: str) -> str:
 
 
 Score = Annotated[float | None, Checked(_score)]
-ProjectKeys = Annotated[list[str] | None, Checked(_project_keys)]
+#: Checked on the wire only: a sender's keys are whatever its caller passed, and the reader
+#: refuses them when they are not a list of at most MAX_PROJECT_KEYS texts.
+ProjectKeys = Annotated[list[str] | None, Checked(lambda keys: keys, _project_keys)]
 
 
 @dataclass(frozen=True, config=WIRE)
@@ -777,7 +779,9 @@ class QueryRequest:
         if op is None:  # refused already
             raise refused("cannot be read for an unknown op")
         kind = QUERY_ARGS[op]
-        return value if type(value) is kind else kind.read(value, f"query {op}")
+        if type(value) is kind:
+            return value
+        return kind.read(value, f"query {op}", wire=info.context is not None)
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "query", "memory": self.memory, "op": self.op,
