@@ -92,15 +92,18 @@ def refusal(error: ValidationError, where: str) -> MessageRefused:
     place = _place(where, loc)
     if isinstance(ctx.get("error"), Refusal):
         return MessageRefused(f"{place}{ctx['error'].at} {ctx['error'].why}")
-    if kind in ("missing", "missing_argument", "missing_positional_argument",
-                "missing_keyword_only_argument") and loc:
+    if kind.startswith("missing") and loc and isinstance(loc[-1], int):
+        return MessageRefused(f"{_place(where, loc[:-1])} is a list without an item "
+                              f"[{loc[-1]}]")
+    if kind.startswith("missing") and loc:
         return MessageRefused(f"{_place(where, loc[:-1])} has no {loc[-1]!r}")
     if kind in ("unexpected_keyword_argument", "extra_forbidden") and loc:
         return MessageRefused(f"{_place(where, loc[:-1])} has an unknown field {loc[-1]!r}")
-    if kind in ("tuple_type", "list_type", "too_short", "too_long",
-                "unexpected_positional_argument"):
-        return MessageRefused(f"{place} must be a list of the right length, not "
-                              f"{shown(first.get('input'))}")
+    if kind in ("tuple_type", "list_type"):
+        return MessageRefused(f"{place} must be a list, not {shown(first.get('input'))}")
+    if kind in ("too_short", "too_long"):
+        return MessageRefused(f"{place} must be a list of {ctx.get('max_length', '?')} "
+                              f"values, not of {ctx.get('actual_length', '?')}")
     if kind.startswith(("dataclass", "dict", "model")):
         return MessageRefused(f"{place} must be a JSON object, not {shown(first.get('input'))}")
     return MessageRefused(f"{place} is refused: {first['msg']}")
