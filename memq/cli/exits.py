@@ -21,8 +21,8 @@ class ExitCode(IntEnum):
         return member
 
     OK = 0, "The command did what was asked."
-    FAILED = 1, ("It failed: a configuration, store or embedding-provider error, a job that "
-                 "failed, a memory file that does not exist (`get`), a memory of `--all` or "
+    FAILED = 1, ("A configuration, store or embedding-provider error, a job that failed,"
+                 " a memory file that does not exist (`get`), a memory of `--all` or "
                  "`shard copy` that could not be done.")
     USAGE = 2, ("Refused before doing anything: a bad command line, an unknown memory, a "
                 "workspace that does not exist, a memory turned off, a path outside the "
