@@ -1,4 +1,10 @@
-"""``memq``: index a memory workspace, search it, read it, and run the worker fleet."""
+"""``memq``: index a memory workspace, search it, read it, and run the worker fleet.
+
+One module per group of commands (``indexing``: index, reindex; ``reading``: search, get;
+``status``: status, jobs, memories, batch; ``serving``: watch, mcp; ``fleet``: worker, shard,
+flower; ``evaluating``: eval), each command's options beside its handler; ``common`` holds the
+shared options and helpers, ``exits`` the exit codes. A command imports what it uses when it
+runs, so ``memq --help`` imports none of the library."""
 
 from __future__ import annotations
 
@@ -31,8 +37,8 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-@click.group(name="memq", help="index a memory workspace, search it, read it, and run the "
-                                           "worker fleet")
+@click.group(name="memq",
+             help="index a memory workspace, search it, read it, and run the worker fleet")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_show_version, help="show memq's version and exit")
 def cli() -> None:

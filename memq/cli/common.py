@@ -105,10 +105,15 @@ def memory_options(handler: Handler) -> Handler:
     return handler
 
 
+def load_settings(**keys: Any) -> Settings:
+    """:func:`pipeline.config.load_settings`, imported when a command first needs settings."""
+    from pipeline.config import load_settings as load
+
+    return load(**keys)
+
+
 def settings_of(args: Args, agent: str | None = None) -> Settings:
     """The settings of the memory ``args`` name (``agent``: another name, when it has none)."""
-    from pipeline.config import load_settings
-
     return load_settings(config_file=args.config, workspace=args.workspace,
                          agent=args.agent or agent)
 
