@@ -5,7 +5,8 @@ An index pass hands chunks to the embedding queue; whether they got a vector is 
 from the store afterwards. A chunk the provider refused (HTTP 401/403) stays ``pending`` with
 the reason until the configuration is fixed; one that failed for good is ``failed``
 (``memq index --retry-failed`` tries it again). ``memq index`` prints :meth:`problem` as one
-line and exits with :data:`EXIT_NO_VECTOR` when a run that waited leaves any such chunk.
+line and exits with status 4 (``NO_VECTOR`` of the CLI's exit codes) when a run that waited
+leaves any such chunk.
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ from typing import Any
 
 from pipeline.store import reads
 from pipeline.store.engine import Database
-
-#: ``memq index``'s exit status when the run finished but chunks are left without a vector.
-EXIT_NO_VECTOR = 4
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ def test_shard_forget_removes_the_claim_of_the_settings_data_dir(
     own = settings["a"]
     claim_in(claims_of(own), [1], "writer-1@a", "writer")
     claim_in(process / "shards", [1], "writer-1@process", "writer")
-    monkeypatch.setattr(memq.cli, "load_settings", lambda **_: own)
+    monkeypatch.setattr(memq.cli.common, "load_settings", lambda **_: own)
     assert memq.cli.main(["shard", "forget", "--shard", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["forgotten"] is True
     assert claimed_in(claims_of(own)) == set()
