@@ -42,12 +42,12 @@ def _fleet_lines(fleet: dict[str, Any]) -> list[str]:
 
 
 def _job_line(job: dict[str, Any]) -> str:
-    began = job["started_at"] or job["finished_at"]
+    began = job["startedAt"] or job["finishedAt"]
     when = datetime.fromtimestamp(began).isoformat(timespec="seconds") if began else "?"
-    took = (f" in {job['finished_at'] - job['started_at']:.1f}s"
-            if job["finished_at"] and job["started_at"] else "")
+    took = (f" in {job['finishedAt'] - job['startedAt']:.1f}s"
+            if job["finishedAt"] and job["startedAt"] else "")
     what = (f": {job['changed']} files changed, {job['deleted'] or 0} deleted, "
-            f"{job['chunks_queued']} chunks queued, {job['chunks_cached']} from cache"
+            f"{job['chunksQueued']} chunks queued, {job['chunksFromCache']} from cache"
             if job["state"] == "done" else "")
     error = f": {job['error']}" if job["error"] else ""
     return f"{job['id']}  {job['kind'] or '-':<6} {job['state']:<7} {when}{took}{what}{error}"
@@ -128,15 +128,15 @@ def status(args: Args) -> int:
     if not s["enabled"]:  # indexed before it was turned off
         warn("memory is disabled (enabled = false): search and indexing are off; the index "
               "below is as it was left")
-    when = (datetime.fromtimestamp(s["last_index_at"]).isoformat(timespec="seconds")
-            if s["last_index_at"] else "never")
+    when = (datetime.fromtimestamp(s["lastIndexAt"]).isoformat(timespec="seconds")
+            if s["lastIndexAt"] else "never")
     lines = [
         f"workspace: {s['workspace']}",
-        f"store:     {s['store']} (sqlite {s['sqlite_driver']}, vectors via "
-        f"{s['vector_backend']})",
+        f"store:     {s['store']} (sqlite {s['sqliteDriver']}, vectors via "
+        f"{s['vectorBackend']})",
         f"mode:      {s['mode']}" + (f" ({s['provider']}/{s['model']}, {s['dims']} dims)"
                                       if s["provider"] else f": {s['reason']}"),
-        f"files:     {s['files']} indexed, {s['files_with_errors']} skipped",
+        f"files:     {s['files']} indexed, {s['filesWithErrors']} skipped",
         f"chunks:    {s['chunks']} ({s['vectors']} with vectors, {s['pending']} pending, "
         f"{s['failed']} failed)",
         f"last index: {when}",
@@ -149,12 +149,12 @@ def status(args: Args) -> int:
         w = s["watch"]
         lines.append(f"watch:     {'file events' if w['mode'] == 'events' else 'polling'}"
                      + (f" ({w['reason']})" if w.get("reason") else ""))
-    if s["vector_backend_reason"]:
-        lines.append(f"note: {s['vector_backend_reason']}")
-    if s.get("keyword_search") == "unavailable":
-        lines.append(f"keyword search: unavailable ({s['keyword_search_reason']})")
-    lines += [f"skipped {e['path']}: {e['error']}" for e in s["file_errors"]]
-    lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunk_errors"]]
+    if s["vectorBackendReason"]:
+        lines.append(f"note: {s['vectorBackendReason']}")
+    if s.get("keywordSearch") == "unavailable":
+        lines.append(f"keyword search: unavailable ({s['keywordSearchReason']})")
+    lines += [f"skipped {e['path']}: {e['error']}" for e in s["fileErrors"]]
+    lines += [f"{e['state']} chunks ({e['chunks']}): {e['error']}" for e in s["chunkErrors"]]
     lines += _qmd_lines(s)
     lines += _fleet_lines(s["fleet"])
     lines += _batch_lines(s["batch"])
@@ -164,8 +164,8 @@ def status(args: Args) -> int:
     if s["jobs"]:
         lines.append("recent jobs:")
         lines += [f"  {_job_line(job)}" for job in s["jobs"]]
-    if s.get("jobs_error"):
-        lines.append(f"recent jobs: unknown ({s['jobs_error']})")
+    if s.get("jobsError"):
+        lines.append(f"recent jobs: unknown ({s['jobsError']})")
     if s.get("servedBy"):
         lines.append(f"served by: {s['servedBy']} (shard {s['shard']}; the store is on that "
                      "host)")
