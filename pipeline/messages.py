@@ -5,15 +5,13 @@ real path, so a late message cannot write into the generation a rebuild swapped 
 embedding provider as a secret-free :class:`ProviderSpec`. None of them ever holds a secret:
 workers resolve API keys and endpoints from their own environment and configuration.
 
-Every message is a frozen, strict pydantic dataclass without extra fields (see
-:mod:`pipeline.message_fields` for why dataclasses): building one with a value of the wrong type
-or shape fails at once. On the wire a message is JSON (Celery's serializer): ``to_json()`` gives
-the dict, key by key as every memq since version 1 wrote it, and ``from_json()`` reads it back
-through the same field types: a message written by an incompatible memq (another ``v``), of
-another kind, or malformed in any way (a missing key, an unknown one, a wrong type, NaN, a
-number out of range, a vector that is not base64 of float32) is refused with
-:class:`~pipeline.errors.MessageRefused` naming the field, and nothing else ever escapes
-``from_json``. Vectors travel as base64 of little-endian float32.
+On the wire a message is JSON (Celery's serializer): ``to_json()`` gives the dict, and
+``from_json()`` reads it back through :class:`MessageFields`, whose getters check every field's
+type and shape: a message written by an incompatible memq (another ``v``), of another kind, or
+malformed in any way (a missing key, a wrong type, NaN, a number out of range, a vector that is
+not base64 of float32) is refused with :class:`~pipeline.errors.MessageRefused` naming the
+field, and nothing else ever escapes ``from_json``. Vectors travel as base64 of little-endian
+float32.
 
 - :class:`EmbedJob` → ``embed.<provider>`` → :class:`EmbedResult` → the memory's writer;
 - :class:`BatchSubmit`, :class:`BatchPoll` → ``batch.<provider>`` → :class:`BatchUpdate` →
@@ -35,55 +33,38 @@ that it owns the memory and its store before writing anything.
 from __future__ import annotations
 
 import base64
-import dataclasses
-import keyword
+import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import field, replace
-from typing import Annotated, Any, ClassVar, Literal, Protocol, TypedDict, TypeVar, get_args
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args, get_type_hints
 
 import numpy as np
-from pydantic import Field, ValidationInfo, field_validator, model_validator
-from pydantic.dataclasses import dataclass
 
 from pipeline.errors import MessageRefused
 from pipeline.message_fields import (
     DEFAULT_ROUTE,
-    WIRE,
-    Checked,
-    Flag,
-    JsonValue,
+    Check,
     MediaPart,
-    MemoryName,
-    OptionalBase64,
-    OptionalFlag,
-    OptionalText,
-    OptionalWhole,
+    MessageFields,
     ProviderSpec,
-    Refusal,
     Route,
-    Seconds,
-    Sha256,
-    StorePath,
-    Text,
-    Vector,
-    Whole,
-    check_text,
-    check_vector,
-    one_of,
-    read_message,
-    refused,
-    shown,
-    text_fields,
-    vectors_of_one_width,
-    wanted,
-    whole,
+    _base64,
+    _flag,
+    _json,
+    _number,
+    _one_of,
+    _optional_text,
+    _refuse,
+    _row,
+    _shown,
+    _text,
+    _vector,
+    _whole,
 )
 
 #: The version every message carries; bumped when a field changes meaning.
 VERSION = 1
-
-C = TypeVar("C")
 
 
 def encode_vector(vector: np.ndarray) -> str:
@@ -91,55 +72,36 @@ def encode_vector(vector: np.ndarray) -> str:
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
-def _choice(kind: Any) -> Any:
-    """The field type of a ``Literal``: one of its values, refused in memq's words."""
-    return Annotated[kind, Checked(one_of(get_args(kind)))]
+def decode_vector(text: str) -> np.ndarray:
+    """The inverse of :func:`encode_vector`; :class:`MessageRefused` for anything that is not
+    base64 of one or more finite float32 values."""
+    return _vector(text, "a vector")
 
 
-def _optional_choice(kind: Any) -> Any:
-    check = one_of(get_args(kind))
-    return Annotated[kind | None, Checked(lambda v: None if v is None else check(v))]
-
-
-def _fields(data: Any, what: str, kind: str, required: Sequence[str] = ()) -> dict[str, Any]:
-    """The fields of a top-level message, without its ``v`` and ``kind``: a JSON object of this
-    memq's version, of ``kind``, holding the ``required`` keys (the ones a Python caller may
-    leave out but the wire always carries); ``what`` names it in refusals."""
-    if not isinstance(data, Mapping):
-        raise MessageRefused(f"{what} message must be a JSON object, not {shown(data)}")
-    version = data.get("v")
+def _checked(data: Any, what: str, kind: str | None = None) -> MessageFields:
+    """The fields of a top-level message: a JSON object of this memq's version (and of
+    ``kind``, when given); ``what`` names it in refusals."""
+    fields = MessageFields(data, f"{what} message")
+    version = fields.get("v")
     if type(version) is not int or version != VERSION:
-        raise MessageRefused(f"{what} message of version {shown(version)} (this memq reads "
+        raise MessageRefused(f"{what} message of version {_shown(version)} (this memq reads "
                              f"version {VERSION}): the fleet runs mixed memq versions; upgrade "
                              "them all")
-    if data.get("kind") != kind:
+    if kind is not None and fields.get("kind") != kind:
         raise MessageRefused(f"{what} message must be of kind {kind!r}, not "
-                             f"{shown(data.get('kind'))}")
-    for key in required:
-        if key not in data:
-            raise MessageRefused(f"{what} has no {key!r}")
-    fields = {k: v for k, v in data.items() if k not in ("v", "kind")}
-    if "route" in fields and fields["route"] is None:  # a memq without shards
-        del fields["route"]
+                             f"{_shown(fields.get('kind'))}")
+    fields.where = what
     return fields
 
 
-def _route_of(fields: dict[str, Any], where: str) -> Route:
-    """Pops the route of a message that keeps it as plain fields (``shard``, ``interactive``)."""
-    for key in ("shard", "interactive"):
-        if key in fields:
-            raise MessageRefused(f"{where} has an unknown field {key!r}")
-    return Route.from_json(fields.pop("route", None), f"{where}.route")
-
-
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class ChunkText:
     """One chunk to embed: its stable id, the hash of its text, the text (for a media chunk, its
     label) and, for a media chunk, the file's bytes."""
 
-    id: Text
-    hash: Text
-    text: Text
+    id: str
+    hash: str
+    text: str
     media: MediaPart | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -150,21 +112,26 @@ class ChunkText:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "a chunk") -> ChunkText:
-        return read_message(cls, data, where)
+        fields = MessageFields(data, where)
+        media = None
+        if fields.get("media") is not None:
+            part = fields.fields("media")
+            media = MediaPart(part.text("mime_type"), part.read("data", _base64))
+        return cls(fields.text("id"), fields.text("hash"), fields.text("text"), media)
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class EmbedJob:
     """Chunks of one memory to embed with one provider (``embed.<provider>``).
 
     ``attempt`` counts deliveries after a worker crash (:func:`after_crash`).
     """
 
-    memory: MemoryName
+    memory: str
     spec: ProviderSpec
-    store: StorePath
+    store: str
     chunks: tuple[ChunkText, ...]
-    attempt: Whole = 0
+    attempt: int = 0
     route: Route = DEFAULT_ROUTE
 
     def to_json(self) -> dict[str, Any]:
@@ -174,7 +141,10 @@ class EmbedJob:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EmbedJob:
-        return read_message(cls, _fields(data, "embedding job", "embed"), "embedding job")
+        fields = _checked(data, "embedding job", "embed")
+        return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
+                   fields.path("store"), fields.each("chunks", ChunkText.from_json),
+                   fields.whole("attempt", 0), fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
     @property
     def size(self) -> int:
@@ -185,8 +155,8 @@ class EmbedJob:
                failed: Sequence[tuple[str, str]] = (),
                held: Sequence[tuple[str, str]] = ()) -> EmbedResult:
         """This job's result message."""
-        return EmbedResult(self.memory, self.spec, self.store, tuple(vectors),
-                           tuple(map(tuple, failed)), tuple(map(tuple, held)), self.route)
+        return EmbedResult(self.memory, self.spec, self.store, tuple(vectors), tuple(failed),
+                           tuple(held), self.route)
 
     def failed(self, reason: str) -> EmbedResult:
         """A result that marks every chunk of the job failed with ``reason``."""
@@ -198,39 +168,25 @@ class EmbedJob:
         return self.result(held=[(c.id, reason) for c in self.chunks])
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class ChunkVector:
-    """A chunk's vector, with the hash of the text it was computed from; on the wire, the row
-    ``[id, hash, base64 vector]``."""
+    """A chunk's vector, with the hash of the text it was computed from."""
 
-    id: Text
-    hash: Text
-    vector: Vector
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_row(cls, data: Any) -> Any:
-        if not isinstance(data, list):
-            return data
-        if len(data) != 3:
-            raise wanted("a list of 3 values", data)
-        try:
-            vector = check_vector(data[2])
-        except Refusal as error:
-            raise refused(error.why, "[2]") from None
-        return {"id": data[0], "hash": data[1], "vector": vector}
+    id: str
+    hash: str
+    vector: np.ndarray
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class EmbedResult:
     """What an embedding job produced, for the memory's single writer (``store``)."""
 
-    memory: MemoryName
+    memory: str
     spec: ProviderSpec
-    store: StorePath
+    store: str
     vectors: tuple[ChunkVector, ...] = ()
-    failed: tuple[tuple[Text, Text], ...] = ()  # (chunk id, reason)
-    held: tuple[tuple[Text, Text], ...] = ()
+    failed: tuple[tuple[str, str], ...] = ()  # (chunk id, reason)
+    held: tuple[tuple[str, str], ...] = ()
     route: Route = DEFAULT_ROUTE
 
     def to_json(self) -> dict[str, Any]:
@@ -242,10 +198,21 @@ class EmbedResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EmbedResult:
-        fields = _fields(data, "embedding result", "result", ("vectors", "failed"))
-        result = read_message(cls, fields, "embedding result")
-        vectors_of_one_width([v.vector for v in result.vectors], "embedding result.vectors")
-        return result
+        fields = _checked(data, "embedding result", "result")
+        vectors = fields.each("vectors", _row(_text, _text, _vector))
+        _one_width(fields, "vectors", [v for _, _, v in vectors])
+        return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
+                   fields.path("store"), tuple(ChunkVector(*v) for v in vectors),
+                   fields.each("failed", _row(_text, _text)),
+                   fields.each("held", _row(_text, _text), ()),
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE))
+
+
+def _one_width(fields: MessageFields, key: str, vectors: Sequence[np.ndarray]) -> None:
+    """The vectors of one message are of one width (they go into one index)."""
+    widths = sorted({len(v) for v in vectors})
+    if len(widths) > 1:
+        raise MessageRefused(f"{fields.where}.{key} mixes vectors of widths {widths}")
 
 
 # -- packing chunks into jobs ----------------------------------------------------------------
@@ -299,13 +266,13 @@ def embed_jobs(memory: str, spec: ProviderSpec, store: str, chunks: Sequence[T],
 
 # -- provider batch jobs ----------------------------------------------------------------------
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class BatchOptions:
     """The batch settings a job runs with, kept in its row so a resumed job keeps them."""
 
-    poll_s: Seconds
-    timeout_s: Seconds
-    concurrency: Annotated[int, Checked(whole(1))]
+    poll_s: float
+    timeout_s: float
+    concurrency: int
 
     def to_json(self) -> dict[str, float]:
         return {"poll_s": self.poll_s, "timeout_s": self.timeout_s,
@@ -313,36 +280,34 @@ class BatchOptions:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "batch options") -> BatchOptions:
-        return read_message(cls, data, where)
+        fields = MessageFields(data, where)
+        return cls(fields.number("poll_s"), fields.number("timeout_s"),
+                   fields.whole("concurrency", minimum=1))
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class BatchJobRef:
     """What every message of one batch job carries: the job (its row in the store), its memory,
     provider, store generation and options."""
 
-    job: Text
-    memory: MemoryName
+    job: str
+    memory: str
     spec: ProviderSpec
-    store: StorePath
+    store: str
     options: BatchOptions
     route: Route = DEFAULT_ROUTE
 
-    #: The message's kind on the wire, and how refusals name it (the subclasses').
-    KIND: ClassVar[str] = ""
-    WHAT: ClassVar[str] = ""
-    #: The keys the wire always carries although a Python caller may leave them out.
-    ON_THE_WIRE: ClassVar[tuple[str, ...]] = ()
-
-    def _ref_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": self.KIND, "job": self.job, "memory": self.memory,
+    def _ref_json(self, kind: str) -> dict[str, Any]:
+        return {"v": VERSION, "kind": kind, "job": self.job, "memory": self.memory,
                 "spec": self.spec.to_dict(), "store": self.store,
                 "options": self.options.to_json(), "route": self.route.to_json()}
 
-    @classmethod
-    def _read(cls: type[C], data: Any) -> C:
-        return read_message(cls, _fields(data, cls.WHAT, cls.KIND, cls.ON_THE_WIRE),  # type: ignore[attr-defined]
-                            cls.WHAT)  # type: ignore[attr-defined]
+    @staticmethod
+    def _ref_fields(fields: MessageFields) -> tuple[Any, ...]:
+        return (fields.text("job"), fields.name("memory"),
+                fields.read("spec", ProviderSpec.from_dict), fields.path("store"),
+                fields.read("options", BatchOptions.from_json),
+                fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
     def ref(self) -> BatchJobRef:
         """Just the job's reference (for the updates a step sends the writer)."""
@@ -355,25 +320,49 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class BatchSubmit(BatchJobRef):
     """Upload these chunks and create the remote job (``batch.<provider>``). ``token`` is the
     job's lease token (:class:`pipeline.batch.workflow.Leases`)."""
 
-    KIND: ClassVar[str] = "batch_submit"
-    WHAT: ClassVar[str] = "batch submit"
-    ON_THE_WIRE: ClassVar[tuple[str, ...]] = ("chunks", "token")
-
-    chunks: tuple[tuple[Text, Text], ...] = ()  # (chunk id, text)
-    token: Text = ""
+    chunks: tuple[tuple[str, str], ...] = ()  # (chunk id, text)
+    token: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {**self._ref_json(), "chunks": [list(c) for c in self.chunks],
+        return {**self._ref_json("batch_submit"), "chunks": [list(c) for c in self.chunks],
                 "token": self.token}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchSubmit:
-        return cls._read(data)
+        fields = _checked(data, "batch submit", "batch_submit")
+        return cls(*cls._ref_fields(fields), chunks=fields.each("chunks", _row(_text, _text)),
+                   token=fields.text("token"))
+
+
+@dataclass(frozen=True)
+class BatchPoll(BatchJobRef):
+    """Poll the remote job once (``batch.<provider>``); ``ids`` are its chunk ids, to account
+    for every line of its output."""
+
+    token: str = ""
+    remote: RemoteBatchRecord = field(default_factory=dict)  # type: ignore[assignment]
+    deadline: float = 0.0
+    ids: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self._ref_json("batch_poll"), "token": self.token, "remote": dict(self.remote),
+                "deadline": self.deadline, "ids": list(self.ids)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BatchPoll:
+        fields = _checked(data, "batch poll", "batch_poll")
+        return cls(*cls._ref_fields(fields), token=fields.text("token"),
+                   remote=fields.read("remote", _remote_batch),
+                   deadline=fields.number("deadline"), ids=fields.each("ids", _text))
+
+    def with_remote(self, remote: Mapping[str, Any]) -> BatchPoll:
+        """The next poll, with the job's state as last seen."""
+        return replace(self, remote=dict(remote))
 
 
 class RemoteBatchRecord(TypedDict):
@@ -390,96 +379,71 @@ class RemoteBatchRecord(TypedDict):
     message: str | None
 
 
-def _remote_batch(value: Any) -> RemoteBatchRecord:
+def _remote_batch(value: Any, where: str) -> RemoteBatchRecord:
     """A :class:`RemoteBatchRecord`: its text fields required, the optional ones null or
     absent."""
-    return text_fields(value, ("provider", "remote_id", "state", "raw_state"),  # type: ignore[return-value]
-                       ("input_file", "output_file", "error_file", "message"))
-
-
-RemoteRecord = Annotated[RemoteBatchRecord, Checked(_remote_batch)]
-OptionalRemoteRecord = Annotated[RemoteBatchRecord | None,
-                                 Checked(lambda v: None if v is None else _remote_batch(v))]
-
-
-@dataclass(frozen=True, config=WIRE)
-class BatchPoll(BatchJobRef):
-    """Poll the remote job once (``batch.<provider>``); ``ids`` are its chunk ids, to account
-    for every line of its output."""
-
-    KIND: ClassVar[str] = "batch_poll"
-    WHAT: ClassVar[str] = "batch poll"
-    ON_THE_WIRE: ClassVar[tuple[str, ...]] = ("token", "remote", "deadline", "ids")
-
-    token: Text = ""
-    remote: RemoteRecord = field(default_factory=dict)  # type: ignore[assignment]
-    deadline: Seconds = 0.0
-    ids: tuple[Text, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self._ref_json(), "token": self.token, "remote": dict(self.remote),
-                "deadline": self.deadline, "ids": list(self.ids)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BatchPoll:
-        return cls._read(data)
-
-    def with_remote(self, remote: Mapping[str, Any]) -> BatchPoll:
-        """The next poll, with the job's state as last seen."""
-        return replace(self, remote=dict(remote))
+    fields = MessageFields(value, where)
+    record = {key: fields.text(key) if hint is str else fields.optional_text(key)
+              for key, hint in get_type_hints(RemoteBatchRecord).items()}
+    return RemoteBatchRecord(**record)  # type: ignore[typeddict-item]
 
 
 #: The events a :class:`BatchUpdate` reports.
 BatchEvent = Literal["state", "vectors", "finished"]
 BATCH_EVENTS: tuple[str, ...] = get_args(BatchEvent)
-BatchEventField = _choice(BatchEvent)
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class BatchUpdate(BatchJobRef):
     """A batch job's news for the writer (``store``): its remote state changed (``state``),
     some of its vectors (``vectors``: chunk id → vector), or its end (``finished``: the outcome,
     the chunk ids it embedded, an error)."""
 
-    KIND: ClassVar[str] = "batch_update"
-    WHAT: ClassVar[str] = "batch update"
-    ON_THE_WIRE: ClassVar[tuple[str, ...]] = ("event",)
+    event: BatchEvent = "state"
+    remote: RemoteBatchRecord | None = None
+    vectors: tuple[tuple[str, np.ndarray], ...] = ()
+    outcome: str | None = None
+    embedded: tuple[str, ...] = ()
+    error: str | None = None
 
-    event: BatchEventField = "state"
-    remote: OptionalRemoteRecord = None
-    vectors: tuple[tuple[Text, Vector], ...] = ()
-    outcome: OptionalText = None
-    embedded: tuple[Text, ...] = ()
-    error: OptionalText = None
+    def __post_init__(self) -> None:
+        if self.event not in BATCH_EVENTS:
+            raise MessageRefused(f"unknown batch update {self.event!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {**self._ref_json(), "event": self.event,
+        return {**self._ref_json("batch_update"), "event": self.event,
                 "remote": dict(self.remote) if self.remote is not None else None,
                 "vectors": [[cid, encode_vector(v)] for cid, v in self.vectors],
                 "outcome": self.outcome, "embedded": list(self.embedded), "error": self.error}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchUpdate:
-        update = cls._read(data)
-        if update.event == "state" and update.remote is None:
-            raise MessageRefused(f"{cls.WHAT}: a state update must carry the remote record")
-        vectors_of_one_width([v for _, v in update.vectors], f"{cls.WHAT}.vectors")
-        return update
+        fields = _checked(data, "batch update", "batch_update")
+        event = fields.choice("event", BATCH_EVENTS)
+        remote = fields.read("remote", _remote_batch, None)
+        if event == "state" and remote is None:
+            raise MessageRefused(f"{fields.where}: a state update must carry the remote record")
+        vectors = fields.each("vectors", _row(_text, _vector), ())
+        _one_width(fields, "vectors", [v for _, v in vectors])
+        return cls(*cls._ref_fields(fields), event=event, remote=remote, vectors=vectors,
+                   outcome=fields.optional_text("outcome"),
+                   embedded=fields.each("embedded", _text, ()),
+                   error=fields.optional_text("error"))
 
 
 # -- index jobs -------------------------------------------------------------------------------
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class IndexRequest:
     """An index pass of one memory, run by the writer host that owns its store
     (``memq index --remote``, or a sync asked for by a host that does not hold the store:
     ``interactive``); the Celery task id is the job id."""
 
-    memory: MemoryName
-    retry_failed: Flag = False
-    shard: Whole = 0
-    interactive: Flag = False
-    rebuild: OptionalText = None  # why to build a new index beside the live one (reindex)
+    memory: str
+    retry_failed: bool = False
+    shard: int = 0
+    interactive: bool = False
+    rebuild: str | None = None  # why to build a new index beside the live one (reindex)
 
     @property
     def route(self) -> Route:
@@ -494,25 +458,24 @@ class IndexRequest:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IndexRequest:
-        fields = _fields(data, "index request", "index")
-        route = _route_of(fields, "index request")
-        return read_message(cls, {**fields, "shard": route.shard,
-                                  "interactive": route.interactive}, "index request")
+        fields = _checked(data, "index request", "index")
+        route = fields.read("route", Route.from_json, DEFAULT_ROUTE)
+        return cls(fields.name("memory"), fields.flag("retry_failed", False), route.shard,
+                   route.interactive, fields.optional_text("rebuild"))
 
 
 #: Why a QMD backend's write job runs (:mod:`pipeline.qmd.jobs`).
 QmdReason = Literal["boot", "changed", "due"]
-QmdReasonField = _choice(QmdReason)
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class QmdJobRequest:
     """A QMD backend's write job for one memory (``boot``, ``changed`` or ``due``: see
     :mod:`pipeline.qmd.jobs`), run by the host that owns the memory."""
 
-    memory: MemoryName
-    reason: QmdReasonField = "due"
-    shard: Whole = 0
+    memory: str
+    reason: QmdReason = "due"
+    shard: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "qmd-job", "memory": self.memory, "reason": self.reason,
@@ -520,9 +483,9 @@ class QmdJobRequest:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QmdJobRequest:
-        fields = _fields(data, "qmd job request", "qmd-job")
-        shard = _route_of(fields, "qmd job request").shard
-        return read_message(cls, {**fields, "shard": shard}, "qmd job request")
+        fields = _checked(data, "qmd job request", "qmd-job")
+        return cls(fields.name("memory"), fields.choice("reason", get_args(QmdReason), "due"),
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
 
 
 # -- files from a producer on another host ---------------------------------------------------
@@ -531,11 +494,17 @@ class QmdJobRequest:
 #: (``touch``), or gone (``delete``).
 FileOp = Literal["write", "touch", "delete"]
 FileSource = Literal["memory", "sessions"]
-FileOpField = _choice(FileOp)
-FileSourceField = _choice(FileSource)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-@dataclass(frozen=True, config=WIRE)
+def _sha256(value: Any, where: str) -> str:
+    text = _text(value, where)
+    if text and not _SHA256.fullmatch(text):
+        raise _refuse(where, "a sha256 hex digest", value)
+    return text
+
+
+@dataclass(frozen=True)
 class FileChange:
     """One memory file as the producer that holds it saw it change: its path relative to the
     workspace (as the store keeps it), its source, its stat, the sha256 of its bytes, and the
@@ -543,15 +512,15 @@ class FileChange:
     ``data`` (an image, bytes a local pass would refuse). ``error`` says why a file could not
     be read at all (it then has no bytes)."""
 
-    path: Text
-    source: FileSourceField
-    op: FileOpField
-    mtime_ns: Whole = 0
-    size: Whole = 0
-    hash: Sha256 = ""
-    text: OptionalText = None
-    data: OptionalBase64 = None
-    error: OptionalText = None
+    path: str
+    source: FileSource
+    op: FileOp
+    mtime_ns: int = 0
+    size: int = 0
+    hash: str = ""
+    text: str | None = None
+    data: str | None = None
+    error: str | None = None
 
     def raw(self) -> bytes | None:
         """The file's bytes (None for a touch, a delete or an unreadable file)."""
@@ -562,12 +531,16 @@ class FileChange:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        values = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
-        return {name: value for name, value in values if value is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "a file change") -> FileChange:
-        return read_message(cls, data, where)
+        fields = MessageFields(data, where)
+        return cls(fields.text("path"), fields.choice("source", get_args(FileSource)),  # type: ignore[arg-type]
+                   fields.choice("op", get_args(FileOp)),  # type: ignore[arg-type]
+                   fields.whole("mtime_ns", 0), fields.whole("size", 0),
+                   fields.read("hash", _sha256, ""), fields.optional_text("text"),
+                   fields.read("data", _base64, None), fields.optional_text("error"))
 
     @property
     def weight(self) -> int:
@@ -575,7 +548,7 @@ class FileChange:
         return len(self.path) + len(self.text or "") + len(self.data or "") + 200
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class FileChanges:
     """Part ``part`` of a producer pass (job ``job``) over ``memory``'s files, for the writer
     of its shard (``control.<shard>``), which applies them exactly as a local pass would; the
@@ -584,18 +557,18 @@ class FileChanges:
     ``retry_failed`` queues the memory's failed chunks again; ``folder`` identifies the folder
     the files were read from (host, device, inode: :mod:`pipeline.ingest.safety`)."""
 
-    memory: MemoryName
-    job: Text
+    memory: str
+    job: str
     changes: tuple[FileChange, ...] = ()
-    part: Whole = 0
-    last: Flag = True
-    files: Whole = 0
-    errors: tuple[Text, ...] = ()
-    origin: Text = "remote"
-    shard: Whole = 0
-    interactive: Flag = False
-    retry_failed: Flag = False
-    folder: OptionalText = None
+    part: int = 0
+    last: bool = True
+    files: int = 0
+    errors: tuple[str, ...] = ()
+    origin: str = "remote"
+    shard: int = 0
+    interactive: bool = False
+    retry_failed: bool = False
+    folder: str | None = None
 
     @property
     def route(self) -> Route:
@@ -613,203 +586,114 @@ class FileChanges:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FileChanges:
-        fields = _fields(data, "file changes", "file-changes", ("changes",))
-        route = _route_of(fields, "file changes")
-        return read_message(cls, {**fields, "shard": route.shard,
-                                  "interactive": route.interactive}, "file changes")
+        fields = _checked(data, "file changes", "file-changes")
+        route = fields.read("route", Route.from_json, DEFAULT_ROUTE)
+        return cls(fields.name("memory"), fields.text("job"),
+                   fields.each("changes", FileChange.from_json), fields.whole("part", 0),
+                   fields.flag("last", True), fields.whole("files", 0),
+                   fields.each("errors", _text, ()), fields.text("origin", "remote"),
+                   route.shard, route.interactive, fields.flag("retry_failed", False),
+                   fields.optional_text("folder"))
 
 
 # -- reads from any host ----------------------------------------------------------------------
 
 #: What a reader is asked (:class:`QueryRequest`).
 QueryOp = Literal["search", "get", "status", "stale", "append", "jobs", "manifest", "export"]
-QueryOpField = _choice(QueryOp)
+_OPTIONAL_WHOLE: Check[int | None] = lambda v, where: None if v is None else _whole(0)(v, where)  # noqa: E731
+
+
+def _score(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    number = _number(value, where)
+    if number > 1:
+        raise _refuse(where, "a number from 0 to 1", value)
+    return number
+
+
 #: At most this many active project keys per search (OpenClaw keeps 4 per session).
 MAX_PROJECT_KEYS = 64
 
 
-def _score(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not 0 <= value <= 1 or value != value:
-        raise wanted("a number from 0 to 1", value)
-    return float(value)
-
-
-def _project_keys(value: Any) -> list[str] | None:
+def _project_keys(value: Any, where: str) -> list[str] | None:
     """None, or a list of at most :data:`MAX_PROJECT_KEYS` texts (the active project keys)."""
     if value is None:
         return None
     if not isinstance(value, list) or len(value) > MAX_PROJECT_KEYS:
-        raise wanted(f"a list of at most {MAX_PROJECT_KEYS} project keys", value)
-    for n, key in enumerate(value):
-        try:
-            check_text(key)
-        except Refusal as error:
-            raise refused(error.why, f"[{n}]") from None
-    return list(value)
+        raise _refuse(where, f"a list of at most {MAX_PROJECT_KEYS} project keys", value)
+    return [_text(key, f"{where}[{n}]") for n, key in enumerate(value)]
 
 
-class QueryArgs(Mapping[str, Any]):
-    """The arguments of one read, one class per op; read like the JSON object they travel as
-    (``args["query"]``, ``args.get("maxResults")``): an argument not given (or null) is absent.
-    A field named after a Python keyword ends with ``_`` (``from_``); its key does not."""
-
-    def _keys(self) -> Iterator[tuple[str, str]]:
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            yield f.name.rstrip("_"), f.name
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, _python_name(key), None) if not key.endswith("_") else None
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key, name in self._keys() if getattr(self, name) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self)
-
-    @classmethod
-    def read(cls, data: Any, where: str, *, wire: bool = True) -> QueryArgs:
-        """``data``, the arguments of a read as JSON (from the wire, or from a Python caller:
-        ``wire=False``), read as ``cls`` (MessageRefused otherwise)."""
-        if not isinstance(data, Mapping):
-            raise MessageRefused(f"{where} must be a JSON object, not {shown(data)}")
-        names = {f.name.rstrip("_"): f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted((k for k in data if k not in names), key=str)
-        if unknown:
-            raise MessageRefused(f"{where} has an unknown argument {shown(unknown[0])}")
-        return read_message(cls, {names[k]: v for k, v in data.items()}, where, wire=wire)
+#: What each read takes: argument name -> (its check, required).
+QUERY_ARGS: dict[str, dict[str, tuple[Check[Any], bool]]] = {
+    "search": {"query": (_text, True), "maxResults": (_OPTIONAL_WHOLE, False),
+               "minScore": (_score, False), "citations": (_optional_text, False),
+               "stale": (_flag, False), "filesDigest": (_optional_text, False),
+               "corpus": (_optional_text, False), "projects": (_project_keys, False)},
+    "get": {"path": (_text, True), "from": (_OPTIONAL_WHOLE, False),
+            "lines": (_OPTIONAL_WHOLE, False)},
+    "status": {},
+    "stale": {},
+    "append": {"text": (_text, True), "target": (_text, False)},
+    "jobs": {"limit": (_OPTIONAL_WHOLE, False), "id": (_optional_text, False)},
+    "manifest": {},
+    "export": {"token": (_optional_text, False), "offset": (_OPTIONAL_WHOLE, False),
+               "size": (_OPTIONAL_WHOLE, False), "close": (_flag, False)},
+}
 
 
-def _python_name(key: str) -> str:
-    return key + "_" if keyword.iskeyword(key) else key
+def _query_args(op: str, args: Any, where: str) -> dict[str, Any]:
+    """``args`` read by :data:`QUERY_ARGS`' checks for ``op`` (MessageRefused otherwise)."""
+    fields = MessageFields(args, where)
+    allowed = QUERY_ARGS[op]
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise MessageRefused(f"{where} has an unknown argument {_shown(unknown[0])}")
+    return {name: fields.read(name, check) if required else fields.read(name, check, None)
+            for name, (check, required) in allowed.items() if required or name in fields}
 
 
-Score = Annotated[float | None, Checked(_score)]
-#: Checked on the wire only: a sender's keys are whatever its caller passed, and the reader
-#: refuses them when they are not a list of at most MAX_PROJECT_KEYS texts.
-ProjectKeys = Annotated[list[str] | None, Checked(lambda keys: keys, _project_keys)]
-
-
-@dataclass(frozen=True, config=WIRE)
-class SearchArgs(QueryArgs):
-    """``search``: the query, and what narrows or tells about the hits."""
-
-    query: Text
-    maxResults: OptionalWhole = None  # the wire's names
-    minScore: Score = None
-    citations: OptionalText = None
-    stale: OptionalFlag = None
-    filesDigest: OptionalText = None
-    corpus: OptionalText = None
-    projects: ProjectKeys = None
-
-
-@dataclass(frozen=True, config=WIRE)
-class GetArgs(QueryArgs):
-    """``get``: a file's lines."""
-
-    path: Text
-    from_: OptionalWhole = None
-    lines: OptionalWhole = None
-
-
-@dataclass(frozen=True, config=WIRE)
-class NoArgs(QueryArgs):
-    """``status``, ``stale``, ``manifest``: no arguments."""
-
-
-@dataclass(frozen=True, config=WIRE)
-class AppendArgs(QueryArgs):
-    """``append``: a note, and the file it goes to (default: today's)."""
-
-    text: Text
-    target: OptionalText = None
-
-
-@dataclass(frozen=True, config=WIRE)
-class JobsArgs(QueryArgs):
-    """``jobs``: the recent jobs, or one."""
-
-    limit: OptionalWhole = None
-    id: OptionalText = None
-
-
-@dataclass(frozen=True, config=WIRE)
-class ExportArgs(QueryArgs):
-    """``export``: start a copy of the store (no token), read a part of it, or close it."""
-
-    token: OptionalText = None
-    offset: OptionalWhole = None
-    size: OptionalWhole = None
-    close: OptionalFlag = None
-
-
-#: The arguments each read takes.
-QUERY_ARGS: dict[str, type[QueryArgs]] = {
-    "search": SearchArgs, "get": GetArgs, "status": NoArgs, "stale": NoArgs,
-    "append": AppendArgs, "jobs": JobsArgs, "manifest": NoArgs, "export": ExportArgs}
-AnyQueryArgs = SearchArgs | GetArgs | NoArgs | AppendArgs | JobsArgs | ExportArgs
-
-
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class QueryRequest:
     """A read of one memory (:data:`QUERY_ARGS`: ``search``, ``get``, ``status``, ``stale``,
     ``jobs``, ``manifest``, ``export`` of a copy of its store, or the ``append`` of a note to
-    its files), sent to its shard's ``query`` queue and answered by a reader on the host that
-    holds the memory's store. ``args`` may be given as a mapping: it is read as the op's
-    arguments class (MessageRefused when it does not fit)."""
+    its files), sent to its shard's
+    ``query`` queue and answered by a reader on the host that holds the memory's store."""
 
-    memory: MemoryName
-    op: QueryOpField
-    args: AnyQueryArgs = Field(default_factory=dict, validate_default=True)  # type: ignore[arg-type]
-    shard: Whole = 0
-
-    @field_validator("args", mode="plain")
-    @classmethod
-    def _args_of_the_op(cls, value: Any, info: ValidationInfo) -> QueryArgs:
-        op = info.data.get("op")
-        if op is None:  # refused already
-            raise refused("cannot be read for an unknown op")
-        kind = QUERY_ARGS[op]
-        if type(value) is kind:
-            return value
-        return kind.read(value, f"query {op}", wire=info.context is not None)
+    memory: str
+    op: QueryOp
+    args: Mapping[str, Any] = field(default_factory=dict)
+    shard: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "query", "memory": self.memory, "op": self.op,
-                "args": self.args.to_json(), "route": Route(self.shard, True).to_json()}
+                "args": dict(self.args), "route": Route(self.shard, True).to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QueryRequest:
-        fields = _fields(data, "query", "query")
-        shard = _route_of(fields, "query").shard
-        return read_message(cls, {**fields, "shard": shard}, "query")
+        fields = _checked(data, "query", "query")
+        op = fields.choice("op", get_args(QueryOp))
+        return cls(fields.name("memory"), op,  # type: ignore[arg-type]
+                   _query_args(op, fields.get("args", {}), f"query {op}"),
+                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
 
 
 #: Why a reader did not answer: the message was refused (another memory, another shard), the
 #: path or note was refused, the memory is turned off, or the reader failed.
 ReplyError = Literal["refused", "path", "append", "disabled", "workspace", "failed"]
 REPLY_ERRORS: tuple[str, ...] = get_args(ReplyError)
-ReplyErrorField = _optional_choice(ReplyError)
 
 
-@dataclass(frozen=True, config=WIRE)
+@dataclass(frozen=True)
 class QueryReply:
     """A reader's answer: ``answer`` (the operation's JSON shape), or ``error`` with its
     ``kind`` (:data:`REPLY_ERRORS`); ``node`` names the reader."""
 
-    answer: JsonValue = None
-    error: OptionalText = None
-    kind: ReplyErrorField = None
-    node: OptionalText = None
+    answer: Any = None
+    error: str | None = None
+    kind: ReplyError | None = None
+    node: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"v": VERSION, "kind": "query-reply", "answer": self.answer, "error": self.error,
@@ -817,9 +701,7 @@ class QueryReply:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QueryReply:
-        fields = _fields(data, "query reply", "query-reply")
-        if "kind" in fields:  # the attribute: on the wire it is error_kind
-            raise MessageRefused("query reply has an unknown field 'kind'")
-        if "error_kind" in fields:
-            fields["kind"] = fields.pop("error_kind")
-        return read_message(cls, fields, "query reply")
+        fields = _checked(data, "query reply", "query-reply")
+        kind = fields.read("error_kind", _one_of(REPLY_ERRORS), None)
+        return cls(fields.read("answer", _json, None), fields.optional_text("error"),
+                   kind, fields.optional_text("node"))  # type: ignore[arg-type]
