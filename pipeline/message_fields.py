@@ -37,7 +37,7 @@ MAX_DEPTH = 32
 _REQUIRED: Any = object()
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A short description of a refused value (never the whole of a large one)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
         return "a number too large"
@@ -48,14 +48,14 @@ def _shown(value: Any) -> str:
     return type(value).__name__
 
 
-def _refuse(where: str, wanted: str, value: Any) -> MessageRefused:
-    return MessageRefused(f"{where} must be {wanted}, not {_shown(value)}")
+def refusal(where: str, wanted: str, value: Any) -> MessageRefused:
+    return MessageRefused(f"{where} must be {wanted}, not {shown(value)}")
 
 
-def _text(value: Any, where: str) -> str:
+def check_text(value: Any, where: str) -> str:
     """A JSON string that SQLite and the providers can take (UTF-8: no lone surrogates)."""
     if not isinstance(value, str):
-        raise _refuse(where, "text", value)
+        raise refusal(where, "text", value)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -63,8 +63,8 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
-def _optional_text(value: Any, where: str) -> str | None:
-    return None if value is None else _text(value, where)
+def check_optional_text(value: Any, where: str) -> str | None:
+    return None if value is None else check_text(value, where)
 
 
 #: A memory's name: an agent id as OpenClaw writes one (:mod:`pipeline.config.agent_id`), the
@@ -72,64 +72,64 @@ def _optional_text(value: Any, where: str) -> str | None:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
-def _name(value: Any, where: str) -> str:
-    text = _text(value, where)
+def check_name(value: Any, where: str) -> str:
+    text = check_text(value, where)
     if not _NAME.fullmatch(text):
-        raise _refuse(where, "a memory name (letters, digits, '_' or '-', at most 64)", value)
+        raise refusal(where, "a memory name (letters, digits, '_' or '-', at most 64)", value)
     return text
 
 
-def _path(value: Any, where: str) -> str:
+def check_path(value: Any, where: str) -> str:
     """A store generation's real path: absolute, without NUL."""
-    text = _text(value, where)
+    text = check_text(value, where)
     if "\0" in text or not os.path.isabs(text):
-        raise _refuse(where, "an absolute file path", value)
+        raise refusal(where, "an absolute file path", value)
     return text
 
 
-def _whole(minimum: int = 0) -> Check[int]:
+def check_whole(minimum: int = 0) -> Check[int]:
     def check(value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) \
                 or not minimum <= value <= MAX_WHOLE:
-            raise _refuse(where, f"a whole number >= {minimum}", value)
+            raise refusal(where, f"a whole number >= {minimum}", value)
         return value
     return check
 
 
-def _number(value: Any, where: str) -> float:
+def check_number(value: Any, where: str) -> float:
     """A finite number >= 0 (seconds, a deadline)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _refuse(where, "a number", value)
+        raise refusal(where, "a number", value)
     if isinstance(value, int) and abs(value) > MAX_WHOLE:
-        raise _refuse(where, "a finite number >= 0", value)
+        raise refusal(where, "a finite number >= 0", value)
     number = float(value)
     if not math.isfinite(number) or number < 0:
-        raise _refuse(where, "a finite number >= 0", value)
+        raise refusal(where, "a finite number >= 0", value)
     return number
 
 
-def _flag(value: Any, where: str) -> bool:
+def check_flag(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise _refuse(where, "true or false", value)
+        raise refusal(where, "true or false", value)
     return value
 
 
-def _one_of(choices: Sequence[str]) -> Check[str]:
+def check_one_of(choices: Sequence[str]) -> Check[str]:
     def check(value: Any, where: str) -> str:
         if value not in choices or not isinstance(value, str):
-            raise _refuse(where, "one of " + ", ".join(map(repr, choices)), value)
+            raise refusal(where, "one of " + ", ".join(map(repr, choices)), value)
         return value
     return check
 
 
-def _vector(value: Any, where: str) -> np.ndarray:
+def check_vector(value: Any, where: str) -> np.ndarray:
     """Base64 of one or more finite little-endian float32 values."""
     if not isinstance(value, str):
-        raise _refuse(where, "a base64 float32 vector", value)
+        raise refusal(where, "a base64 float32 vector", value)
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise _refuse(where, "a base64 float32 vector", value) from None
+        raise refusal(where, "a base64 float32 vector", value) from None
     if not raw or len(raw) % 4:
         raise MessageRefused(f"{where} must hold one or more float32 values "
                              f"({len(raw)} bytes)")
@@ -139,48 +139,48 @@ def _vector(value: Any, where: str) -> np.ndarray:
     return vector
 
 
-def _base64(value: Any, where: str) -> str:
-    text = _text(value, where)
+def check_base64(value: Any, where: str) -> str:
+    text = check_text(value, where)
     try:
         base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise _refuse(where, "base64 data", value) from None
+        raise refusal(where, "base64 data", value) from None
     return text
 
 
-def _json(value: Any, where: str, depth: int = 0) -> Any:
+def check_json(value: Any, where: str, depth: int = 0) -> Any:
     """Plain JSON: objects with text keys, lists, text, finite numbers, booleans, null."""
     if depth > MAX_DEPTH:
         raise MessageRefused(f"{where} nests deeper than {MAX_DEPTH} levels")
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return _whole(-MAX_WHOLE)(value, where)
+        return check_whole(-MAX_WHOLE)(value, where)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _refuse(where, "a finite number", value)
+            raise refusal(where, "a finite number", value)
         return value
     if isinstance(value, str):
-        return _text(value, where)
+        return check_text(value, where)
     if isinstance(value, list | tuple):
-        return [_json(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return [check_json(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
-        return {_text(k, f"{where} key"): _json(v, f"{where}.{k}", depth + 1)
+        return {check_text(k, f"{where} key"): check_json(v, f"{where}.{k}", depth + 1)
                 for k, v in value.items()}
-    raise _refuse(where, "JSON", value)
+    raise refusal(where, "JSON", value)
 
 
-def _json_object(value: Any, where: str) -> dict[str, Any]:
+def check_json_object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise _refuse(where, "a JSON object", value)
-    return _json(value, where)
+        raise refusal(where, "a JSON object", value)
+    return check_json(value, where)
 
 
-def _row(*checks: Check[Any]) -> Check[tuple[Any, ...]]:
+def check_row(*checks: Check[Any]) -> Check[tuple[Any, ...]]:
     """A JSON list of exactly ``len(checks)`` values, each read by its check."""
     def read_row(value: Any, where: str) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple) or len(value) != len(checks):
-            raise _refuse(where, f"a list of {len(checks)} values", value)
+            raise refusal(where, f"a list of {len(checks)} values", value)
         return tuple(check(item, f"{where}[{i}]")
                      for i, (check, item) in enumerate(zip(checks, value, strict=True)))
     return read_row
@@ -197,7 +197,7 @@ class MessageFields(Mapping[str, Any]):
 
     def __init__(self, data: Any, where: str) -> None:
         if not isinstance(data, Mapping):
-            raise _refuse(where, "a JSON object", data)
+            raise refusal(where, "a JSON object", data)
         self._data = data
         self.where = where
 
@@ -229,44 +229,44 @@ class MessageFields(Mapping[str, Any]):
 
     def each(self, key: str, check: Check[V], default: Any = _REQUIRED) -> tuple[V, ...]:
         """Field ``key``: a JSON list, each item read by ``check``."""
-        items = self.read(key, _list, default)
+        items = self.read(key, check_list, default)
         return tuple(check(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(items))
 
     def text(self, key: str, default: Any = _REQUIRED) -> str:
-        return self.read(key, _text, default)
+        return self.read(key, check_text, default)
 
     def optional_text(self, key: str) -> str | None:
-        return self.read(key, _text, None)
+        return self.read(key, check_text, None)
 
     def path(self, key: str) -> str:
-        return self.read(key, _path)
+        return self.read(key, check_path)
 
     def name(self, key: str) -> str:
-        return self.read(key, _name)
+        return self.read(key, check_name)
 
     def whole(self, key: str, default: Any = _REQUIRED, *, minimum: int = 0) -> int:
-        return self.read(key, _whole(minimum), default)
+        return self.read(key, check_whole(minimum), default)
 
     def number(self, key: str, default: Any = _REQUIRED) -> float:
-        return self.read(key, _number, default)
+        return self.read(key, check_number, default)
 
     def flag(self, key: str, default: Any = _REQUIRED) -> bool:
-        return self.read(key, _flag, default)
+        return self.read(key, check_flag, default)
 
     def choice(self, key: str, choices: Sequence[str], default: Any = _REQUIRED) -> str:
-        return self.read(key, _one_of(choices), default)
+        return self.read(key, check_one_of(choices), default)
 
     def json_object(self, key: str, default: Any = _REQUIRED) -> dict[str, Any]:
-        return self.read(key, _json_object, default)
+        return self.read(key, check_json_object, default)
 
     def fields(self, key: str) -> MessageFields:
         """The object nested at ``key``."""
         return self.read(key, MessageFields)
 
 
-def _list(value: Any, where: str) -> list[Any] | tuple[Any, ...]:
+def check_list(value: Any, where: str) -> list[Any] | tuple[Any, ...]:
     if not isinstance(value, list | tuple):
-        raise _refuse(where, "a list", value)
+        raise refusal(where, "a list", value)
     return value
 
 

@@ -49,18 +49,18 @@ from pipeline.message_fields import (
     MessageFields,
     ProviderSpec,
     Route,
-    _base64,
-    _flag,
-    _json,
-    _number,
-    _one_of,
-    _optional_text,
-    _refuse,
-    _row,
-    _shown,
-    _text,
-    _vector,
-    _whole,
+    check_base64,
+    check_flag,
+    check_json,
+    check_number,
+    check_one_of,
+    check_optional_text,
+    check_row,
+    check_text,
+    check_vector,
+    check_whole,
+    refusal,
+    shown,
 )
 
 #: The version every message carries; bumped when a field changes meaning.
@@ -72,24 +72,18 @@ def encode_vector(vector: np.ndarray) -> str:
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
-def decode_vector(text: str) -> np.ndarray:
-    """The inverse of :func:`encode_vector`; :class:`MessageRefused` for anything that is not
-    base64 of one or more finite float32 values."""
-    return _vector(text, "a vector")
-
-
 def _checked(data: Any, what: str, kind: str | None = None) -> MessageFields:
     """The fields of a top-level message: a JSON object of this memq's version (and of
     ``kind``, when given); ``what`` names it in refusals."""
     fields = MessageFields(data, f"{what} message")
     version = fields.get("v")
     if type(version) is not int or version != VERSION:
-        raise MessageRefused(f"{what} message of version {_shown(version)} (this memq reads "
+        raise MessageRefused(f"{what} message of version {shown(version)} (this memq reads "
                              f"version {VERSION}): the fleet runs mixed memq versions; upgrade "
                              "them all")
     if kind is not None and fields.get("kind") != kind:
         raise MessageRefused(f"{what} message must be of kind {kind!r}, not "
-                             f"{_shown(fields.get('kind'))}")
+                             f"{shown(fields.get('kind'))}")
     fields.where = what
     return fields
 
@@ -116,7 +110,7 @@ class ChunkText:
         media = None
         if fields.get("media") is not None:
             part = fields.fields("media")
-            media = MediaPart(part.text("mime_type"), part.read("data", _base64))
+            media = MediaPart(part.text("mime_type"), part.read("data", check_base64))
         return cls(fields.text("id"), fields.text("hash"), fields.text("text"), media)
 
 
@@ -199,12 +193,12 @@ class EmbedResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EmbedResult:
         fields = _checked(data, "embedding result", "result")
-        vectors = fields.each("vectors", _row(_text, _text, _vector))
+        vectors = fields.each("vectors", check_row(check_text, check_text, check_vector))
         _one_width(fields, "vectors", [v for _, _, v in vectors])
         return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
                    fields.path("store"), tuple(ChunkVector(*v) for v in vectors),
-                   fields.each("failed", _row(_text, _text)),
-                   fields.each("held", _row(_text, _text), ()),
+                   fields.each("failed", check_row(check_text, check_text)),
+                   fields.each("held", check_row(check_text, check_text), ()),
                    fields.read("route", Route.from_json, DEFAULT_ROUTE))
 
 
@@ -335,7 +329,8 @@ class BatchSubmit(BatchJobRef):
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchSubmit:
         fields = _checked(data, "batch submit", "batch_submit")
-        return cls(*cls._ref_fields(fields), chunks=fields.each("chunks", _row(_text, _text)),
+        return cls(*cls._ref_fields(fields),
+                   chunks=fields.each("chunks", check_row(check_text, check_text)),
                    token=fields.text("token"))
 
 
@@ -358,7 +353,7 @@ class BatchPoll(BatchJobRef):
         fields = _checked(data, "batch poll", "batch_poll")
         return cls(*cls._ref_fields(fields), token=fields.text("token"),
                    remote=fields.read("remote", _remote_batch),
-                   deadline=fields.number("deadline"), ids=fields.each("ids", _text))
+                   deadline=fields.number("deadline"), ids=fields.each("ids", check_text))
 
     def with_remote(self, remote: Mapping[str, Any]) -> BatchPoll:
         """The next poll, with the job's state as last seen."""
@@ -423,11 +418,11 @@ class BatchUpdate(BatchJobRef):
         remote = fields.read("remote", _remote_batch, None)
         if event == "state" and remote is None:
             raise MessageRefused(f"{fields.where}: a state update must carry the remote record")
-        vectors = fields.each("vectors", _row(_text, _vector), ())
+        vectors = fields.each("vectors", check_row(check_text, check_vector), ())
         _one_width(fields, "vectors", [v for _, v in vectors])
         return cls(*cls._ref_fields(fields), event=event, remote=remote, vectors=vectors,
                    outcome=fields.optional_text("outcome"),
-                   embedded=fields.each("embedded", _text, ()),
+                   embedded=fields.each("embedded", check_text, ()),
                    error=fields.optional_text("error"))
 
 
@@ -498,9 +493,9 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _sha256(value: Any, where: str) -> str:
-    text = _text(value, where)
+    text = check_text(value, where)
     if text and not _SHA256.fullmatch(text):
-        raise _refuse(where, "a sha256 hex digest", value)
+        raise refusal(where, "a sha256 hex digest", value)
     return text
 
 
@@ -540,7 +535,7 @@ class FileChange:
                    fields.choice("op", get_args(FileOp)),  # type: ignore[arg-type]
                    fields.whole("mtime_ns", 0), fields.whole("size", 0),
                    fields.read("hash", _sha256, ""), fields.optional_text("text"),
-                   fields.read("data", _base64, None), fields.optional_text("error"))
+                   fields.read("data", check_base64, None), fields.optional_text("error"))
 
     @property
     def weight(self) -> int:
@@ -591,7 +586,7 @@ class FileChanges:
         return cls(fields.name("memory"), fields.text("job"),
                    fields.each("changes", FileChange.from_json), fields.whole("part", 0),
                    fields.flag("last", True), fields.whole("files", 0),
-                   fields.each("errors", _text, ()), fields.text("origin", "remote"),
+                   fields.each("errors", check_text, ()), fields.text("origin", "remote"),
                    route.shard, route.interactive, fields.flag("retry_failed", False),
                    fields.optional_text("folder"))
 
@@ -600,15 +595,16 @@ class FileChanges:
 
 #: What a reader is asked (:class:`QueryRequest`).
 QueryOp = Literal["search", "get", "status", "stale", "append", "jobs", "manifest", "export"]
-_OPTIONAL_WHOLE: Check[int | None] = lambda v, where: None if v is None else _whole(0)(v, where)  # noqa: E731
+_OPTIONAL_WHOLE: Check[int | None] = (  # noqa: E731
+    lambda v, where: None if v is None else check_whole(0)(v, where))
 
 
 def _score(value: Any, where: str) -> float | None:
     if value is None:
         return None
-    number = _number(value, where)
+    number = check_number(value, where)
     if number > 1:
-        raise _refuse(where, "a number from 0 to 1", value)
+        raise refusal(where, "a number from 0 to 1", value)
     return number
 
 
@@ -621,25 +617,25 @@ def _project_keys(value: Any, where: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or len(value) > MAX_PROJECT_KEYS:
-        raise _refuse(where, f"a list of at most {MAX_PROJECT_KEYS} project keys", value)
-    return [_text(key, f"{where}[{n}]") for n, key in enumerate(value)]
+        raise refusal(where, f"a list of at most {MAX_PROJECT_KEYS} project keys", value)
+    return [check_text(key, f"{where}[{n}]") for n, key in enumerate(value)]
 
 
 #: What each read takes: argument name -> (its check, required).
 QUERY_ARGS: dict[str, dict[str, tuple[Check[Any], bool]]] = {
-    "search": {"query": (_text, True), "maxResults": (_OPTIONAL_WHOLE, False),
-               "minScore": (_score, False), "citations": (_optional_text, False),
-               "stale": (_flag, False), "filesDigest": (_optional_text, False),
-               "corpus": (_optional_text, False), "projects": (_project_keys, False)},
-    "get": {"path": (_text, True), "from": (_OPTIONAL_WHOLE, False),
+    "search": {"query": (check_text, True), "maxResults": (_OPTIONAL_WHOLE, False),
+               "minScore": (_score, False), "citations": (check_optional_text, False),
+               "stale": (check_flag, False), "filesDigest": (check_optional_text, False),
+               "corpus": (check_optional_text, False), "projects": (_project_keys, False)},
+    "get": {"path": (check_text, True), "from": (_OPTIONAL_WHOLE, False),
             "lines": (_OPTIONAL_WHOLE, False)},
     "status": {},
     "stale": {},
-    "append": {"text": (_text, True), "target": (_text, False)},
-    "jobs": {"limit": (_OPTIONAL_WHOLE, False), "id": (_optional_text, False)},
+    "append": {"text": (check_text, True), "target": (check_text, False)},
+    "jobs": {"limit": (_OPTIONAL_WHOLE, False), "id": (check_optional_text, False)},
     "manifest": {},
-    "export": {"token": (_optional_text, False), "offset": (_OPTIONAL_WHOLE, False),
-               "size": (_OPTIONAL_WHOLE, False), "close": (_flag, False)},
+    "export": {"token": (check_optional_text, False), "offset": (_OPTIONAL_WHOLE, False),
+               "size": (_OPTIONAL_WHOLE, False), "close": (check_flag, False)},
 }
 
 
@@ -649,7 +645,7 @@ def _query_args(op: str, args: Any, where: str) -> dict[str, Any]:
     allowed = QUERY_ARGS[op]
     unknown = sorted(set(fields) - set(allowed))
     if unknown:
-        raise MessageRefused(f"{where} has an unknown argument {_shown(unknown[0])}")
+        raise MessageRefused(f"{where} has an unknown argument {shown(unknown[0])}")
     return {name: fields.read(name, check) if required else fields.read(name, check, None)
             for name, (check, required) in allowed.items() if required or name in fields}
 
@@ -702,6 +698,6 @@ class QueryReply:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QueryReply:
         fields = _checked(data, "query reply", "query-reply")
-        kind = fields.read("error_kind", _one_of(REPLY_ERRORS), None)
-        return cls(fields.read("answer", _json, None), fields.optional_text("error"),
+        kind = fields.read("error_kind", check_one_of(REPLY_ERRORS), None)
+        return cls(fields.read("answer", check_json, None), fields.optional_text("error"),
                    kind, fields.optional_text("node"))  # type: ignore[arg-type]
