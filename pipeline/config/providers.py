@@ -32,12 +32,8 @@ ADAPTERS: tuple[str, ...] = ("local", "openai", "gemini", "voyage", "mistral", "
                              "lmstudio", "deepinfra", "openai-compatible", "bedrock",
                              "github-copilot")
 #: The adapters memq cannot serve yet, and why (an agent naming one gets this as its error).
-NOT_YET: dict[str, str] = {
-    "bedrock": "Bedrock embeddings need AWS SigV4 request signing and per-family request "
-               "bodies (Titan, Cohere, Nova)",
-    "github-copilot": "GitHub Copilot embeddings need the Copilot token exchange and model "
-                      "discovery of a logged-in GitHub account",
-}
+#: None since Bedrock and GitHub Copilot (pipeline/embeddings/bedrock.py, copilot.py).
+NOT_YET: dict[str, str] = {}
 #: memq's provider name -> the ``models.providers`` id OpenClaw reads for it.
 PROVIDER_IDS: dict[str, str] = {"openai": "openai", "gemini": "google", "voyage": "voyage",
                                 "mistral": "mistral", "ollama": "ollama", "lmstudio": "lmstudio",
