@@ -238,3 +238,8 @@ def test_memq_eval_on_a_tiny_locomo_file_scores_both_layouts(tmp_path: Path, tin
     assert (tmp_path / "work" / "memory" / "conv-x" / "workspace" / "MEMORY.md").is_file()
     assert not (tmp_path / "work" / "notes" / "conv-x" / "workspace" / "MEMORY.md").exists()
     assert "Layout `memory`: session-level S@k" in out["table"]
+    one = run_memq("eval", "--collection", str(data), "--work-dir", str(tmp_path / "work"),
+                   "--config", str(cfg), "--modes", "keyword", "--layout", "memory", "--json",
+                   env=env, timeout=300)
+    assert one.returncode == 0, one.stderr
+    assert list(json.loads(one.stdout)["figures"]) == ["memory"]

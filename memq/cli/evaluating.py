@@ -19,6 +19,10 @@ from memq.cli.exits import CommandFailed, ExitCode
 @click.option("--vector-weight", type=float,
               help="vectorWeight of the fused modes (textWeight = 1 - it); default 0.7")
 @click.option("--rrf-k", type=int, help="rrfK of the rrf mode (default 60)")
+@click.option("--layout", type=click.Choice(["notes", "memory", "both"]), default="both",
+              show_default=True,
+              help="LoCoMo: sessions as dated notes only (notes), with the observation facts "
+                   "as MEMORY.md entries too (memory), or both side by side")
 @click.option("--work-dir", help="where the generated workspace and its store are kept "
                                  "(default: memq's cache, one per collection)")
 @click.option("--config", help="memq.json/.toml with the provider keys to evaluate "
@@ -35,7 +39,8 @@ def evaluation(args: Args) -> int:
                        modes=args.modes.split(",") if args.modes else None,
                        work_dir=Path(args.work_dir) if args.work_dir else None,
                        base=read_base(args.config),
-                       fused=fused_keys(args.vector_weight, args.rrf_k))
+                       fused=fused_keys(args.vector_weight, args.rrf_k),
+                       layouts=("notes", "memory") if args.layout == "both" else (args.layout,))
     except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: indexing failed
         raise CommandFailed(f"eval: {exc}") from exc
     text = out.pop("text")
