@@ -303,3 +303,32 @@ class RerankFailed(MemqError, RuntimeError):
         super().__init__(reason)
         self.kind = kind
         self.reason = reason
+
+
+# -- The fleet's jobs ----------------------------------------------------------------------
+
+
+class JobLogError(MemqError):
+    """The job log's database could not be read or written."""
+
+
+class JobFailed(FleetError):
+    """What a failed job's row holds: the error, and the job's meta (Celery stores it as
+    ``{exc_type: "JobFailed", exc_message: [error, meta], …}``)."""
+
+
+class JobError(FleetError):
+    """An index job could not be queued."""
+
+
+class EnqueueFailed(JobError):
+    """No broker is configured, or it did not take the message (nothing was queued)."""
+
+
+class IndexingFailed(FleetError):
+    """The run could not finish (a worker keeps dying, no worker consumes the queue, …)."""
+
+
+class JobRefused(MessageRefused):
+    """A job this writer will not run (a memory its configuration does not list, another
+    shard's memory, a message it cannot read): the task fails with it."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.policy import all_policies
 from pipeline.config import Settings
+from pipeline.errors import JobLogError
 from pipeline.ingest.reindex import progress_of, rebuild_info
 from pipeline.ingest.safety import files_from
 from pipeline.store import batches, reads, schema
@@ -121,7 +122,7 @@ class IndexStatus:
 def _read_jobs(status: IndexStatus, settings: Settings, jobs: JobLog | None) -> None:
     """Fill ``status``' recent jobs and last failed one; a job log that cannot be read leaves
     them empty and says why (``jobs_error``), the rest of the status stands."""
-    from pipeline.fleet.job_log import JobLog, JobLogError  # SQLAlchemy loads only when used
+    from pipeline.fleet.job_log import JobLog  # SQLAlchemy loads only when used
 
     log = jobs or JobLog(settings.result_backend, keep_days=settings.fleet.jobs_keep_days,
                          store=settings.store.path)

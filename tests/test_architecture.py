@@ -50,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline.fleet": {"pipeline.errors", "pipeline.messages", "pipeline.routing",
                        "pipeline.config", "pipeline.store", "pipeline.batch"},
     "pipeline.outcome": {"pipeline.store"},
-    "pipeline.status": {"pipeline.config", "pipeline.store", "pipeline.batch",
+    "pipeline.status": {"pipeline.errors", "pipeline.config", "pipeline.store", "pipeline.batch",
                         "pipeline.ingest", "pipeline.fleet"},
     "pipeline.dispatch": {"pipeline.errors", "pipeline.messages", "pipeline.config",
                           "pipeline.embeddings", "pipeline.store", "pipeline.batch"},

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.config import Settings
-from pipeline.errors import FleetError
+from pipeline.errors import IndexingFailed
 from pipeline.fleet.broker import FleetDispatcher
 from pipeline.routing import batch_queue, embed_queue, store_queue
 from workers.orphans import BROKER_DIR_ENV, BROKER_PID_ENV, PARENT_ENV
@@ -26,10 +26,6 @@ from workers.single_writer import CHECK_ENV
 
 #: Restarts of a dying embedded worker before the run gives up.
 MAX_RESTARTS = 20
-
-
-class IndexingFailed(FleetError):
-    """The run could not finish (a worker keeps dying, no worker consumes the queue, …)."""
 
 
 def worker_env(settings: Settings) -> dict[str, str]:

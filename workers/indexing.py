@@ -12,10 +12,11 @@ from contextlib import ExitStack
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
+from pipeline.errors import IndexingFailed
 from pipeline.fleet.broker import FleetDispatcher
 from pipeline.fleet.placement import store_is_here
 from pipeline.memory import IndexRun, Memory
-from workers.embedded import EmbeddedFleet, IndexingFailed
+from workers.embedded import EmbeddedFleet
 
 
 def fleet_dispatcher(settings: Settings, provider: str, *, durable: bool) -> FleetDispatcher:

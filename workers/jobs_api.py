@@ -11,17 +11,9 @@ from __future__ import annotations
 from kombu.exceptions import OperationalError
 
 from pipeline.config import Settings, redact_url
-from pipeline.errors import FleetError
+from pipeline.errors import EnqueueFailed
 from pipeline.fleet.broker import FleetDispatcher
 from pipeline.messages import IndexRequest
-
-
-class JobError(FleetError):
-    """An index job could not be queued."""
-
-
-class EnqueueFailed(JobError):
-    """No broker is configured, or it did not take the message (nothing was queued)."""
 
 
 def enqueue_index(settings: Settings, *, retry_failed: bool = False) -> str:

@@ -19,6 +19,7 @@ from pipeline.embeddings.registry import choose_provider
 from pipeline.embeddings.runner import MAX_RETRIES, after_crash, embed_yielding, retry_delay
 from pipeline.errors import (
     EmbeddingError,
+    JobRefused,
     MessageRefused,
     ProviderRefused,
     ProviderRetryable,
@@ -54,11 +55,6 @@ def refused(message: Any, exc: MessageRefused) -> dict[str, str]:
     """A message this worker cannot read: logged and dropped (acknowledged, never retried)."""
     log.error("dropped a message: %s", exc)
     return {"refused": str(exc)}
-
-
-class JobRefused(MessageRefused):
-    """A job this writer will not run (a memory its configuration does not list, another
-    shard's memory, a message it cannot read): the task fails with it."""
 
 
 def refuse_job(task: Task, memory: str | None, exc: MessageRefused, *,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from pipeline.errors import MemqError
+
 
 class ExitCode(IntEnum):
     """The exit status of ``memq``: scripts and supervisors test for these numbers."""
@@ -34,7 +36,7 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130, "Interrupted (Ctrl-C); queued work stays queued and is picked up again."
 
 
-class CommandFailed(Exception):
+class CommandFailed(MemqError):
     """A command refuses or fails with ``code``; ``message`` is its one line on stderr."""
 
     def __init__(self, message: str, code: ExitCode = ExitCode.USAGE) -> None:

@@ -49,7 +49,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipeline.config import redact_url
-from pipeline.errors import MemqError
+from pipeline.errors import JobFailed, JobLogError
 from pipeline.routing import describe, memory_of_job
 from pipeline.store.engine import tune_connection
 
@@ -74,15 +74,6 @@ PROGRESS_EVERY_S = 1.0
 SQLITE_BUSY_MS = 30_000
 #: How many closed job logs' databases keep a pooled connection (see PooledSessions.release).
 IDLE_DATABASES = 4
-
-
-class JobLogError(MemqError):
-    """The job log's database could not be read or written."""
-
-
-class JobFailed(Exception):
-    """What a failed job's row holds: the error, and the job's meta (Celery stores it as
-    ``{exc_type: "JobFailed", exc_message: [error, meta], …}``)."""
 
 
 def tune_engine(engine: Engine) -> None:
