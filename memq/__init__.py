@@ -85,5 +85,16 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def installed_version() -> str:
+    """The installed distribution's version (``memq --version``, the MCP server's), or
+    ``"unknown"`` when run from a checkout that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memq")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

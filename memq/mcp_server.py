@@ -32,6 +32,7 @@ import mcp_types as types
 from jsonschema import Draft202012Validator
 from mcp.server.lowlevel import Server
 
+from memq import installed_version
 from pipeline.config import ConfigError, Settings
 from pipeline.errors import (
     AppendError,
@@ -280,7 +281,7 @@ def build_server(memory: Memory) -> Server[Any]:
         return TOOLS[name][1] if name in TOOLS else None
 
     server: Server[Any] = Server(
-        "memq", version=_version(),
+        "memq", version=installed_version(),
         instructions=RECALL + "\n" + (CITE_ON if citations_on(settings) else CITE_OFF),
         get_tool_input_schema=input_schema, on_list_tools=list_tools, on_call_tool=call_tool)
     if settings.sync.on_session_start:
@@ -311,15 +312,6 @@ def _whole_floats_as_ints(value: Any) -> Any:
 def _error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
                                 is_error=True)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("memq")
-    except PackageNotFoundError:
-        return "0"
 
 
 def run_stdio(settings: Settings) -> None:

@@ -27,13 +27,9 @@ __all__ = ["CommandFailed", "CommandLine", "ExitCode", "_answering_once", "build
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from importlib.metadata import PackageNotFoundError, version
+    from memq import installed_version
 
-    try:
-        number = version("memq")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        number = "unknown"
-    click.echo(f"memq {number}")
+    click.echo(f"memq {installed_version()}")
     ctx.exit()
 
 
