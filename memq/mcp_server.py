@@ -1,8 +1,8 @@
 """``memq mcp``: the agent's memory as Model Context Protocol tools.
 
-Three tools over one :class:`pipeline.Memory`, with OpenClaw's result shapes:
-``memory_search`` (:meth:`~pipeline.Memory.search`), ``memory_get``
-(:meth:`~pipeline.Memory.get`) and ``memory_append`` (:meth:`~pipeline.Memory.append`).
+Three tools over one :class:`memq.Memory`, with OpenClaw's result shapes:
+``memory_search`` (:meth:`~memq.Memory.search`), ``memory_get``
+(:meth:`~memq.Memory.get`) and ``memory_append`` (:meth:`~memq.Memory.append`).
 Arguments are checked against the published JSON Schemas before any library call, and every
 refusal comes back as a tool error (``isError``) the model can read and correct, never as a
 crash of the server. Every tool has a title and MCP annotations (``ANNOTATIONS``): clients such

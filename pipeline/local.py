@@ -1,6 +1,6 @@
 """``LocalMemory``: a memory whose store is on this host, and everything done with it.
 
-:class:`~pipeline.memory.Memory` builds one when :mod:`pipeline.fleet.placement` says the store
+:class:`~memq.Memory` builds one when :mod:`pipeline.fleet.placement` says the store
 is here (else a :class:`~pipeline.remote.RemoteMemory`). It owns what it uses: the embedding
 providers it built (a local model loads once), its in-memory copies of the store (vectors and
 BM25 statistics, for fast repeated searches), the connections and background threads it
@@ -206,7 +206,7 @@ class LocalMemory:
         self._jobs = jobs  # the job log: the one given, else built on first use
         self._own_jobs = jobs is None
         self._lock = threading.Lock()
-        #: :meth:`sync` on a background thread (:meth:`pipeline.Memory.sync_in_background`).
+        #: :meth:`sync` on a background thread (:meth:`memq.Memory.sync_in_background`).
         self.refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
         self._qmd: QmdBackend | None = None  # backend "qmd": built on first use
         self._qmd_jobs: QmdJobs | None = None  # where its update jobs go

@@ -1,7 +1,7 @@
-"""``memory_search`` and ``memory_get``: one-call versions of :class:`pipeline.Memory`'s
+"""``memory_search`` and ``memory_get``: one-call versions of :class:`memq.Memory`'s
 ``search`` and ``get``, answering with OpenClaw's JSON shapes (dicts).
 
-Each call builds a :class:`~pipeline.Memory` and closes it: fine for a single question. A
+Each call builds a :class:`~memq.Memory` and closes it: fine for a single question. A
 program that searches many times keeps one ``Memory`` open instead (its model and its
 in-memory copies of the store are loaded once).
 """
@@ -20,10 +20,10 @@ def memory_search(query: str, *, settings: Settings | None = None,
                   max_results: int | None = None, min_score: float | None = None,
                   sync: bool | None = None, citations: str | None = None,
                   in_memory: bool = False) -> dict[str, Any]:
-    """Search an agent's memory (:meth:`pipeline.Memory.search`); returns OpenClaw's result
+    """Search an agent's memory (:meth:`memq.Memory.search`); returns OpenClaw's result
     shape: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model,
     mode, …}``. ``in_memory`` loads the store into memory first (only worth it in a process
-    that keeps searching through a :class:`~pipeline.Memory`)."""
+    that keeps searching through a :class:`~memq.Memory`)."""
     with Memory(workspace, settings=settings, in_memory=in_memory) as memory:
         return memory.search(query, max_results=max_results, min_score=min_score, sync=sync,
                              citations=citations).to_dict()
@@ -32,7 +32,7 @@ def memory_search(query: str, *, settings: Settings | None = None,
 def memory_get(path: str, from_line: int | None = None, lines: int | None = None, *,
                settings: Settings | None = None,
                workspace: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Read lines of a memory file (:meth:`pipeline.Memory.get`): ``{path, text, from, lines}``;
+    """Read lines of a memory file (:meth:`memq.Memory.get`): ``{path, text, from, lines}``;
     raises :class:`~pipeline.errors.MemoryPathError` for anything but a memory file."""
     with Memory(workspace, settings=settings, in_memory=False) as memory:
         return memory.get(path, from_line, lines).to_dict()

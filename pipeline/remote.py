@@ -1,6 +1,6 @@
 """Reaching a memory whose store is on another host: its shard's readers, over the broker.
 
-:class:`RemoteMemory` is what :class:`~pipeline.Memory` is for a memory whose store this host
+:class:`RemoteMemory` is what :class:`~memq.Memory` is for a memory whose store this host
 does not hold (:mod:`pipeline.fleet.placement`): the same surface as
 :class:`~pipeline.local.LocalMemory` (search, get, append, status, index, jobs). Every read
 goes to the shard's reader (:class:`~pipeline.fleet.reader.ShardReader`), and no store is ever
@@ -65,7 +65,7 @@ class RemoteMemory:
         self._jobs = jobs
         self._own_jobs = jobs is None
         self._lock = threading.Lock()
-        #: :meth:`sync` on a background thread (:meth:`pipeline.Memory.sync_in_background`).
+        #: :meth:`sync` on a background thread (:meth:`memq.Memory.sync_in_background`).
         self.refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
 
     def __repr__(self) -> str:
@@ -121,7 +121,7 @@ class RemoteMemory:
         (default ``sync.onSearch``), files the index does not reflect are counted
         (``dirty``: against the files here when they are here, else on the shard's host)
         and sent to the shard (``syncing``), never waited for. The arguments are
-        :meth:`pipeline.Memory.search`'s."""
+        :meth:`memq.Memory.search`'s."""
         check_enabled(self.settings)
         citations, corpus, refused = search_terms(self.settings, citations, corpus)
         if refused is not None:
@@ -168,7 +168,7 @@ class RemoteMemory:
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None
             ) -> MemoryText:
-        """Lines of a memory file (:meth:`pipeline.Memory.get`): a memory file or a session
+        """Lines of a memory file (:meth:`memq.Memory.get`): a memory file or a session
         transcript is read here when it is here (the files are the truth), anything else (no
         workspace here, a QMD document) by the shard's reader."""
         from pipeline.ingest.sessions import session_get
@@ -198,7 +198,7 @@ class RemoteMemory:
         return status
 
     def append(self, text: str, target: str = "daily") -> Appended:
-        """Remember ``text`` (:meth:`pipeline.Memory.append`). With the workspace here, the
+        """Remember ``text`` (:meth:`memq.Memory.append`). With the workspace here, the
         note is written here and sent to the shard's writer (the answer waits, up to
         ``fleet.queryTimeoutMs``, until the writer has written it); without it, the shard's
         host appends and indexes the note."""
@@ -226,7 +226,7 @@ class RemoteMemory:
               rebuild: str | None = None, on_progress: Callable[[int, int], None] | None = None,
               warn: Callable[[str], None] | None = None, allow_deletions: bool = False,
               files_here: bool = False, **_local: Any) -> IndexRun:
-        """An index pass (:meth:`pipeline.Memory.index`) of a memory whose store is on another
+        """An index pass (:meth:`memq.Memory.index`) of a memory whose store is on another
         host: a job for the shard's writer host (``mode == "remote"``), followed to the end
         with ``wait``. What only a pass on the store's host uses (``choice``, ``job_id``,
         ``origin``, ``host``, ``job_request``) is not used."""

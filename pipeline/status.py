@@ -184,5 +184,5 @@ def read_index_status(settings: Settings, jobs: JobLog | None = None) -> IndexSt
 
 def index_status(settings: Settings, jobs: JobLog | None = None) -> dict[str, Any]:
     """:func:`read_index_status` as its camelCase JSON (a dict the caller may extend, as
-    :meth:`~pipeline.memory.Memory.status` does with ``backend`` and ``qmd``)."""
+    :meth:`~memq.Memory.status` does with ``backend`` and ``qmd``)."""
     return read_index_status(settings, jobs).to_dict()

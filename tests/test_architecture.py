@@ -72,8 +72,8 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline.query": {"pipeline.config", "pipeline.memory"},
     "pipeline.catalog": {"pipeline.errors", "pipeline.config", "pipeline.store",
                          "pipeline.routing", "pipeline.fleet", "pipeline.remote"},
-    # The package itself only names its public parts (loaded on first use).
-    "pipeline": {"pipeline.errors", "pipeline.memory", "pipeline.query", "pipeline.results"},
+    # The package itself exports nothing: the public names are memq's (memq/__init__.py).
+    "pipeline": set(),
 }
 #: The statements memq writes (case matters: prose that starts with "Drop" is not SQL).
 SQL = re.compile(r"\b(SELECT\b.*\bFROM|INSERT (OR \w+ )?INTO|UPDATE \w+ SET|DELETE FROM|"

@@ -35,11 +35,11 @@ def run_index(settings: Settings, *, wait: bool = True, retry_failed: bool = Fal
               warn: Callable[[str], None] | None = None,
               choice: ProviderChoice | None = None, rebuild: str | None = None,
               allow_deletions: bool = False, files_here: bool = False) -> IndexRun:
-    """Index the memory once through the fleet (:meth:`pipeline.Memory.index`); with ``wait``,
+    """Index the memory once through the fleet (:meth:`memq.Memory.index`); with ``wait``,
     return only when every vector is written (or the rebuild ``rebuild`` names is swapped in).
     A memory whose store is on another host is indexed there: a job for its shard, followed
     to the end with ``wait``. ``allow_deletions`` and ``files_here``: see
-    :meth:`pipeline.Memory.index`.
+    :meth:`memq.Memory.index`.
     """
     guards = {"allow_deletions": allow_deletions, "files_here": files_here}
     if not store_is_here(settings):

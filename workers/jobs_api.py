@@ -3,7 +3,7 @@
 The job runs on the writer host (queue ``control.<shard>``), which owns the store; the caller
 needs neither the store nor the memory files, only the broker. The returned job id
 (``<memory>:<hex>``) is the Celery task id: Flower shows it with its result, and
-``memq jobs --follow ID`` follows it from any host (:meth:`pipeline.Memory.follow_job`).
+``memq jobs --follow ID`` follows it from any host (:meth:`memq.Memory.follow_job`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``memq worker --role reader --shard N`` consumes ``query.<N>`` on the host that holds shard
 N's stores and answers any host's searches, reads, status and job questions about the
 shard's memories (:class:`~pipeline.messages.QueryRequest`), from warm
-:class:`~pipeline.Memory` objects (:class:`~workers.runtime.WarmMemories`). It runs Celery's
+:class:`~memq.Memory` objects (:class:`~workers.runtime.WarmMemories`). It runs Celery's
 thread pool: a read waits on SQLite, NumPy or the model, which release the GIL, and the warm
 memories are shared by the threads. Answers go back on Celery's ``rpc://`` result backend,
 straight to the asking client's reply queue; the app's own result backend (the job log) is

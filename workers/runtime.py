@@ -143,7 +143,7 @@ class WorkerRuntime:
         return self.served(memory, shard)
 
     def warm(self, memory: str, settings: Settings) -> WarmMemory:
-        """A reader's warm :class:`~pipeline.Memory` of ``memory`` (``with`` it while using
+        """A reader's warm :class:`~memq.Memory` of ``memory`` (``with`` it while using
         it): kept open between reads, the least recently used closed first."""
         with self._lock:
             if self._warm is None:
@@ -229,7 +229,7 @@ class WorkerRuntime:
             return self._redis
 
     def memory(self, name: str) -> Memory:
-        """A :class:`~pipeline.Memory` for an index job of ``name`` on this host (which holds
+        """A :class:`~memq.Memory` for an index job of ``name`` on this host (which holds
         its store), sending its work to the fleet and recording it in this host's job log
         (the caller closes it)."""
         settings = self.settings_for(name)
@@ -255,7 +255,7 @@ class WorkerRuntime:
 
 class WarmMemory:
     """One use of a warm memory (:meth:`WarmMemories.use`): ``with`` gives the
-    :class:`~pipeline.Memory`; it is not closed while in use."""
+    :class:`~memq.Memory`; it is not closed while in use."""
 
     def __init__(self, pool: WarmMemories, name: str, settings: Settings) -> None:
         self.pool, self.name, self.settings = pool, name, settings
@@ -271,7 +271,7 @@ class WarmMemory:
 
 
 class WarmMemories:
-    """A reader's open :class:`~pipeline.Memory` objects by name (their models, in-memory
+    """A reader's open :class:`~memq.Memory` objects by name (their models, in-memory
     copies and connections stay warm between reads), at most ``max_open``: the least recently
     used idle one is closed first; one whose settings changed (the config was edited) is
     replaced; one still in use by another thread is closed when its last user is done."""

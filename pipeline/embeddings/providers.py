@@ -1,4 +1,4 @@
-"""Built providers, kept for the life of their owner (a :class:`~pipeline.Memory`, a worker).
+"""Built providers, kept for the life of their owner (a :class:`~memq.Memory`, a worker).
 
 Building a provider can be expensive (a local model loads its weights; a remote one opens a
 connection pool), so each owner keeps one per spec and closes them when it is done.

@@ -4,7 +4,7 @@ The note goes to today's daily log (``memory/YYYY-MM-DD.md``) or to the curated 
 (``MEMORY.md``). The file is opened with ``O_APPEND | O_NOFOLLOW`` and written with a single
 ``write``, so concurrent appends interleave whole notes, a symlink planted at the target is
 refused, and the file always ends with a newline. Indexing the new text is the caller's job
-(:meth:`pipeline.Memory.append` does it).
+(:meth:`memq.Memory.append` does it).
 """
 
 from __future__ import annotations

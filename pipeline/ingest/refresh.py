@@ -2,7 +2,7 @@
 
 A search must never wait for indexing: the reader asks which files are stale
 (:func:`find_stale`), answers from the index as it is, and leaves the sync to a background
-thread (:class:`BackgroundRefresher`, which runs :meth:`pipeline.Memory.sync`).
+thread (:class:`BackgroundRefresher`, which runs :meth:`memq.Memory.sync`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ for it, and falls back to its own index whenever QMD cannot answer.
 ``export`` (session transcripts as Markdown), ``scope`` (which chats may see results),
 ``state`` (what every process knows about the home: bindings, last update, outage),
 ``sanitize`` (secrets out of exported text), ``errors``, and ``jobs`` (the update jobs: what is
-due, and a background runner for a process without a fleet). :class:`pipeline.Memory` serves
+due, and a background runner for a process without a fleet). :class:`memq.Memory` serves
 searches, reads and status through it when ``backend`` is ``qmd``.
 """
 
