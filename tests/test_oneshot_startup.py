@@ -39,7 +39,8 @@ NOT_FOR_A_SEARCH = ("gguf", "redis", "celery", "kombu", "httpx", "sqlalchemy", "
                     "zstandard", "workers", "pipeline.messages", "pipeline.dispatch",
                     "pipeline.batch", "pipeline.ingest.producer", "pipeline.ingest.transfer",
                     "pipeline.ingest.reindex", "pipeline.qmd", "pipeline.store.writer",
-                    "pipeline.fleet.broker", "pipeline.remote", "pipeline.fleet.job_log")
+                    "pipeline.fleet.broker", "pipeline.remote", "pipeline.fleet.job_log",
+                    "pipeline.ingest.session_text", "pipeline.ingest.redaction")
 
 
 def _write_gguf(path: Path, *, context: int | None = 256, vocab: int = 2000,

@@ -27,10 +27,7 @@ import json
 from dataclasses import dataclass
 
 from pipeline.config import Settings
-from pipeline.ingest import session_text
 from pipeline.ingest.chunking import Chunk, chunk_markdown, js_trim
-from pipeline.ingest.redaction import redact_secrets
-from pipeline.ingest.session_text import ROLES
 from pipeline.results import MemoryText
 
 SESSIONS_SOURCE = "sessions"  # the ``sources`` entry, and the first part of their store paths
@@ -51,6 +48,12 @@ def transcript(raw: str) -> Transcript:
     Lines that are not JSON (a half-written last line) or not a user/assistant message are
     skipped, never fatal.
     """
+    # OpenClaw's cleaning rules and 122 secret patterns compile on first use: a search that
+    # reads no transcript never pays for them (tests/test_oneshot_startup.py).
+    from pipeline.ingest import session_text
+    from pipeline.ingest.redaction import redact_secrets
+    from pipeline.ingest.session_text import ROLES
+
     lines: list[str] = []
     line_map: list[int] = []
     dreaming = heartbeat_turn = recall_turn = False
