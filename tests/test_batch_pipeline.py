@@ -95,7 +95,7 @@ def test_backfill_across_files_takes_a_handful_of_requests(
     [job] = double.batches.jobs.values()
     assert len(job.requests) == status["chunks"]
     [row] = status["batch"]["jobs"]
-    assert (row["state"], row["embedded"], row["to_sync"]) == ("completed", status["chunks"], 0)
+    assert (row["state"], row["embedded"], row["toSync"]) == ("completed", status["chunks"], 0)
     assert SENTINEL.encode() not in database_bytes(settings.store.path)
     assert SENTINEL not in fleet.logs(None)
     print(f"batch backfill: {status['chunks']} chunks in {len(calls)} HTTP requests")
@@ -111,7 +111,7 @@ def test_killed_batch_worker_and_flushed_redis_lose_nothing(
     run = run_index(settings, wait=True)  # batch.wait false: returns once submitted
     assert not run.waited and run.report.batch_jobs == 1
     [job] = index_status(settings)["batch"]["jobs"]
-    assert job["remote_id"] and job["state"] in ("submitted", "running")
+    assert job["remoteId"] and job["state"] in ("submitted", "running")
     assert index_status(settings)["pending"] == job["chunks"]
 
     def polls() -> int:
@@ -155,7 +155,7 @@ def test_failed_lines_and_expired_jobs_recover_through_sync(
     synced = {t for r in double.embed_requests() for t in r.body["input"]}
     assert all("# Note 1" in t for t in synced)
     [row] = status["batch"]["jobs"]
-    assert row["to_sync"] == len(job.line_errors) and "line(s) failed" in row["last_error"]
+    assert row["toSync"] == len(job.line_errors) and "line(s) failed" in row["lastError"]
     assert status["batch"]["providers"]["openai"]["failures"] == 0
 
     # An expired job: half its lines done; the rest is embedded the sync way.
@@ -166,7 +166,7 @@ def test_failed_lines_and_expired_jobs_recover_through_sync(
     run_index(settings, wait=True)
     status = assert_all_embedded_once(settings, double)
     expired = status["batch"]["jobs"][0]
-    assert expired["state"] == "expired" and expired["embedded"] > 0 and expired["to_sync"] > 0
+    assert expired["state"] == "expired" and expired["embedded"] > 0 and expired["toSync"] > 0
     assert len(double.embed_requests()) > before
     assert status["batch"]["providers"]["openai"]["failures"] == 1
 
@@ -298,7 +298,7 @@ def test_fleet_of_writer_two_embed_workers_and_a_batch_worker_indexes_together(
     assert run.report.batch_jobs == 1
     status = assert_all_embedded_once(settings, double)
     [row] = status["batch"]["jobs"]
-    assert row["state"] == "completed" and row["to_sync"] > 0 and double.embed_requests()
+    assert row["state"] == "completed" and row["toSync"] > 0 and double.embed_requests()
     fleet_s = fleet_status(settings)["fleet"]
     roles = sorted(node.split("-")[0] for node in fleet_s["nodes"])  # "embed-a-1f2e3d@host"
     assert roles == ["batch", "embed", "embed", "writer"], fleet_s["nodes"]

@@ -277,7 +277,7 @@ def test_fleet_indexes_together_and_flower_agrees(workspace: Path, tmp_path: Pat
     assert fleet_s["workers"] == 3
     assert sorted(n.split("@")[0] for n in fleet_s["nodes"]) == ["embed-a", "embed-b", "writer"]
     assert all(fleet_s["queues"][q] == 0 for q in ("store.0", "control.0", "embed.local"))
-    assert status["pending_by_provider"] == {"local": {"chunks": 0, "queued_jobs": 0}}
+    assert status["pendingByProvider"] == {"local": {"chunks": 0, "queuedJobs": 0}}
 
     # The CLI shows the same job and fleet.
     jobs = json.loads(run_memq("jobs", "--json", env=settings_env, timeout=60).stdout)

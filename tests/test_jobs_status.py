@@ -234,9 +234,9 @@ def test_queue_depths_on_real_redis(workspace: Path, make_settings, tiny_model,
     assert fleet["reachable"] is True and fleet["workers"] == 0
     assert fleet["queues"]["control.0"] == 1 and fleet["queues"]["store.0"] == 0
     assert fleet["queues"]["embed.local"] == run.report.jobs
-    assert s["pending_by_provider"] == {"local": {"chunks": run.report.chunks_queued,
-                                                  "queued_jobs": run.report.jobs}}
-    assert fleet["waiting_jobs"] == [{"id": job_id, "task": "memq.index_memory"}]
+    assert s["pendingByProvider"] == {"local": {"chunks": run.report.chunks_queued,
+                                                  "queuedJobs": run.report.jobs}}
+    assert fleet["waitingJobs"] == [{"id": job_id, "task": "memq.index_memory"}]
     env = {"MEMQ_BROKER_URL": broker_url, "MEMQ_STORE_PATH": str(settings.store.path),
            "MEMQ_WORKSPACE": str(workspace), "MEMQ_PROVIDER": "none",
            "MEMQ_RESULT_BACKEND": settings.result_backend}

@@ -194,9 +194,9 @@ def test_status(booted: QmdBackend) -> None:
                     "notes-main": 1}  # ops.md: qmd skips the symlinked link.md
     assert all(c["bound"] for c in s["collections"])
     assert booted.search("symlinked") == []
-    assert s["last_update_at"] and s["last_embed_at"] is None  # search mode never embeds
+    assert s["lastUpdateAt"] and s["lastEmbedAt"] is None  # search mode never embeds
     assert booted.due() == []  # the interval (5 min) has not passed; search mode never embeds
-    assert booted.due(now=s["last_update_at"] + 300) == ["update"]
+    assert booted.due(now=s["lastUpdateAt"] + 300) == ["update"]
 
 
 def test_command_lines_for_every_mode(booted: QmdBackend) -> None:
@@ -457,13 +457,13 @@ def test_vsearch_without_vectors_falls_back(make: Callable[..., Any]) -> None:
         backend.search("Zigbee")
     assert info.value.kind == "no-vectors"
     status = backend.status()
-    assert status["embed_failures"] == 1 and status["embed_backoff_until"] > time.time()
+    assert status["embedFailures"] == 1 and status["embedBackoffUntil"] > time.time()
     assert backend.embed()["skipped"] == "backoff"
     assert backend.due() == []  # the update ran just now; embed waits out its back-off
     with pytest.raises(QmdUnavailable) as forced:
         backend.embed(force=True)
     assert forced.value.kind == "timeout"
-    assert backend.status()["embed_failures"] == 2
+    assert backend.status()["embedFailures"] == 2
 
 
 def test_query_mode_needs_models_and_falls_back(make: Callable[..., Any]) -> None:

@@ -135,7 +135,7 @@ def test_memq_get_reads_a_qmd_collection_file(indexed: Setup) -> None:
 def test_memq_status_says_backend_qmd(indexed: Setup) -> None:
     out = indexed.memq_json("status")
     assert out["backend"] == "qmd"
-    assert out["qmd"]["available"] is True and out["qmd"]["search_mode"] == "search"
+    assert out["qmd"]["available"] is True and out["qmd"]["searchMode"] == "search"
     docs = {c["name"]: c["documents"] for c in out["qmd"]["collections"]}
     assert docs["notes-main"] == 1 and docs["memory-root-main"] == 1
     human = indexed.memq("status")

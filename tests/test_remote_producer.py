@@ -291,7 +291,7 @@ def test_a_shard_of_unpinned_memories_moves_as_documented(
         done = e.memq("shard", "copy", "--shard", str(shard), "--timeout", "20", "--json")
         copied = {m["memory"]: m for m in _json(done)["memories"]}
         beta = copied["beta"]
-        assert (beta["from_shard"], beta["chunks"], beta["vectors"]) == (shard, chunks, chunks)
+        assert (beta["fromShard"], beta["chunks"], beta["vectors"]) == (shard, chunks, chunks)
         assert e.settings(config, "beta").store.path.exists()
         client = redis_client(broker_url)
         try:

@@ -56,7 +56,7 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S, shards: i
     ``reachable`` False (and None counts) when the broker does not answer in time."""
     out: dict[str, Any] = {"url": redact_url(broker_url), "reachable": False, "error": None,
                            "queues": None, "unacked": None, "workers": None, "nodes": None,
-                           "waiting_jobs": None}
+                           "waitingJobs": None}
     if urlsplit(broker_url).scheme not in REDIS_SCHEMES:
         return _amqp_status(out, broker_url, timeout, shards)
     try:
@@ -65,7 +65,7 @@ def broker_status(broker_url: str, timeout: float = DEFAULT_TIMEOUT_S, shards: i
             client.ping()
             out["queues"] = queue_depths(client, shards)
             out["unacked"] = client.hlen(UNACKED_KEY)
-            out["waiting_jobs"] = [job for shard in range(shards)
+            out["waitingJobs"] = [job for shard in range(shards)
                                    for job in waiting_tasks(client, control_queue(shard))]
         finally:
             client.close()
@@ -134,11 +134,11 @@ def fleet_status(settings: Settings, timeout: float = DEFAULT_TIMEOUT_S) -> dict
         status["fleet"]["shard"] = settings.fleet.shard_of(settings.agent_id)
     else:
         status["fleet"] = {"url": None, "reachable": False, "queues": None, "unacked": None,
-                           "workers": None, "nodes": None, "waiting_jobs": None,
+                           "workers": None, "nodes": None, "waitingJobs": None,
                            "error": "no broker configured: each `memq index` runs its own"}
     provider = status.get("provider")
     queues = status["fleet"]["queues"] or {}
-    status["pending_by_provider"] = (
-        {provider: {"chunks": status["pending"], "queued_jobs": queues.get(embed_queue(provider))}}
+    status["pendingByProvider"] = (
+        {provider: {"chunks": status["pending"], "queuedJobs": queues.get(embed_queue(provider))}}
         if provider else {})
     return status

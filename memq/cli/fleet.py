@@ -147,7 +147,7 @@ def _shard_copy(args: Args) -> int:
             # or, growing from --from-shards, its shard among those (a pin never moves).
             source = (shard_of(name, args.from_shards)
                       if args.from_shards and settings.fleet.shard is None else args.shard)
-            row: dict[str, Any] = {"memory": name, "from_shard": source,
+            row: dict[str, Any] = {"memory": name, "fromShard": source,
                                    "store": str(settings.store.path)}
             if settings.store.path.exists() and not args.replace:
                 results.append({**row, "error": "a store is here already (--replace to "
@@ -165,7 +165,7 @@ def _shard_copy(args: Args) -> int:
             reader.close()
     lines = [f"{r['memory']}: " + (f"failed: {r['error']}" if "error" in r else
                                    f"copied {size(r['bytes'])} ({r['chunks']} chunks, "
-                                   f"{r['vectors']} vectors) from shard {r['from_shard']} in "
+                                   f"{r['vectors']} vectors) from shard {r['fromShard']} in "
                                    f"{r['seconds']:.1f}s" if r["bytes"] else "nothing indexed")
              for r in results] or [f"no memory of the configuration is in shard {args.shard}"]
     failed = sum("error" in r for r in results)

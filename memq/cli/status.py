@@ -4,7 +4,7 @@ pending and running, and where."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +23,9 @@ from memq.cli.common import (
     with_workspace,
 )
 from memq.cli.exits import CommandFailed, ExitCode
+
+if TYPE_CHECKING:
+    from pipeline.batch.api import RemoteBatch
 
 limit_option = click.option("--limit", type=int, default=20)
 
@@ -54,13 +57,23 @@ def _job_line(job: dict[str, Any]) -> str:
 
 
 def _batch_job_line(job: dict[str, Any]) -> str:
-    when = datetime.fromtimestamp(job["created_at"]).isoformat(timespec="seconds")
-    state = job["state"] + (f" ({job['raw_state']})" if job["raw_state"] else "")
-    done = (f", {job['embedded']} embedded, {job['to_sync']} to sync"
-            if job["finished_at"] else "")
-    error = f": {job['last_error']}" if job["last_error"] else ""
+    when = datetime.fromtimestamp(job["createdAt"]).isoformat(timespec="seconds")
+    state = job["state"] + (f" ({job['rawState']})" if job["rawState"] else "")
+    done = (f", {job['embedded']} embedded, {job['toSync']} to sync"
+            if job["finishedAt"] else "")
+    error = f": {job['lastError']}" if job["lastError"] else ""
     return (f"{job['id']}  {job['provider']:<7} {state:<24} {when} {job['chunks']} chunks"
-            f"{done} {job['remote_id'] or ''}{error}")
+            f"{done} {job['remoteId'] or ''}{error}")
+
+
+#: ``memq batch cancel --json``'s camelCase keys for :meth:`RemoteBatch.to_dict`'s stored names.
+_CANCEL_KEYS = {"remote_id": "remoteId", "raw_state": "rawState", "input_file": "inputFile",
+                "output_file": "outputFile", "error_file": "errorFile"}
+
+
+def _cancel_json(remote: RemoteBatch) -> dict[str, Any]:
+    """A cancelled job's remote record with the camelCase keys of memq's JSON (``docs/json.md``)."""
+    return {_CANCEL_KEYS.get(key, key): value for key, value in remote.to_dict().items()}
 
 
 def _batch_lines(batch: dict[str, Any]) -> list[str]:
@@ -84,12 +97,12 @@ def _qmd_lines(status: dict[str, Any]) -> list[str]:
     q = status.get("qmd")
     if status.get("backend") != "qmd" or q is None:
         return []
-    when = (datetime.fromtimestamp(q["last_update_at"]).isoformat(timespec="seconds")
-            if q["last_update_at"] else "never")
+    when = (datetime.fromtimestamp(q["lastUpdateAt"]).isoformat(timespec="seconds")
+            if q["lastUpdateAt"] else "never")
     health = "available" if q["available"] else (
         f"DOWN ({q['down']['kind']}: {q['down']['reason']}); searches answer from memq's index")
     collections = ", ".join(f"{c['name']} {c['documents']}" for c in q["collections"])
-    return [f"backend:   qmd ({q['command']} {q['search_mode']}), {health}",
+    return [f"backend:   qmd ({q['command']} {q['searchMode']}), {health}",
             f"qmd:       {q['documents']} documents ({collections}); last update {when}"]
 
 
@@ -158,9 +171,9 @@ def status(args: Args) -> int:
     lines += _qmd_lines(s)
     lines += _fleet_lines(s["fleet"])
     lines += _batch_lines(s["batch"])
-    for provider, p in s["pending_by_provider"].items():
+    for provider, p in s["pendingByProvider"].items():
         lines.append(f"pending:   {provider}: {p['chunks']} chunks, "
-                     f"{'unknown' if p['queued_jobs'] is None else p['queued_jobs']} jobs queued")
+                     f"{'unknown' if p['queuedJobs'] is None else p['queuedJobs']} jobs queued")
     if s["jobs"]:
         lines.append("recent jobs:")
         lines += [f"  {_job_line(job)}" for job in s["jobs"]]
@@ -282,9 +295,9 @@ def jobs(args: Args) -> int:
                               shards=settings.fleet.shards)
         if fleet["reachable"]:
             queued = fleet["queues"][queue]
-            if fleet["waiting_jobs"] is not None:  # Redis only: AMQP cannot peek
+            if fleet["waitingJobs"] is not None:  # Redis only: AMQP cannot peek
                 # only this memory's: another memory's jobs are not this memory's business
-                waiting = [w for w in fleet["waiting_jobs"]
+                waiting = [w for w in fleet["waitingJobs"]
                            if memory_of_job(w["id"]) == settings.agent_id]
     data = {"jobs": recent, "queue": queue, "queued": queued, "waiting": waiting}
     lines = [_job_line(job) for job in recent] or [
@@ -317,7 +330,7 @@ def batch(args: Args) -> int:
                   or "no batch jobs in this store")
         elif args.action == "cancel":
             remote = admin.cancel_job(settings, args.target)
-            emit(args, remote.to_dict(), f"cancel requested: {remote.remote_id} is "
+            emit(args, _cancel_json(remote), f"cancel requested: {remote.remote_id} is "
                   f"{remote.raw_state}; finished lines are kept, the rest goes the sync path")
         else:
             policy = admin.enable_provider(settings, args.target)

@@ -482,7 +482,7 @@ class QmdBackend:
         return {
             "backend": "qmd",
             "command": self.qmd.command,
-            "search_mode": self.qmd.search_mode,
+            "searchMode": self.qmd.search_mode,
             "home": str(self.home.root),
             "index": str(self.home.index_path),
             "available": not (down and time.time() < down["retryAt"]),
@@ -491,13 +491,13 @@ class QmdBackend:
             "collections": [{"name": c.name, "path": str(c.path), "pattern": c.pattern,
                              "kind": c.kind, "bound": c.name in bound,
                              "documents": counts.get(c.name, 0)} for c in self.collections],
-            "last_update_at": state.get("lastUpdateAt"),
-            "last_embed_at": state.get("lastEmbedAt"),
-            "embed_failures": state.get("embedFailures", 0),
-            "embed_backoff_until": state.get("embedBackoffUntil"),
+            "lastUpdateAt": state.get("lastUpdateAt"),
+            "lastEmbedAt": state.get("lastEmbedAt"),
+            "embedFailures": state.get("embedFailures", 0),
+            "embedBackoffUntil": state.get("embedBackoffUntil"),
             "sessions": {"enabled": self.qmd.sessions.enabled,
-                         "export_dir": str(self.qmd.sessions.export_dir
-                                           or self.home.default_sessions_dir)},
+                         "exportDir": str(self.qmd.sessions.export_dir
+                                          or self.home.default_sessions_dir)},
             "scope": self.qmd.scope.to_json(),
         }
 

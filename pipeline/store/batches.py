@@ -139,8 +139,15 @@ def finish_job(db: Database, job_id: str, state: str, *, raw_state: str | None,
     return cur.rowcount == 1
 
 
+#: The columns of a job row :func:`batch_job_summary` shows and their camelCase JSON keys.
+_SUMMARY = (("id", "id"), ("provider", "provider"), ("state", "state"),
+            ("raw_state", "rawState"), ("remote_id", "remoteId"), ("chunks", "chunks"),
+            ("attempts", "attempts"), ("created_at", "createdAt"), ("deadline", "deadline"),
+            ("finished_at", "finishedAt"), ("embedded", "embedded"), ("to_sync", "toSync"),
+            ("last_error", "lastError"))
+
+
 def batch_job_summary(job: dict[str, Any]) -> dict[str, Any]:
-    """A batch job row for people and programs (the spec and remote blobs left out)."""
-    return {key: job[key] for key in (
-        "id", "provider", "state", "raw_state", "remote_id", "chunks", "attempts", "created_at",
-        "deadline", "finished_at", "embedded", "to_sync", "last_error")}
+    """A batch job row for people and programs, with camelCase keys (``docs/json.md``; the
+    spec and remote blobs left out)."""
+    return {key: job[column] for column, key in _SUMMARY}
