@@ -215,12 +215,12 @@ class LocalMemory:
 
     @property
     def name(self) -> str:
-        """The memory's name (its OpenClaw agent id; ``main`` by default)."""
+        """As :attr:`memq.Memory.name`."""
         return self.settings.agent_id
 
     @property
     def shard(self) -> int:
-        """The fleet's writer shard this memory belongs to (``store.<shard>``)."""
+        """As :attr:`memq.Memory.shard`."""
         return self.settings.fleet.shard_of(self.name)
 
     @property
@@ -250,27 +250,7 @@ class LocalMemory:
                min_score: float | None = None, sync: bool | None = None,
                citations: str | None = None, corpus: str | None = None,
                projects: Sequence[str] | None = None) -> SearchResults:
-        """Search the memory by meaning and keywords; the hits, best first.
-
-        Never raises for the content of ``query``: any text gives results or none. With
-        ``backend: "qmd"`` the ``qmd`` CLI answers (``backend == "qmd"``); when it cannot (no
-        executable, a non-zero exit, a timeout, bad output, not set up yet) memq's own index
-        answers instead, with ``backend == "builtin"`` and ``fallback`` saying why.
-        ``max_results`` and ``min_score`` default to ``query.maxResults`` (6) and
-        ``query.minScore`` (0.35). ``sync`` (default ``sync.onSearch``) first brings changed
-        files' text up to date (their vectors follow with the next index pass); a long-running
-        server passes False and calls :meth:`sync_in_background` instead. ``citations`` (auto,
-        on, off; default: the ``citations`` setting) adds a ``Source: path#Ls-Le`` line to each
-        snippet. A store that cannot be opened gives ``mode == "unavailable"`` and the reason.
-        ``corpus`` (``memory``, ``sessions``, ``all``, ``wiki``: OpenClaw's ``memory_search``
-        argument) narrows the sources read (:mod:`pipeline.search.corpus`); any other value
-        raises RequestRefused. With ``rerank.enabled`` a cross-encoder re-orders the best
-        candidates, and ``rerank`` says what it did or why the fused order stands
-        (:mod:`pipeline.search.rerank`). ``projects``: the active project keys (OpenClaw's
-        ``activeProjectKeys``, which its gateway takes from the session's repository): entries
-        annotated ``<!-- project: … -->`` with only active keys score ×1.15, other annotated
-        entries ×0.9 (:mod:`pipeline.search.entries`; memq's own index only).
-        """
+        """As :meth:`memq.Memory.search`."""
         check_enabled(self.settings)
         citations, corpus, refused = search_terms(self.settings, citations, corpus)
         if refused is not None:
@@ -385,16 +365,7 @@ class LocalMemory:
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None
             ) -> MemoryText:
-        """Read lines of a memory file (OpenClaw's ``memory_get``), only inside the memory files.
-
-        ``from_line`` is 1-based (default 1), ``lines`` how many (default: to the end). A file
-        that does not exist yet (but could) reads as empty text; anything outside the memory
-        files, a symlink or a non-``.md`` path raises
-        :class:`~pipeline.errors.MemoryPathError`. With session memory on, session hits
-        (``sessions/<file>.jsonl``) open too, by JSONL line. With ``backend: "qmd"``, QMD hits
-        open too: ``qmd://<collection>/<path>`` (or OpenClaw's ``qmd/<collection>/<path>``)
-        from the collection's folder, and workspace files a collection covers.
-        """
+        """As :meth:`memq.Memory.get`."""
         from pipeline.ingest.sessions import session_get
 
         check_enabled(self.settings)
@@ -440,17 +411,11 @@ class LocalMemory:
             db.close()
 
     def stale_files(self) -> list[str]:
-        """Memory files the index does not reflect yet (all of them when nothing is indexed):
-        a stat-only check, cheap enough before every search (asked of the shard's reader when
-        the store is on another host)."""
+        """As :meth:`memq.Memory.stale_files`."""
         return find_stale(self.settings)
 
     def status(self) -> dict[str, Any]:
-        """What is indexed, pending and failed, with which provider and why, the rebuild under
-        way, recent index jobs and provider batch jobs (``memq status --json``'s index part); with
-        ``backend: "qmd"``, ``backend`` says so and ``qmd`` holds the QMD backend's status.
-        For a memory whose store is on another host, its shard's reader answers
-        (``servedBy`` names it)."""
+        """As :meth:`memq.Memory.status`."""
         from pipeline.status import index_status
 
         status = index_status(self.settings, self.jobs)
@@ -463,14 +428,7 @@ class LocalMemory:
     # -- writing -----------------------------------------------------------------------------
 
     def append(self, text: str, target: str = "daily") -> Appended:
-        """Remember ``text``: append it to today's ``memory/YYYY-MM-DD.md`` (``daily``) or to
-        ``MEMORY.md`` (``longterm``), then index it before returning.
-
-        Raises :class:`~pipeline.errors.AppendError` or
-        :class:`~pipeline.errors.MemoryPathError` (nothing written) for a refused note or
-        target. Once the note is on disk, a failure to index it is reported in ``warning``,
-        never raised: a caller that retried would write the note twice.
-        """
+        """As :meth:`memq.Memory.append`."""
         from pipeline.ingest.append import append_note
 
         check_enabled(self.settings)
@@ -565,8 +523,7 @@ class LocalMemory:
 
     def reindex(self, *, wait: bool = True, on_progress: Callable[[int, int], None] | None = None,
                 warn: Callable[[str], None] | None = None) -> IndexRun:
-        """Build a new index beside the live one (searches keep using the live one) and swap
-        it in when complete: :meth:`index` with ``rebuild="memq reindex"``."""
+        """As :meth:`memq.Memory.reindex`."""
         return self.index(wait=wait, rebuild="memq reindex", on_progress=on_progress, warn=warn)
 
     def sync(self) -> IndexRun:
@@ -614,7 +571,7 @@ class LocalMemory:
             jobs.ask(reason)
 
     def wait_for_qmd_jobs(self, timeout: float | None = None) -> None:
-        """Wait for the QMD job this process runs in the background, if any."""
+        """As :meth:`memq.Memory.wait_for_qmd_jobs`."""
         with self._lock:
             jobs = self._qmd_jobs
         if jobs is not None:
