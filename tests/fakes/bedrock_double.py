@@ -38,10 +38,9 @@ import numpy as np
 
 from tests.fakes.provider_doubles import (
     Fault,
+    LoopbackDouble,
     Seen,
-    _Handler,
     _json,
-    _Server,
     double_vector,
     record,
 )
@@ -106,7 +105,7 @@ def _expected_signature(secret: str, method: str, raw_path: str, headers: dict[s
 
 
 @dataclass
-class BedrockDouble:
+class BedrockDouble(LoopbackDouble):
     """A running fake Bedrock Runtime endpoint; use as a context manager. ``keys`` maps access
     key ids to their secret (or a :class:`TemporaryKey`)."""
 
@@ -120,31 +119,13 @@ class BedrockDouble:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server: _Server | None = None
+        self._server = None
 
     @property
     def url(self) -> str:
         """The endpoint (``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``)."""
-        assert self._server is not None, "start the double first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.root
 
-    def __enter__(self) -> BedrockDouble:
-        double = self
-
-        class Handler(_Handler):
-            owner = double  # type: ignore[assignment]
-
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def invocations(self) -> list[Seen]:
         """The ``InvokeModel`` requests received (any outcome)."""

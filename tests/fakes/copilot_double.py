@@ -25,10 +25,9 @@ import numpy as np
 
 from tests.fakes.provider_doubles import (
     Fault,
+    LoopbackDouble,
     Seen,
-    _Handler,
     _json,
-    _Server,
     double_vector,
     record,
 )
@@ -39,7 +38,7 @@ MODELS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072}
 
 
 @dataclass
-class CopilotDouble:
+class CopilotDouble(LoopbackDouble):
     """A running fake GitHub + Copilot API; use as a context manager."""
 
     tokens: tuple[str, ...] = field(default=(), repr=False)
@@ -52,33 +51,10 @@ class CopilotDouble:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server: _Server | None = None
+        self._server = None
         self._checked: set[str] = set()
         self._revoked: set[str] = set()
 
-    @property
-    def root(self) -> str:
-        """Where GitHub's API is (a provider's ``github_api``)."""
-        assert self._server is not None, "start the double first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> CopilotDouble:
-        double = self
-
-        class Handler(_Handler):
-            owner = double  # type: ignore[assignment]
-
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def vouch(self, token: str) -> None:
         """Let the Copilot API take ``token`` without a user check (a ``remote.baseUrl`` proxy

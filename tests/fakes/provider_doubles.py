@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -131,8 +131,46 @@ def record(requests: list[Seen], lock: threading.Lock, method: str, path: str,
     return seen
 
 
+class LoopbackDouble:
+    """A double served over HTTP on 127.0.0.1 (a free port) between :meth:`start` and
+    :meth:`stop` (or for a ``with`` block); its ``handle`` method answers each request (see
+    ``_Handler``). Subclasses set ``self._server = None`` in their ``__post_init__``."""
+
+    _server: ThreadingHTTPServer | None
+
+    @property
+    def root(self) -> str:
+        """``http://127.0.0.1:<port>`` of the running double."""
+        assert self._server is not None, "start the double first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> Self:
+        double = self
+
+        class Handler(_Handler):
+            owner = double  # type: ignore[assignment]
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass
-class ProviderDouble:
+class ProviderDouble(LoopbackDouble):
     """A running fake of one provider API; use as a context manager."""
 
     style: str = "openai"
@@ -172,38 +210,9 @@ class ProviderDouble:
     # -- lifecycle --------------------------------------------------------------------------
 
     @property
-    def root(self) -> str:
-        assert self._server is not None, "start the double first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    @property
     def url(self) -> str:
         """The base URL a client is configured with (``.../v1``, ``.../v1beta``, or the root)."""
         return self.root + PREFIX[self.style]
-
-    def start(self) -> ProviderDouble:
-        double = self
-
-        class Handler(_Handler):
-            owner = double
-
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> ProviderDouble:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- what tests read --------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.provider_doubles import Fault, Seen, _Handler, _json, _Server, record
+from tests.fakes.provider_doubles import Fault, LoopbackDouble, Seen, _json, record
 
 __all__ = ["Fault", "RerankDouble", "overlap"]
 
@@ -38,7 +38,7 @@ def overlap(query: str, document: str) -> float:
 
 
 @dataclass
-class RerankDouble:
+class RerankDouble(LoopbackDouble):
     """A running fake ``/rerank`` endpoint; use as a context manager."""
 
     api_key: str | None = "jina_test_rerank_key_0123"
@@ -48,31 +48,13 @@ class RerankDouble:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server: _Server | None = None
+        self._server = None
 
     @property
     def url(self) -> str:
         """The base URL memq is configured with (``rerank.baseUrl``)."""
-        assert self._server is not None, "start the double first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return self.root + "/v1"
 
-    def __enter__(self) -> RerankDouble:
-        double = self
-
-        class Handler(_Handler):
-            owner = double  # type: ignore[assignment]
-
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes
                ) -> tuple[int, dict[str, str], bytes, float]:
