@@ -191,14 +191,11 @@ def test_each_part_of_the_library_imports_only_the_parts_below_it() -> None:
 #: Where Celery and kombu may be imported: the library's fleet and the workers.
 QUEUE_PACKAGES = ("celery", "kombu")
 QUEUE_SIDE = ("pipeline.fleet", "workers")
-#: Modules that still import them directly, and why. memq's CLI is being rewritten to go
-#: through pipeline.fleet; the lead removes this exemption then.
-QUEUE_EXEMPT = ("memq",)
 
 
 def test_only_the_fleet_and_the_workers_import_celery_or_kombu() -> None:
     wrong = sorted(f"{module}: {name}" for module, path in modules().items()
-                   if not module.startswith(QUEUE_SIDE + QUEUE_EXEMPT)
+                   if not module.startswith(QUEUE_SIDE)
                    for name in imports(path) if name.split(".")[0] in QUEUE_PACKAGES)
     assert wrong == []
 

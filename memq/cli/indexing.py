@@ -198,10 +198,8 @@ class _RemoteIndexer:
 
     def queue(self, settings: Settings) -> dict[str, Any]:
         """Queue ``settings``' memory's index job on its shard's control queue."""
-        from kombu.exceptions import OperationalError
-
         from pipeline.config.redact import redact_url
-        from pipeline.fleet.broker import FleetDispatcher
+        from pipeline.fleet.broker import NETWORK_ERRORS, FleetDispatcher
         from pipeline.messages import IndexRequest
         from pipeline.routing import control_queue
         from workers.jobs_api import EnqueueFailed
@@ -215,7 +213,7 @@ class _RemoteIndexer:
         shard = settings.fleet.shard_of(settings.agent_id)
         try:
             job = fleet.index(IndexRequest(settings.agent_id, self.retry_failed, shard))
-        except OperationalError as exc:
+        except NETWORK_ERRORS as exc:
             raise EnqueueFailed(f"broker {redact_url(settings.broker_url)} did not take the "
                                 f"job: {exc}") from exc
         return {"job": job, "queue": control_queue(shard),
@@ -231,10 +229,8 @@ class _RemoteIndexer:
 
 def _enqueue_index(args: Args) -> int:
     """``memq index --remote``: queue a producer pass for the writer host; print the job id."""
-    from kombu.exceptions import OperationalError
-
     from pipeline.errors import memory_disabled
-    from pipeline.fleet.broker import queue_consumers
+    from pipeline.fleet.broker import BROKER_ERRORS, queue_consumers
     from pipeline.routing import control_queue
     from workers.jobs_api import EnqueueFailed, enqueue_index
 
@@ -248,7 +244,7 @@ def _enqueue_index(args: Args) -> int:
         raise CommandFailed(str(exc)) from exc
     try:
         consumers = queue_consumers(settings.broker_url)
-    except OperationalError:  # queued already; whether anyone listens is only a hint
+    except BROKER_ERRORS:  # queued already; whether anyone listens is only a hint
         consumers = None
     if consumers is not None and not any(queue in q for q in consumers.values()):
         warn(f"no worker consumes '{queue}' yet: the job waits there until the "
