@@ -174,7 +174,7 @@ def report(quiet: dict[str, np.ndarray], imports: dict[str, np.ndarray],
     q_noop, l_noop = (float(np.median(t[NOOP])) - floor
                       for t, floor in ((quiet, q_floor), (loaded, l_floor)))
     verdict = "met" if q_noop <= NOOP_GOAL_S else "NOT met"
-    print(f"\n  {NOOP} - memq --help: quiet {q_noop:+.3f} s, loaded {l_noop:+.3f} s; "
+    print(f"\n  no-op index over memq --help: quiet {q_noop:+.3f} s, loaded {l_noop:+.3f} s; "
           f"goal <= {NOOP_GOAL_S} s quiet: {verdict}")
     name = "memq search, local model"
     q_ratio = float(np.median(quiet[name])) / q_floor

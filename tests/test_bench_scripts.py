@@ -100,7 +100,7 @@ QUICK: dict[str, Quick] = {
                              "bare LocalProvider loop"), slow=True),
     "oneshot_latency": Quick((), ("memq --help", "memq search, local model",
                                   "memq search, keyword-only", "model load (python -c)",
-                                  "memq index, nothing to do", "goal <= 0.3 s quiet"),
+                                  "memq index, nothing to do", "no-op index over memq --help:"),
                              slow=True),
     "qmd_vs_builtin": Quick((), ("index   qmd", "query   qmd search process",
                                  "memq search process", "memq in-process",
