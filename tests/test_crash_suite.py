@@ -261,11 +261,20 @@ def reconcile_lost(settings, broker_url: str):
     again; its report."""
     from pipeline.embeddings.registry import choose_provider
     from pipeline.fleet.broker import FleetDispatcher
+    from pipeline.routing import store_queue
     from workers.watching import WatchService
 
     with FleetDispatcher(broker_url) as dispatcher:
-        return WatchService(settings, choose_provider(settings), dispatcher, reconcile_s=3600,
-                            lost_after_s=0.0).reconcile()
+        service = WatchService(settings, choose_provider(settings), dispatcher,
+                               reconcile_s=3600, lost_after_s=0.0)
+        # A reconcile queues lost work again only when the embed and store queues are empty.
+        # On a busy machine the results of the jobs that were in flight may still wait in the
+        # store queue when the workers have reconnected: let the writer take them first. (The
+        # embed queue is left as it is: a broker that kept its messages lost nothing.)
+        store = store_queue(settings.fleet.shard_of(settings.agent_id))
+        wait_until(lambda: [] if not dispatcher.queued(store) else [f"{store} not empty"],
+                   60, "the writer to take the results in flight before the reconcile")
+        return service.reconcile()
 
 
 @pytest.mark.parametrize("fault", ["flushdb", "restart"])
@@ -321,7 +330,10 @@ def test_production_workers_survive_broker_restarts(kind: str, workspace: Path, 
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     write_corpus(workspace, files=60, lines=20)
     with fleet_on_private_broker(tmp_path, kind) as (broker, fleet):
-        with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.08) as double:
+        # Each request takes 0.4 s, so the work a reconcile queues again outlasts the
+        # reconcile pass itself (on a busy machine a pass over the files can take longer than
+        # embedding everything at 0.08 s a request), and the next restart finds it in flight.
+        with ProviderDouble("openai", api_key=SENTINEL, dims=DIMS, latency=0.4) as double:
             settings = double_settings(make_settings, workspace, double, broker.url)
             workers = [fleet.spawn(worker_command("writer", None, None, "INFO"), "writer"),
                        fleet.spawn(worker_command("embed", "openai", 2, "INFO"), "embed")]
