@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.config import load_settings
 from pipeline.embeddings.aws_sigv4 import AwsCredentials, canonical_request, find_credentials, sign
 from pipeline.embeddings.bedrock import BedrockProvider, bedrock_endpoint, bedrock_region
 from pipeline.embeddings.registry import build_from_spec, choose_provider
@@ -35,6 +34,7 @@ from tests.conftest import REPO
 from tests.fakes.bedrock_double import BedrockDouble, Fault, TemporaryKey
 from tests.secrets_scan import SENTINEL
 from tests.test_fleet import memq_argv
+from tests.test_provider_ids import settings_of
 
 KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 SECRET = SENTINEL  # the AWS secret access key
@@ -284,19 +284,10 @@ def test_region_and_endpoint_are_resolved_as_openclaw_and_the_aws_sdk_do() -> No
 
 # -- the registry: chosen from the config, rebuilt by a worker -----------------------------------
 
-def settings_for(tmp_path: Path, search: dict[str, Any]) -> Any:
-    ws = tmp_path / "ws"
-    (ws / "memory").mkdir(parents=True, exist_ok=True)
-    config = tmp_path / "openclaw.json"
-    config.write_text(json.dumps({"agents": {"list": [{"id": "main", "workspace": str(ws),
-                                                        "memorySearch": search}]}}))
-    return load_settings(config_file=config, env={"MEMQ_HOME": str(tmp_path / "home")})
-
-
 def test_the_configured_provider_is_built_and_a_worker_rebuilds_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with BedrockDouble(keys={KEY_ID: SECRET}, region="us-west-2") as double:
-        settings = settings_for(tmp_path, {
+        settings = settings_of(tmp_path, {
             "provider": "bedrock", "model": "amazon.titan-embed-text-v2:0",
             "outputDimensionality": 512,
             "remote": {"baseUrl": "https://bedrock-runtime.us-west-2.amazonaws.com"}})
@@ -309,7 +300,7 @@ def test_the_configured_provider_is_built_and_a_worker_rebuilds_it(
         assert SENTINEL not in json.dumps(choice.spec.to_dict())
         assert choice.provider.embed_query("hello").shape == (512,)
         # A worker without the remote.baseUrl signs for the job's region all the same.
-        plain = settings_for(tmp_path / "worker", {"provider": "bedrock"})
+        plain = settings_of(tmp_path / "worker", {"provider": "bedrock"})
         for name, value in env.items():  # (a worker reads its own environment)
             monkeypatch.setenv(name, value)
         rebuilt = build_from_spec(choice.spec, plain)
@@ -318,7 +309,7 @@ def test_the_configured_provider_is_built_and_a_worker_rebuilds_it(
 
 
 def test_without_credentials_the_fallback_takes_over(tmp_path: Path) -> None:
-    settings = settings_for(tmp_path, {"provider": "bedrock", "fallback": "none"})
+    settings = settings_of(tmp_path, {"provider": "bedrock", "fallback": "none"})
     with pytest.raises(MissingApiKey, match="AWS credentials are not available"):
         choose_provider(settings, env=dict(NO_FILES))
 

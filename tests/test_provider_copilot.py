@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.config import load_settings
 from pipeline.embeddings.copilot import CopilotProvider, copilot_domain
 from pipeline.embeddings.registry import build_from_spec, choose_provider
 from pipeline.errors import (
@@ -36,6 +35,7 @@ from tests.conftest import REPO
 from tests.fakes.copilot_double import CopilotDouble, Fault
 from tests.secrets_scan import SENTINEL
 from tests.test_fleet import memq_argv
+from tests.test_provider_ids import settings_of
 
 TOKEN = f"ghu_{SENTINEL}"
 DOCS = ["the billing service runs on PostgreSQL 16", "deploys happen on Tuesdays"]
@@ -171,19 +171,10 @@ def test_the_domain_is_github_com_or_a_ghe_tenant() -> None:
 
 # -- the registry -----------------------------------------------------------------------------
 
-def settings_for(tmp_path: Path, search: dict[str, Any]) -> Any:
-    ws = tmp_path / "ws"
-    (ws / "memory").mkdir(parents=True, exist_ok=True)
-    config = tmp_path / "openclaw.json"
-    config.write_text(json.dumps({"agents": {"list": [{"id": "main", "workspace": str(ws),
-                                                        "memorySearch": search}]}}))
-    return load_settings(config_file=config, env={"MEMQ_HOME": str(tmp_path / "home")})
-
-
 def test_the_configured_provider_is_built_from_the_environment_and_rebuilt_by_a_worker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with CopilotDouble(tokens=(TOKEN,)) as double:
-        settings = settings_for(tmp_path, {"provider": "github-copilot",
+        settings = settings_of(tmp_path, {"provider": "github-copilot",
                                            "remote": {"headers": {"X-Team": "memq"}}})
         choice = choose_provider(settings, env={"COPILOT_GITHUB_TOKEN": TOKEN})
         assert isinstance(choice.provider, CopilotProvider) and choice.spec is not None
@@ -200,7 +191,7 @@ def test_the_configured_provider_is_built_from_the_environment_and_rebuilt_by_a_
 
 def test_remote_api_key_and_base_url_are_used_as_openclaw_uses_them(tmp_path: Path) -> None:
     with CopilotDouble(tokens=(TOKEN,)) as double:
-        settings = settings_for(tmp_path, {"provider": "github-copilot",
+        settings = settings_of(tmp_path, {"provider": "github-copilot",
                                            "remote": {"apiKey": TOKEN,
                                                       "baseUrl": double.root + "/capi"}})
         choice = choose_provider(settings, env={})
@@ -213,7 +204,7 @@ def test_remote_api_key_and_base_url_are_used_as_openclaw_uses_them(tmp_path: Pa
 
 
 def test_no_token_hands_over_to_the_fallback(tmp_path: Path) -> None:
-    settings = settings_for(tmp_path, {"provider": "github-copilot", "fallback": "none"})
+    settings = settings_of(tmp_path, {"provider": "github-copilot", "fallback": "none"})
     with pytest.raises(MissingApiKey, match="No GitHub token"):
         choose_provider(settings, env={})
 

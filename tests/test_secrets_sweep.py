@@ -100,13 +100,7 @@ def test_sentinel_key_never_leaks_anywhere(workspace: Path, tmp_path: Path, brok
         assert {r.status for r in flaky.embed_requests()} >= {429, 500, 503, 200}
     fleet.stop()
     places = {"command output": "\n".join(outputs), "worker logs": fleet.logs(None)}
-    leaks = [where for where, text in places.items() if SENTINEL in text]
-    leaks += leaks_in_files(tmp_path)
-    client = redis_client(broker_url)
-    try:
-        leaks += leaks_in_redis(client)
-    finally:
-        client.close()
+    leaks = leaks_everywhere(places, tmp_path, broker_url)
     assert "memq.embed_chunks" in places["worker logs"]  # the logs were really read
     assert leaks == []
 
@@ -156,11 +150,17 @@ def test_aws_and_copilot_secrets_never_leak(workspace: Path, tmp_path: Path, bro
         assert {r.status for r in refusing.invocations()} == {403}
     fleet.stop()
     places = {"command output": "\n".join(outputs), "worker logs": fleet.logs(None)}
+    leaks = leaks_everywhere(places, tmp_path, broker_url)
+    assert leaks == []
+
+
+def leaks_everywhere(places: dict[str, str], root: Path, broker_url: str) -> list[str]:
+    """Where the sentinel shows: the texts of ``places``, the files under ``root``, Redis."""
     leaks = [where for where, text in places.items() if SENTINEL in text]
-    leaks += leaks_in_files(tmp_path)
+    leaks += leaks_in_files(root)
     client = redis_client(broker_url)
     try:
         leaks += leaks_in_redis(client)
     finally:
         client.close()
-    assert leaks == []
+    return leaks
