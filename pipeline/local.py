@@ -15,6 +15,7 @@ sync before a search (:meth:`LocalMemory.sync`), a writer's index job, and an ap
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,14 @@ from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import control_queue, embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.corpus import check_corpus, corpus_sources, refusal
+from pipeline.search.deadline import (
+    COOLDOWN_S,
+    Cooldown,
+    Deadline,
+    EmbeddedQuery,
+    embed_within,
+    timed_out_message,
+)
 from pipeline.search.hybrid import HeldCopies, search
 from pipeline.search.rerank import build_reranker
 from pipeline.store import batches, joblog, reads, schema
@@ -200,6 +209,8 @@ class LocalMemory:
         self._held = HeldCopies() if in_memory else None
         #: ``rerank.*``: the cross-encoder stage and its outage state (None when off).
         self._reranker = build_reranker(self.settings.rerank, local=self.settings.local)
+        #: The provider skipped after a search ran out of time (``query.timeoutMs``).
+        self._cooldown = Cooldown()
         self._dispatcher = dispatcher
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
         self._fleet: Any = None  # the broker, asked whether a followed job still waits
@@ -301,6 +312,7 @@ class LocalMemory:
                 min_score: float | None, sync: bool | None, citations: str,
                 sources: tuple[str, ...] | None, projects: Sequence[str] | None = None
                 ) -> SearchResults:
+        deadline = Deadline(self.settings.query.timeout_ms)
         spec = schema.index_spec(db)
         provider, warning = None, None
         if spec is not None:
@@ -314,16 +326,17 @@ class LocalMemory:
                 synced = self._sync_rows(db, spec, provider)
             except DeletionRefused as exc:  # the index stays as it is; the caller is told
                 warning = f"not synced: {exc}"
-        try:
-            answer = search(db, self.settings, query, max_results=max_results,
-                            min_score=min_score, provider=provider, held=self._held,
-                            reranker=self._reranker, sources=sources, projects=projects)
-        except EmbeddingError as exc:
-            provider, warning = None, f"query embedding failed, keyword results only: {exc}"
-            answer = search(db, self.settings, query, max_results=max_results,
-                            min_score=min_score, provider=None, held=self._held,
-                            reranker=self._reranker, sources=sources, projects=projects)
+        cut = None  # why the search answers from keywords only (query.timeoutMs)
+        if provider is not None and spec is not None and query.strip():
+            try:
+                provider, cut = self._query_vector(provider, spec, query, deadline)
+            except EmbeddingError as exc:
+                provider, warning = None, f"query embedding failed, keyword results only: {exc}"
+        answer = search(db, self.settings, query, max_results=max_results, min_score=min_score,
+                        provider=provider, held=self._held, reranker=self._reranker,
+                        sources=sources, projects=projects)
         hits = answer.hits
+        warning = "; ".join(filter(None, [warning, cut]))
         if not db.fts_ok:
             warning = "; ".join(filter(None, [warning, f"keyword search unavailable: "
                                                        f"{db.fts_error}"]))
@@ -335,10 +348,35 @@ class LocalMemory:
             mode="hybrid" if provider is not None else "keyword-only", citations=citations,
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
-            warning=warning, synced=synced,
+            warning=warning or None, synced=synced,
             fallback=fallback_note(spec, self.settings, reason), rerank=answer.rerank,
+            partial=True if cut else None, timed_out=True if cut else None,
+            timeout_ms=deadline.timeout_ms if cut else None,
             # answered from the live index while its successor is built
             rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)
+
+    def _query_vector(self, provider: EmbeddingProvider, spec: ProviderSpec, query: str,
+                      deadline: Deadline) -> tuple[EmbeddingProvider | None, str | None]:
+        """The provider to rank with, the query's vector known (None: keyword-only), and why
+        not (None when it answered): the query's embedding is waited for until ``deadline``
+        at most; a provider that made a search run out of time is skipped for
+        :data:`~pipeline.search.deadline.COOLDOWN_S` (:mod:`pipeline.search.deadline`)."""
+        key = (spec.name, spec.model)
+        skipped = self._cooldown.left(key)
+        if skipped:
+            return None, (f"{self._cooldown.reason}; it is skipped for another "
+                          f"{math.ceil(skipped)} s: keyword matches only")
+        left = deadline.left()
+        vector = embed_within(provider, query, left)
+        if vector is not None:
+            return EmbeddedQuery(provider, vector), None
+        said = timed_out_message(deadline.timeout_ms)
+        if left <= 0:  # the provider had no time: it is not to blame
+            return None, f"{said} before the query was embedded: keyword matches only"
+        reason = f"{said}: the query embedding ({spec.name}) did not answer in time"
+        self._cooldown.start(key, reason)
+        return None, (f"{reason}; keyword matches only, and the provider is skipped for the "
+                      f"next {COOLDOWN_S:.0f} s")
 
     def _sync_rows(self, db: Database, spec: ProviderSpec | None,
                    provider: EmbeddingProvider | None) -> int:

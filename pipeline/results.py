@@ -58,7 +58,8 @@ class SearchHit:
 _NOTES = (("reason", "reason"), ("pending", "pending"), ("warning", "warning"),
           ("synced", "synced"), ("rebuilding", "rebuilding"), ("fallback", "fallback"),
           ("dirty", "dirty"), ("syncing", "syncing"), ("sync_error", "syncError"),
-          ("backend", "backend"), ("rerank", "rerank"))
+          ("backend", "backend"), ("rerank", "rerank"), ("partial", "partial"),
+          ("timed_out", "timedOut"), ("timeout_ms", "timeoutMs"))
 _COUNTS = ("pending", "synced", "dirty")  # shown only when not zero
 
 
@@ -73,7 +74,9 @@ class SearchResults:
     ``rebuilding`` (answered from the live index while a new one is built), ``dirty`` and
     ``syncing`` (a long-running server's files changed since the last index; a sync runs),
     ``rerank`` (with ``rerank.enabled``: what the reranker did, or why the fused order stands:
-    :mod:`pipeline.search.rerank`).
+    :mod:`pipeline.search.rerank`). ``partial``, ``timed_out`` and ``timeout_ms``: the
+    search ran out of time (``query.timeoutMs``; :mod:`pipeline.search.deadline`) and answers
+    with the keyword matches only.
     """
 
     hits: list[SearchHit] = field(default_factory=list)
@@ -92,6 +95,9 @@ class SearchResults:
     sync_error: str | None = None
     backend: str | None = None
     rerank: dict[str, Any] | None = None
+    partial: bool | None = None
+    timed_out: bool | None = None
+    timeout_ms: int | None = None
     error: str | None = None
     action: str | None = None
 
@@ -110,6 +116,8 @@ class SearchResults:
                                "provider": self.provider, "model": self.model, "mode": self.mode}
         if self.mode == "unavailable":
             out.update(unavailable=True, error=self.error, action=self.action)
+            if self.timed_out:  # no reader answered in time (a remote search)
+                out.update(timedOut=True, timeoutMs=self.timeout_ms)
             return out
         if self.citations is not None:
             out["citations"] = self.citations

@@ -151,6 +151,7 @@ class QuerySettings(_Validated):
     max_results: int = 6
     min_score: float = 0.35
     hybrid: HybridSettings = field(default_factory=HybridSettings)
+    timeout_ms: int = 30_000  # memq's key; OpenClaw hard-codes 30 s (pipeline.search.deadline)
 
     def candidates(self) -> int:
         """Candidates fetched per side: min(200, maxResults x candidateMultiplier) as OpenClaw."""

@@ -1,0 +1,131 @@
+"""A search's deadline (``query.timeoutMs``, OpenClaw's 30 s): a query-embedding provider that
+stalls does not hold the search. Past the deadline the answer is the keyword matches with
+``partial``, ``timedOut`` and ``timeoutMs`` and a warning, and the provider is skipped for the
+next 60 s (the next search does not wait). Against a real OpenAI-shaped HTTP double on
+loopback whose embedding request stalls, the bound lowered to 1 s through the config."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from memq import Memory
+from pipeline.results import SearchResults
+from pipeline.search.deadline import COOLDOWN_S, Cooldown, Deadline, embed_within
+from tests.fakes.provider_doubles import Fault, ProviderDouble
+
+BOUND_S = 1.0
+#: Time a search may take beyond its bound (a keyword search on a busy two-core machine).
+MARGIN_S = 0.6
+QUERY = "PostgreSQL storage billing"
+
+
+@pytest.fixture
+def double():
+    with ProviderDouble("openai") as running:
+        yield running
+
+
+@pytest.fixture
+def memory(double: ProviderDouble, workspace: Path, make_settings):
+    settings = make_settings(workspace, provider="openai",
+                             remote={"baseUrl": double.url, "apiKey": double.api_key},
+                             query={"timeoutMs": int(BOUND_S * 1000)})
+    with Memory(settings=settings) as opened:
+        run = opened.index(wait=True)
+        assert run.pending == 0
+        yield opened
+
+
+def embedding_requests(double: ProviderDouble) -> int:
+    return sum(1 for seen in double.requests if seen.path.endswith("/embeddings"))
+
+
+def timed_search(memory: Memory) -> tuple[SearchResults, float]:
+    began = time.monotonic()
+    results = memory.search(QUERY)
+    return results, time.monotonic() - began
+
+
+def test_a_stalled_query_embedding_gives_keyword_results_within_the_bound_then_a_cooldown(
+        memory: Memory, double: ProviderDouble) -> None:
+    answered, _ = timed_search(memory)  # the provider answers: a full hybrid search
+    assert answered.mode == "hybrid" and len(answered) > 0
+    assert {"partial", "timedOut", "timeoutMs"}.isdisjoint(answered.to_dict())
+
+    double.script = [Fault("stall", seconds=BOUND_S + 2.5)]
+    asked = embedding_requests(double)
+    partial, took = timed_search(memory)
+    assert BOUND_S - 0.05 <= took <= BOUND_S + MARGIN_S, took
+    assert embedding_requests(double) == asked + 1  # it did ask, and waited for the bound
+    out = partial.to_dict()
+    assert out["mode"] == "keyword-only" and out["partial"] is True
+    assert out["timedOut"] is True and out["timeoutMs"] == 1000
+    assert "memory_search timed out after 1s" in out["warning"]
+    assert "query embedding (openai) did not answer in time" in out["warning"]
+    assert f"skipped for the next {COOLDOWN_S:.0f} s" in out["warning"]
+    assert out["results"] and any("PostgreSQL" in hit["snippet"] for hit in out["results"])
+
+    cooled, took = timed_search(memory)  # the provider is skipped: no wait, no request
+    assert took < 0.3, took
+    assert embedding_requests(double) == asked + 1
+    out = cooled.to_dict()
+    assert out["mode"] == "keyword-only" and out["partial"] is True and out["timedOut"] is True
+    assert "skipped for another" in out["warning"]
+    assert "memory_search timed out after 1s" in out["warning"]
+    assert [h.path for h in cooled] == [h.path for h in partial]
+
+
+def test_the_deadline_runs_from_the_start_of_the_search() -> None:
+    deadline = Deadline(200)
+    assert 0.15 < deadline.left() <= 0.2
+    assert Deadline(100, started=time.monotonic() - 1).left() == 0.0
+
+
+class _Slow:
+    name, model, max_input_bytes = "slow", "m", 8000
+
+    def __init__(self, seconds: float, error: Exception | None = None) -> None:
+        self.seconds, self.error = seconds, error
+
+    def embed_query(self, text: str):
+        import numpy as np
+
+        time.sleep(self.seconds)
+        if self.error is not None:
+            raise self.error
+        return np.ones(3, dtype=np.float32)
+
+
+def test_embed_within_waits_only_as_long_as_given_and_passes_errors_on() -> None:
+    began = time.monotonic()
+    assert embed_within(_Slow(1.0), "q", 0.1) is None  # type: ignore[arg-type]
+    assert time.monotonic() - began < 0.5
+    assert embed_within(_Slow(1.0), "q", 0) is None  # type: ignore[arg-type]
+    assert embed_within(_Slow(0.0), "q", 1.0) is not None  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="boom"):
+        embed_within(_Slow(0.0, ValueError("boom")), "q", 1.0)  # type: ignore[arg-type]
+
+
+def test_the_cooldown_skips_only_the_provider_that_ran_out_of_time() -> None:
+    cooldown = Cooldown(seconds=0.2)
+    assert cooldown.left(("openai", "m")) == 0.0
+    cooldown.start(("openai", "m"), "why")
+    assert 0.1 < cooldown.left(("openai", "m")) <= 0.2 and cooldown.reason == "why"
+    assert cooldown.left(("gemini", "m")) == 0.0
+    time.sleep(0.25)
+    assert cooldown.left(("openai", "m")) == 0.0
+
+
+def test_the_fields_cross_the_fleet_and_mark_a_reader_that_did_not_answer() -> None:
+    partial = SearchResults(mode="keyword-only", warning="w", partial=True, timed_out=True,
+                            timeout_ms=30000)
+    out = partial.to_dict()
+    assert (out["partial"], out["timedOut"], out["timeoutMs"]) == (True, True, 30000)
+    assert SearchResults.from_dict(out).to_dict() == out
+    silent = SearchResults(mode="unavailable", error="no reader", action="start one",
+                           timed_out=True, timeout_ms=5000).to_dict()
+    assert silent["unavailable"] is True and silent["timedOut"] is True
+    assert silent["timeoutMs"] == 5000
