@@ -50,7 +50,9 @@ from pipeline.search.deadline import (
     Deadline,
     EmbeddedQuery,
     embed_within,
+    in_background,
     timed_out_message,
+    within,
 )
 from pipeline.search.hybrid import HeldCopies, search
 from pipeline.search.rerank import build_reranker
@@ -62,6 +64,8 @@ from pipeline.store.reads import rebuild_info
 # A one-shot search (``memq search``) imports this module: what only indexing, appending,
 # transcripts, the QMD backend or the fleet need is imported where it is used.
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from pipeline.dispatch import Dispatcher
     from pipeline.embeddings.base import EmbeddingProvider
     from pipeline.fleet.job_log import JobLog, JobRecord
@@ -211,6 +215,7 @@ class LocalMemory:
         self._reranker = build_reranker(self.settings.rerank, local=self.settings.local)
         #: The provider skipped after a search ran out of time (``query.timeoutMs``).
         self._cooldown = Cooldown()
+        self._search_sync: Future[int] | None = None  # sync.onSearch's, when it outlasts one
         self._dispatcher = dispatcher
         self._owned: Any = None  # the default dispatcher, built on first use, closed with us
         self._fleet: Any = None  # the broker, asked whether a followed job still waits
@@ -320,13 +325,17 @@ class LocalMemory:
                 provider = self._providers.get(spec, self.settings)
             except EmbeddingError as exc:
                 warning = f"query embedding unavailable, keyword results only: {exc}"
-        synced = 0
+        synced: int | None = 0
+        cut = None  # why the search answers from keywords only (query.timeoutMs)
         if self.settings.sync.on_search if sync is None else sync:
             try:
-                synced = self._sync_rows(db, spec, provider)
+                synced = self._sync_rows(db, spec, provider, deadline)
             except DeletionRefused as exc:  # the index stays as it is; the caller is told
                 warning = f"not synced: {exc}"
-        cut = None  # why the search answers from keywords only (query.timeoutMs)
+            if synced is None:  # still syncing at the deadline: no time left to embed either
+                provider, cut = None, (f"{timed_out_message(deadline.timeout_ms)} while the "
+                                       "changed files were synced: answered from the index as "
+                                       "it was, keyword matches only (the sync goes on)")
         if provider is not None and spec is not None and query.strip():
             try:
                 provider, cut = self._query_vector(provider, spec, query, deadline)
@@ -348,7 +357,7 @@ class LocalMemory:
             mode="hybrid" if provider is not None else "keyword-only", citations=citations,
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
-            warning=warning or None, synced=synced,
+            warning=warning or None, synced=synced, syncing=True if synced is None else None,
             fallback=fallback_note(spec, self.settings, reason), rerank=answer.rerank,
             partial=True if cut else None, timed_out=True if cut else None,
             timeout_ms=deadline.timeout_ms if cut else None,
@@ -379,26 +388,46 @@ class LocalMemory:
                       f"next {COOLDOWN_S:.0f} s")
 
     def _sync_rows(self, db: Database, spec: ProviderSpec | None,
-                   provider: EmbeddingProvider | None) -> int:
+                   provider: EmbeddingProvider | None, deadline: Deadline) -> int | None:
         """``sync.onSearch``: bring the chunk rows of changed memory files up to date before
-        answering, so a search never answers silently from old text. Returns the files synced.
+        answering, so a search never answers silently from old text. Returns the files synced,
+        or None when the sync is still running at ``deadline`` (it goes on, on its own
+        connection and thread; a search meanwhile waits for that one, never starts another).
 
         Only rows are written (keyword search sees the new text at once); their vectors follow
         with the next index pass, and the result says they are pending. Nothing happens while
         the index is being rebuilt for another configuration, or when the index's provider
         cannot be built here (its input limit decides how chunks are cut).
         """
-        if spec is not None and provider is None:
-            return 0
-        if not reads_own_files(db, self.settings):  # its producer on another host syncs it
-            return 0
-        stale = stale_memory_paths(db, self.settings)
-        if not stale:
-            return 0
+        with self._lock:
+            running = self._search_sync
+            if running is not None and running.done():
+                running = self._search_sync = None
+        if running is None:
+            if spec is not None and provider is None:
+                return 0
+            if not reads_own_files(db, self.settings):  # its producer on another host syncs it
+                return 0
+            stale = stale_memory_paths(db, self.settings)
+            if not stale:
+                return 0
+            choice = ProviderChoice(provider, spec, schema.get_meta(db, "mode_reason"))
+            with self._lock:
+                running = self._search_sync = in_background(
+                    lambda: self._sync_files(choice, stale), "memq-sync-on-search")
+        done, synced = within(running, deadline.left())
+        return synced if done else None
+
+    def _sync_files(self, choice: ProviderChoice, paths: list[Path]) -> int:
+        """:func:`~pipeline.ingest.producer.sync_files` of ``paths`` on a connection of its
+        own; the files synced."""
         from pipeline.ingest.producer import sync_files  # writes rows: only when files changed
 
-        choice = ProviderChoice(provider, spec, schema.get_meta(db, "mode_reason"))
-        report = sync_files(db, self.settings, choice, paths=stale)
+        db = connect(self.settings.store.path, want_vectors=self.settings.store.want_vectors)
+        try:
+            report = sync_files(db, self.settings, choice, paths=paths)
+        finally:
+            db.close()
         return report.changed + report.deleted
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None

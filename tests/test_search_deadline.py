@@ -6,6 +6,8 @@ loopback whose embedding request stalls, the bound lowered to 1 s through the co
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +22,15 @@ BOUND_S = 1.0
 #: Time a search may take beyond its bound (a keyword search on a busy two-core machine).
 MARGIN_S = 0.6
 QUERY = "PostgreSQL storage billing"
+#: Another process that holds a store's write lock (as an index pass does) until told.
+HOLD_WRITE_LOCK = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.readline()
+db.rollback()
+"""
 
 
 @pytest.fixture
@@ -129,3 +140,37 @@ def test_the_fields_cross_the_fleet_and_mark_a_reader_that_did_not_answer() -> N
                            timed_out=True, timeout_ms=5000).to_dict()
     assert silent["unavailable"] is True and silent["timedOut"] is True
     assert silent["timeoutMs"] == 5000
+
+
+def test_a_sync_on_search_held_up_by_a_writer_answers_from_the_index_as_it_was(
+        workspace: Path, make_settings) -> None:
+    """Another writer holds the store (an index pass, say): the sync of a changed file waits
+    for it in the background; the search answers within its bound from the index as it was,
+    saying so, and a later search finds the new text once the sync got through."""
+    settings = make_settings(workspace, provider="none", query={"timeoutMs": 1000})
+    with Memory(settings=settings) as memory:
+        memory.index(wait=True)
+        note = workspace / "memory" / "2026-11-25.md"
+        note.write_text(note.read_text() + "\n- Zanzibar ferry schedule checked.\n")
+        writer = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_LOCK, str(settings.store.path)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert writer.stdout is not None and writer.stdout.readline() == "held\n"
+            began = time.monotonic()
+            held = memory.search("Zanzibar ferry")
+            took = time.monotonic() - began
+        finally:
+            writer.communicate("\n", timeout=10)  # lets go of the lock, and ends
+        out = held.to_dict()
+        assert BOUND_S - 0.05 <= took <= BOUND_S + MARGIN_S, (took, out)
+        assert out["partial"] is True and out["timedOut"] is True and out["syncing"] is True
+        assert "while the changed files were synced" in out["warning"]
+        assert out["results"] == []  # the new text is not in the index yet
+        deadline = time.monotonic() + 5
+        while True:  # the sync goes on once the writer let go
+            found = memory.search("Zanzibar ferry")
+            if found.hits or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert found.hits and "Zanzibar" in found.hits[0].snippet
+        assert "partial" not in found.to_dict()

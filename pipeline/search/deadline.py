@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from pipeline.embeddings.base import EmbeddingProvider
+
+T = TypeVar("T")
 
 #: OpenClaw's ``DEFAULT_MEMORY_SEARCH_TIMEOUT_MS``: ``query.timeoutMs``'s default.
 DEFAULT_TIMEOUT_MS = 30_000
@@ -55,29 +60,39 @@ class Deadline:
         return max(0.0, self.started + self.timeout_ms / 1000 - time.monotonic())
 
 
+def in_background(work: Callable[[], T], name: str) -> Future[T]:
+    """``work()`` started on a daemon thread of its own; its outcome (value or error) in the
+    future returned."""
+    future: Future[T] = Future()
+    future.set_running_or_notify_cancel()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever waits
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def within(future: Future[T], seconds: float) -> tuple[bool, T | None]:
+    """``(True, value)`` when ``future`` ends within ``seconds``, else ``(False, None)`` (it
+    goes on); its error is raised here."""
+    try:
+        return True, future.result(timeout=max(0.0, seconds))
+    except FutureTimeout:
+        return False, None
+
+
 def embed_within(provider: EmbeddingProvider, query: str, seconds: float) -> np.ndarray | None:
     """``provider.embed_query(query)`` if it answers within ``seconds``, else None (the call
     goes on on its own daemon thread until the provider's own timeout). Its errors are
     raised here."""
     if seconds <= 0:
         return None
-    box: list[np.ndarray | BaseException] = []
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            box.append(provider.embed_query(query))
-        except BaseException as exc:  # handed to the waiting search
-            box.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="memq-query-embedding", daemon=True).start()
-    if not done.wait(seconds):
-        return None
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
+    return within(in_background(lambda: provider.embed_query(query), "memq-query-embedding"),
+                  seconds)[1]
 
 
 class EmbeddedQuery:
