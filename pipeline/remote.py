@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
-from pipeline.errors import DeletionRefused, FleetError, MemoryPathError, ShardUnreachable
+from pipeline.errors import (
+    BrokerUnreachable,
+    DeletionRefused,
+    FleetError,
+    MemoryPathError,
+    ShardUnreachable,
+)
 from pipeline.fleet.broker import FleetDispatcher, taking
 from pipeline.fleet.job_log import JobRecord
 from pipeline.fleet.reader import ShardReader, unwrap
@@ -145,11 +151,15 @@ class RemoteMemory:
             if want_sync and files_here and not in_step:  # what differs, from the manifest
                 stale = self.stale_files()
                 results.dirty = len(stale) or None
-        except ShardUnreachable as exc:
+        except ShardUnreachable as exc:  # timedOut: no reader answered within the wait
+            waited = not isinstance(exc, BrokerUnreachable)
             return SearchResults(mode="unavailable", citations=citations, error=exc.reason,
                                  action=exc.action or f"start `memq worker --role reader "
                                                       f"--shard {self.shard}` on the host "
-                                                      f"that holds shard {self.shard}'s stores")
+                                                      f"that holds shard {self.shard}'s stores",
+                                 timed_out=waited or None,
+                                 timeout_ms=self.settings.fleet.query_timeout_ms if waited
+                                 else None)
         except FleetError as exc:
             return SearchResults(mode="unavailable", citations=citations, error=str(exc),
                                  action=f"list memory {self.name!r} in the configuration of "

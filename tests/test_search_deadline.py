@@ -174,3 +174,22 @@ def test_a_sync_on_search_held_up_by_a_writer_answers_from_the_index_as_it_was(
             time.sleep(0.1)
         assert found.hits and "Zanzibar" in found.hits[0].snippet
         assert "partial" not in found.to_dict()
+
+
+def test_a_remote_search_no_reader_answers_in_time_says_it_timed_out(
+        workspace: Path, make_settings, broker_url: str) -> None:
+    """A memory whose store is on another host: no reader of its shard answers within
+    ``fleet.queryTimeoutMs`` (a real broker, no reader), so the answer is OpenClaw's
+    unavailable shape with ``timedOut`` and the bound waited. (A reader's own answer cut at
+    its ``query.timeoutMs`` comes back with its ``partial`` fields:
+    ``test_the_fields_cross_the_fleet_and_mark_a_reader_that_did_not_answer``.)"""
+    settings = make_settings(workspace, provider="none", brokerUrl=broker_url,
+                             fleet={"queryTimeoutMs": 300})
+    with Memory(settings=settings, local=False) as memory:
+        began = time.monotonic()
+        out = memory.search(QUERY).to_dict()
+        took = time.monotonic() - began
+    assert out["unavailable"] is True and out["results"] == []
+    assert out["timedOut"] is True and out["timeoutMs"] == 300
+    assert "no reader of shard" in out["error"]
+    assert took < 5, took
