@@ -141,7 +141,7 @@ def _oracle_score(query: str) -> float:
 def test_kubernetes_finds_the_note_by_its_name_in_every_mode(tmp_path: Path,
                                                             make_settings: Any) -> None:
     """The word is only in the file name. Keyword-only (no provider): the path score,
-    OpenClaw's 0.46 on these four files, above minScore; hybrid and vector-only (a provider):
+    OpenClaw's 0.44 on these four files, above minScore; hybrid and vector-only (a provider):
     found too (below minScore, in a free slot, as OpenClaw fills them with keyword hits)."""
     want = round(_oracle_score("kubernetes"), 6)
     db, settings = build(tmp_path / "ws", make_settings, NOTES,

@@ -132,7 +132,7 @@ def _lookup(db: Database, plan: Plan, limit: int, sources: Sequence[str] | None,
     try:
         rows = reads.path_ranks(db, plan.match, sources)
         taken = 0
-        for path, source, rank in rows:
+        for path, _, rank in rows:
             if taken >= limit:
                 break
             normal = unicodedata.normalize("NFC", path)
@@ -144,7 +144,7 @@ def _lookup(db: Database, plan: Plan, limit: int, sources: Sequence[str] | None,
                 exact[path] = PathMatch(old.rowid, path, old.specificity, max(old.score, score))
                 continue
             if exact_path_specificity(query, path) or (rowid := reads.first_chunk(
-                    db, path, source)) is None:
+                    db, path)) is None:
                 continue
             taken += 1
             old_match = found.get(path)

@@ -256,9 +256,9 @@ def path_ranks(db: Database, match: str | None, sources: Sequence[str] | None
         cursor.close()
 
 
-def first_chunk(db: Database, path: str, source: str) -> int | None:
-    """The rowid of the first chunk (by line range, then rowid) of file ``path``, if any."""
-    row = db.conn.execute("SELECT rowid FROM chunks WHERE path = ? AND source = ? "
-                          "ORDER BY start_line, end_line, rowid LIMIT 1",
-                          (path, source)).fetchone()
+def first_chunk(db: Database, path: str) -> int | None:
+    """The rowid of the first chunk (by line range, then rowid) of file ``path``, if any (a
+    path is one file, whatever its source: ``files.path`` is the key)."""
+    row = db.conn.execute("SELECT rowid FROM chunks WHERE path = ? "
+                          "ORDER BY start_line, end_line, rowid LIMIT 1", (path,)).fetchone()
     return None if row is None else int(row[0])
