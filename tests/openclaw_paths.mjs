@@ -2,17 +2,25 @@
 //   node tests/openclaw_paths.mjs <openclaw package dir>   (cases as JSON on stdin)
 //
 // Input: {"workspaces": [{"files": [[path, source]], "queries": [{query, limit}]}],
-//         "keywords": [query]}
+//         "keywords": [query], "merges": [{query, vector, keyword, vectorWeight, textWeight,
+//         minScore, maxResults}]}
 // Output: per workspace, per query, the keyword side's path hits as OpenClaw's builtin search
 // makes them when no chunk's text matches: searchPathKeyword (manager-search) on the query,
 // then on each fallback keyword (resolveKeywordFallbackTerms: extractKeywords, at most 6) with
 // the whole query naming exact paths, merged and cut by MemoryKeywordRetrieval's
 // mergeKeywordSearchHits and limitKeywordSearchHits, as [{path, pathScore, score,
-// exactPathSpecificity}] in OpenClaw's order; and extractKeywords(query) per keyword case.
+// exactPathSpecificity}] in OpenClaw's order; extractKeywords(query) per keyword case; and per
+// merge case the hybrid answer OpenClaw makes of given vector hits ([{id, path, startLine,
+// endLine, score}]) and keyword hits (as mergeKeywordSearchHits leaves them): its own
+// projectHybridCandidates, mergeHybridResults and selectHybridSearchResults (decay and MMR
+// off), as [{path, startLine, score}] in order (regions of manager-runtime.js, evaluated as
+// they are).
 // The store is OpenClaw's own schema (ensureMemoryIndexSchema) in a node:sqlite database,
 // each file one chunk; the MemoryKeywordRetrieval methods are read from their region of
 // manager-runtime.js (the class is not exported).
 import { readdirSync, readFileSync } from "node:fs";
+import fs from "node:fs/promises";
+import path from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { pathToFileURL } from "node:url";
 
@@ -46,6 +54,15 @@ const Retrieval = new Function(
   `${region("manager-keyword-retrieval.ts")}\nreturn MemoryKeywordRetrieval;`,
 )(class {}, "memory_index_chunks_fts", "memory_index_paths_fts", () => ({ warn() {} }),
   prepareExactPathMatcher, extractKeywords, buildFtsQuery);
+const INVALID_PROJECT_ANNOTATION_KEY = await exported("curated-annotations-", "INVALID_PROJECT_ANNOTATION_KEY");
+const hybrid = new Function(
+  "path", "fs$1", "INVALID_PROJECT_ANNOTATION_KEY", "prepareExactPathMatcher", "tokenize",
+  "jaccardSimilarity", "normalizeLowercaseStringOrEmpty",
+  ["importance.ts", "mmr.ts", "project-ranking.ts", "temporal-decay.ts", "hybrid.ts",
+   "manager-hybrid-candidates.ts"].map(region).join("\n") +
+  "\nreturn { mergeHybridResults, selectHybridSearchResults, projectHybridCandidates };",
+)(path, fs, INVALID_PROJECT_ANNOTATION_KEY, prepareExactPathMatcher, () => new Set(), () => 0,
+  (v) => String(v ?? "").toLowerCase());
 const retrieval = Object.create(Retrieval.prototype);
 retrieval.settings = { store: { fts: { tokenizer: "unicode61" } } };
 
@@ -89,5 +106,20 @@ for (const ws of cases.workspaces ?? []) {
   workspaces.push(answers);
   db.close();
 }
-const out = { workspaces, keywords: (cases.keywords ?? []).map((q) => extractKeywords(q)) };
+const merges = [];
+for (const m of cases.merges ?? []) {
+  const fill = (h) => ({ source: "memory", snippet: "", ...h });
+  const vector = m.vector.map(fill);
+  const keyword = m.keyword.map(fill);
+  const merged = await hybrid.mergeHybridResults({
+    ...hybrid.projectHybridCandidates(m.query, vector, keyword),
+    vectorWeight: m.vectorWeight, textWeight: m.textWeight, mmr: { enabled: false },
+    temporalDecay: { enabled: false }, workspaceDir: "/nonexistent",
+  });
+  const picked = hybrid.selectHybridSearchResults({ merged, keyword, maxResults: m.maxResults,
+                                                    minScore: m.minScore });
+  merges.push(picked.map((h) => ({ path: h.path, startLine: h.startLine, score: h.score })));
+}
+const out = { workspaces, keywords: (cases.keywords ?? []).map((q) => extractKeywords(q)),
+              merges };
 process.stdout.write(JSON.stringify(out));

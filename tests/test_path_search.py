@@ -232,3 +232,84 @@ def test_no_fts5_keeps_exact_names_and_drops_the_index_triggers(tmp_path: Path,
         assert paths.path_matches(db, "kubernetes", 6, None) == []
     finally:
         db.close()
+
+
+# --- path hits against text hits: OpenClaw's merge on the same inputs -------------------------
+
+MERGE_NOTES = {**NOTES, "memory/garden-plans.md": "# Spring\n\nTomatoes by the fence.\n",
+               "memory/drain-checklist.md": "# Drain\n\nCordon first, then drain the node.\n"}
+#: The kubernetes note is orthogonal to the query: outside the vector side's top 3.
+COSINES = dict(zip(MERGE_NOTES, (0.0, 0.2, 0.3, 0.25, 0.55, 0.15), strict=True))
+MERGE_QUERIES = ["kubernetes", "kubernetes garden", "kubernetes drain", "garden",
+                 "garden-plans", "ops.md", "rotate keys kubernetes", "drain node checklist"]
+
+
+def _openclaw_inputs(db: Any, query: str, candidates: int) -> tuple[list, list]:
+    """The vector and keyword hits memq's retrievers give for ``query``, in OpenClaw's shape
+    (keyword hits as its ``mergeKeywordSearchHits`` leaves them: a chunk's score is its text
+    score when its text matched, else its path score, 1 for an exact name). The vector hits
+    include the cosines memq looks up for keyword hits the vector side did not return (memq's
+    documented difference: OpenClaw scores their vector side 0)."""
+    from pipeline.search import fusion, retrievers
+    from pipeline.store import reads
+
+    query_vector = QueryVector().embed_query(query)
+    vector = retrievers.rescored(db, retrievers.vector_hits(db, query_vector, candidates, None),
+                                 query_vector)
+    body = fusion.share_of_best(retrievers.keyword_hits(db, query, candidates, None))
+    named = {m.rowid: m for m in paths.path_matches(db, query, candidates, None)}
+    vector.update(retrievers.cosine_for(db, [r for r in body.keys() | named.keys()
+                                             if r not in vector], query_vector))
+    rows = reads.chunk_rows(db, list(vector.keys() | body.keys() | named.keys()))
+
+    def hit(rowid: int) -> dict[str, Any]:
+        path, start, end, _, _ = rows[rowid]
+        return {"id": str(rowid), "path": path, "startLine": start, "endLine": end}
+
+    keyword = []
+    for rowid in body.keys() | named.keys():
+        m = named.get(rowid)
+        path_score = m.score if m else 0.0
+        if rowid in body:
+            entry = {"textScore": body[rowid], "score": body[rowid], "hasBodyMatch": True}
+        else:
+            entry = {"textScore": 0, "score": 1 if m and m.specificity else path_score,
+                     "hasBodyMatch": False}
+        keyword.append({**hit(rowid), **entry, "pathScore": path_score,
+                        "exactPathSpecificity": paths.exact_path_specificity(
+                            query, rows[rowid][0])})
+    return [{**hit(r), "score": s} for r, s in vector.items()], keyword
+
+
+def test_path_hits_rank_against_text_hits_as_openclaws_merge_ranks_them(
+        tmp_path: Path, make_settings: Any) -> None:
+    """Hybrid (0.7/0.3, minScore 0.35, 3 results from 3 candidates a side, MMR and decay
+    off): memq's answer equals
+    OpenClaw's ``mergeHybridResults`` + ``selectHybridSearchResults`` given the same vector and
+    keyword hits: a path hit's keyword score is its path score unless its text matched, exact
+    names lead, and hits under minScore fill free slots."""
+    plain = {"hybrid": {"mmr": {"enabled": False}, "temporalDecay": {"enabled": False},
+                        "candidateMultiplier": 1}}
+    db, settings = build(tmp_path / "ws", make_settings, MERGE_NOTES, COSINES, query=plain)
+    try:
+        cases, ours = [], []
+        for query in MERGE_QUERIES:
+            vector, keyword = _openclaw_inputs(db, query, 3)
+            cases.append({"query": query, "vector": vector, "keyword": keyword,
+                          "vectorWeight": 0.7, "textWeight": 0.3, "minScore": 0.35,
+                          "maxResults": 3})
+            ours.append([(h.path, h.start_line, h.score) for h in search_store(
+                db, settings, query, provider=QueryVector(), max_results=3)])
+    finally:
+        db.close()
+    theirs = openclaw({"merges": cases})["merges"]
+    for query, mine, want in zip(MERGE_QUERIES, ours, theirs, strict=True):
+        assert [(p, s) for p, s, _ in mine] == [(h["path"], h["startLine"]) for h in want], query
+        assert [sc for _, _, sc in mine] == pytest.approx([h["score"] for h in want],
+                                                          abs=2e-6), query
+    answers = {q: [h["path"] for h in t] for q, t in zip(MERGE_QUERIES, theirs, strict=True)}
+    # the cases do cover: a name-only hit filling a free slot, under a text hit, an exact name
+    assert answers["kubernetes"] == ["memory/garden-plans.md", "memory/kubernetes-upgrade.md"]
+    assert answers["kubernetes garden"][1:] == ["memory/2026-01-02.md",
+                                                "memory/kubernetes-upgrade.md"]
+    assert answers["garden-plans"][0] == "memory/garden-plans.md"
