@@ -20,7 +20,7 @@ from pipeline.embeddings.registry import choose_provider
 from pipeline.ingest.chunking import chunk_markdown, memory_chunks
 from pipeline.ingest.producer import index_once
 from pipeline.memory import Memory
-from pipeline.search import weights
+from pipeline.search import paths, weights
 from pipeline.search.hybrid import search_store
 from pipeline.store.engine import connect
 from pipeline.store.schema import open_store
@@ -134,7 +134,7 @@ PATH_CASES = [
 
 def test_exact_path_specificity_is_openclaws() -> None:
     expected = openclaw({"paths": [{"query": q, "path": p} for q, p in PATH_CASES]})["paths"]
-    got = [weights.exact_path_specificity(q, p) for q, p in PATH_CASES]
+    got = [paths.exact_path_specificity(q, p) for q, p in PATH_CASES]
     assert got == expected
     assert {3, 2, 1, 0} <= set(expected)
 

@@ -1,13 +1,14 @@
 """The entry-weight and exact-path stage of a search (OpenClaw 2026.9.6's ``mergeHybridResults``
 after fusion), between fusion and ``minScore``.
 
-* Exact path: every file whose path the query names (:func:`weights.exact_path_specificity`
-  above 0) is a candidate through its first chunk, and every fused candidate of such a file
-  is one too. They rank before everything else, by specificity (path, basename, stem), then
-  by their ranking score: with temporal decay on, ``(1 + clamp(content, 0, 1)) / 2`` decayed;
-  off, the content score (1 for a path-only match, which then follows the content-backed
-  ones of its tier). The score they show is their project multiplier (1 without active
-  projects), as OpenClaw shows.
+* Exact path: every file whose path the query names (:func:`paths.exact_path_specificity`
+  above 0; :mod:`pipeline.search.paths` finds them, and the files it names partially, which
+  are ordinary candidates here) is a candidate through its first chunk, and every fused
+  candidate of such a file is one too. They rank before everything else, by specificity
+  (path, basename, stem), then by their ranking score: with temporal decay on,
+  ``(1 + clamp(content, 0, 1)) / 2`` decayed; off, the content score (1 for a path-only
+  match, which then follows the content-backed ones of its tier). The score they show is
+  their project multiplier (1 without active projects), as OpenClaw shows.
 * Every candidate's score is then multiplied by its entry's importance multiplier and, with
   active project keys, its project multiplier; entries with an unreadable project
   annotation are dropped.
@@ -20,12 +21,9 @@ from dataclasses import dataclass, field
 
 from pipeline.search import decay, weights
 from pipeline.search.fusion import Candidate
+from pipeline.search.paths import PathMatch, path_matches
 from pipeline.store import reads
 from pipeline.store.engine import Database
-from pipeline.store.path_keys import normalized_path
-
-#: OpenClaw's ``EXACT_PATH_CANDIDATE_LIMIT``: files a path query adds at most.
-EXACT_PATH_LIMIT = 200
 
 EntryValues = tuple[int | None, str | None, str | None]
 
@@ -46,21 +44,12 @@ class Weighed:
     factors: dict[int, float] = field(default_factory=dict)
 
 
-def _specificities(db: Database, query: str, ranked: list[Candidate],
-                   sources: Sequence[str] | None) -> dict[int, int]:
-    """Specificity per candidate rowid that names a file exactly; path-only candidates (the
-    first chunk of a named file) are appended to ``ranked`` with a content score of 0."""
-    wanted = normalized_path(query)
-    if not wanted or wanted == ".":
-        return {}
-    # The file a path names has the path's last segment as its name (all of them are read,
-    # then checked); a query without "/" is the name or stem of every file found.
-    found = reads.first_chunks_named(db, wanted.rsplit("/", 1)[-1], sources,
-                                     None if "/" in wanted else EXACT_PATH_LIMIT)
-    levels = {path: (rowid, level) for rowid, path in found
-              if (level := weights.exact_path_specificity(query, path)) > 0}
-    if len(levels) > EXACT_PATH_LIMIT:
-        levels = dict(sorted(levels.items())[:EXACT_PATH_LIMIT])
+def _specificities(db: Database, matches: Sequence[PathMatch],
+                   ranked: list[Candidate]) -> dict[int, int]:
+    """Specificity per candidate rowid of a file the query names exactly (``matches``:
+    :func:`pipeline.search.paths.path_matches`); path-only candidates (the first chunk of a
+    named file) are appended to ``ranked`` with a content score of 0."""
+    levels = {m.path: (m.rowid, m.specificity) for m in matches if m.specificity > 0}
     if not levels:
         return {}
     have = {c.rowid for c in ranked}
@@ -71,10 +60,15 @@ def _specificities(db: Database, query: str, ranked: list[Candidate],
 
 
 def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
-          decay_days: float | None, now: float, projects: Sequence[str] | None) -> Weighed:
+          decay_days: float | None, now: float, projects: Sequence[str] | None,
+          paths: Sequence[PathMatch] | None = None) -> Weighed:
     """Temporal decay (``decay_days``: the half-life, None when off), importance, project
-    ranking and exact-path order over the fused ``ranked`` candidates (see module doc)."""
-    specific = _specificities(db, query, ranked, sources)
+    ranking and exact-path order over the fused ``ranked`` candidates (see module doc).
+    ``paths``: the files the query names (:func:`pipeline.search.paths.path_matches`), looked
+    up here (exact matches only) when None."""
+    if paths is None:
+        paths = path_matches(db, query, 0, sources)
+    specific = _specificities(db, paths, ranked)
     factors = (decay.multipliers(db, [c.rowid for c in ranked], now, decay_days)
                if decay_days is not None and ranked else {})
     values = reads.entry_values(db, [c.rowid for c in ranked])

@@ -30,6 +30,7 @@ from pipeline.results import SearchHit
 from pipeline.search import entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
+from pipeline.search.paths import PathMatch, path_matches
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     cosine_for,
@@ -111,35 +112,55 @@ class Ranking:
     text: dict[int, float]  # the keyword side's hits (FTS5 ranks)
     #: The chunks the vector side returned; None when no vector search ran (keyword-only).
     vector_side: frozenset[int] | None = None
+    #: The files the query names (:mod:`pipeline.search.paths`): exact, then partial matches.
+    paths: list[PathMatch] = field(default_factory=list)
+
+    def keyword_side(self) -> set[int]:
+        """The keyword hits: text matches and the first chunks of partially named files."""
+        return set(self.text) | {m.rowid for m in self.paths if m.specificity == 0}
+
+
+def _with_paths(scores: dict[int, float], paths: list[PathMatch]) -> dict[int, float]:
+    """A keyword side's scores with each partially named file's first chunk scored by its path
+    score, unless its text matched (OpenClaw: a body match's score wins), in rank order."""
+    extra = {m.rowid: m.score for m in paths if m.specificity == 0 and m.rowid not in scores}
+    return {**scores, **extra} if extra else scores
 
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
           provider: EmbeddingProvider | None, held: HeldCopies | None,
           sources: list[str] | None) -> Ranking:
     """Fused candidates and what each retriever returned; ``sources`` as
-    :func:`~pipeline.search.retrievers.source_filter` gives them."""
+    :func:`~pipeline.search.retrievers.source_filter` gives them. Files named partially by the
+    query (:func:`~pipeline.search.paths.path_matches`) are keyword hits in every mode (in a
+    vector-only search, scored by their vector)."""
     hybrid = settings.query.hybrid
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
+    paths = path_matches(db, query, candidates, sources)
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
     # fall under minScore), so keyword scores are relative to the best hit in every mode.
     stats = held.text_stats.current(db) if held is not None and use_text else None
     if query_vector is None or not np.any(query_vector):
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
-        return Ranking(fusion.weighted({}, fusion.relative(fusion.text_scores(text)), (0.0, 1.0)),
-                       text)
+        scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
+        return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths)
     vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
                                      held, stats)
     vector_side = frozenset(vector)
     if not use_text:
-        return Ranking(fusion.weighted(vector, {}, (1.0, 0.0)), text, vector_side)
+        named = [r for r in _with_paths({}, paths) if r not in vector]
+        missing = cosine_for(db, named, query_vector, matrix)
+        return Ranking(fusion.weighted({**vector, **missing}, {}, (1.0, 0.0)), text,
+                       vector_side, paths)
     weights = hybrid.normalized_weights()
     if hybrid.fusion == "rrf":
-        return Ranking(fusion.rrf(vector, fusion.text_scores(text), weights, hybrid.rrf_k), text,
-                       vector_side)
-    missing = cosine_for(db, [r for r in text if r not in vector], query_vector, matrix)
-    return Ranking(fusion.weighted({**vector, **missing}, fusion.share_of_best(text), weights),
-                   text, vector_side)
+        return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
+                                  hybrid.rrf_k), text, vector_side, paths)
+    scores = _with_paths(fusion.share_of_best(text), paths)
+    missing = cosine_for(db, [r for r in scores if r not in vector], query_vector, matrix)
+    return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text, vector_side,
+                   paths)
 
 
 @dataclass
@@ -189,7 +210,8 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     decay_on = hybrid.temporal_decay.enabled
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
                             decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
-                            now=time.time() if now is None else now, projects=projects)
+                            now=time.time() if now is None else now, projects=projects,
+                            paths=found.paths)
     ranked, exact = weighed.rest, weighed.exact
     # Scores are what a hit shows (6 decimals) before they are compared: a hit shown as 0.35
     # is kept at minScore 0.35, and equal shown scores go by rowid on every path.
@@ -245,13 +267,14 @@ def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_resul
     the vector side did not return) below ``minScore``. A vector-only search keeps what
     clears, nothing else."""
     picked = [c for c in ranked if c.score >= min_score]
-    if not found.text or len(picked) + exact >= max_results:
+    keyword = found.keyword_side()
+    if not keyword or len(picked) + exact >= max_results:
         return picked, []
     if not picked and not exact:
-        return [c for c in ranked if c.rowid in found.text], []
+        return [c for c in ranked if c.rowid in keyword], []
     if found.vector_side is None:
         return picked, []
-    fill = [c for c in ranked if c.score < min_score and c.rowid in found.text
+    fill = [c for c in ranked if c.score < min_score and c.rowid in keyword
             and c.rowid not in found.vector_side]
     return picked, fill[:max_results - len(picked) - exact]
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -234,3 +234,31 @@ def kept_text(db: Database, path: str) -> str | None:
     the store keeps none: :mod:`pipeline.ingest.safety`)."""
     row = db.conn.execute("SELECT text FROM file_texts WHERE path = ?", (path,)).fetchone()
     return None if row is None else str(row[0])
+
+
+def path_ranks(db: Database, match: str | None, sources: Sequence[str] | None
+               ) -> Iterator[tuple[str, str, float]]:
+    """(path, source, rank) of every file in the path index (``paths_fts``, schema 8) whose
+    path matches the FTS5 expression ``match`` (``bm25()``: lower is better), best first, then
+    by path and source; ``match`` None: every file, rank 0, by path. Only files of the
+    ``sources`` unless None. Read lazily: stop when enough."""
+    where, args = ("paths_fts MATCH ?", [match]) if match is not None else ("1=1", [])
+    if sources is not None:
+        where += f" AND source IN ({','.join('?' * len(sources))})"
+        args += list(sources)
+    rank = "bm25(paths_fts)" if match is not None else "0"
+    cursor = db.conn.execute(f"SELECT path, source, {rank} AS r FROM paths_fts WHERE {where} "
+                             f"ORDER BY r, path, source", args)
+    try:
+        for path, source, r in cursor:
+            yield path, source, float(r)
+    finally:
+        cursor.close()
+
+
+def first_chunk(db: Database, path: str) -> int | None:
+    """The rowid of the first chunk (by line range, then rowid) of file ``path``, if any (a
+    path is one file, whatever its source: ``files.path`` is the key)."""
+    row = db.conn.execute("SELECT rowid FROM chunks WHERE path = ? "
+                          "ORDER BY start_line, end_line, rowid LIMIT 1", (path,)).fetchone()
+    return None if row is None else int(row[0])

@@ -30,6 +30,12 @@ text of each memory file that a producer on another host sent (:mod:`pipeline.in
 so the store's host answers ``memory_get`` without the files; its rows go with their file's
 row. An older store gains the table, and its memory Markdown files are marked changed as in
 version 6, so the next pass (on the host of the files) sends them again (no re-embedding).
+Version 8 added the path index ``paths_fts`` (OpenClaw 2026.9.6's ``memory_index_paths_fts``):
+an FTS5 table over every file's path (``unicode61``, no stemmer, as OpenClaw's), one row per
+``files`` row with its rowid, kept in step by triggers on ``files``, so a query finds a file by
+words of its name (:mod:`pipeline.search.paths`). An older store gains it when opened, filled
+from ``files`` in the same transaction: nothing is read or embedded again. Like the keyword
+index it exists only where SQLite has FTS5.
 """
 
 from __future__ import annotations
@@ -46,10 +52,12 @@ from pipeline.message_fields import ProviderSpec
 from pipeline.store.engine import Database, connect
 from pipeline.store.path_keys import name_keys
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: The last version whose full-text table differs from today's (older stores rebuild it).
 FTS_VERSION = 2
 FTS_TOKENIZER = "porter unicode61"
+#: The path index's tokenizer: OpenClaw's default (``memory.search.store.fts.tokenizer``).
+PATH_TOKENIZER = "unicode61"
 #: Every change to a chunk's text gives the store a new random ``meta.text_version`` in the same
 #: transaction, so a reader holding BM25 postings in memory (:mod:`pipeline.store.postings`)
 #: can tell with one point query whether they are current. Random, as ``vectors_version``: a
@@ -154,8 +162,9 @@ CREATE TRIGGER IF NOT EXISTS chunks_text_version_update AFTER UPDATE OF text ON 
 END;
 """.replace("{new_text_version}", _NEW_TEXT_VERSION).replace(
     "{text_version_key}", TEXT_VERSION_KEY)
-#: The keyword index (FTS5 over ``chunks.text``) and the triggers that keep it in step; left
-#: out on a SQLite without FTS5 (search is then vector-only), added when FTS5 is there again.
+#: The keyword index (FTS5 over ``chunks.text``), the path index (FTS5 over ``files.path``;
+#: filled from ``files`` when it is new) and the triggers that keep them in step; left out on
+#: a SQLite without FTS5 (search is then vector-only), added when FTS5 is there again.
 FTS_DDL = ("""
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, content='chunks', content_rowid='rowid', tokenize='{tokenizer}'
@@ -172,7 +181,23 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_update AFTER UPDATE OF text ON chunks BE
     VALUES ('delete', old.rowid, memq_fts_text(old.text));
     INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, memq_fts_text(new.text));
 END;
-""").replace("{tokenizer}", FTS_TOKENIZER)
+CREATE VIRTUAL TABLE IF NOT EXISTS paths_fts USING fts5(
+    path, source UNINDEXED, tokenize='{path_tokenizer}'
+);
+CREATE TRIGGER IF NOT EXISTS paths_fts_insert AFTER INSERT ON files BEGIN
+    INSERT INTO paths_fts(rowid, path, source) VALUES (new.rowid, new.path, new.source);
+END;
+CREATE TRIGGER IF NOT EXISTS paths_fts_update AFTER UPDATE OF path, source ON files
+WHEN old.path IS NOT new.path OR old.source IS NOT new.source BEGIN
+    DELETE FROM paths_fts WHERE rowid = old.rowid;
+    INSERT INTO paths_fts(rowid, path, source) VALUES (new.rowid, new.path, new.source);
+END;
+CREATE TRIGGER IF NOT EXISTS paths_fts_delete AFTER DELETE ON files BEGIN
+    DELETE FROM paths_fts WHERE rowid = old.rowid;
+END;
+INSERT INTO paths_fts(rowid, path, source) SELECT rowid, path, source FROM files
+ WHERE NOT EXISTS (SELECT 1 FROM paths_fts LIMIT 1);
+""").replace("{tokenizer}", FTS_TOKENIZER).replace("{path_tokenizer}", PATH_TOKENIZER)
 DDL = BASE_DDL + FTS_DDL
 
 # Drop the full-text table of an older schema; DDL recreates it and _REFILL_FTS indexes chunks.
@@ -211,13 +236,24 @@ _REFILL_FTS = (
 )
 
 
+_REFILL_PATHS = ("DELETE FROM paths_fts;\nINSERT INTO paths_fts(rowid, path, source) "
+                 "SELECT rowid, path, source FROM files;")
+
+
 def has_keyword_index(db: Database) -> bool:
     """Whether the store has its FTS5 keyword index (absent when made without FTS5)."""
     return db.conn.execute(
         "SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone() is not None
 
 
-_FTS_TRIGGERS = ("chunks_fts_insert", "chunks_fts_delete", "chunks_fts_update")
+def has_path_index(db: Database) -> bool:
+    """Whether the store has its FTS5 path index (absent when made without FTS5)."""
+    return db.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'paths_fts'").fetchone() is not None
+
+
+_FTS_TRIGGERS = ("chunks_fts_insert", "chunks_fts_delete", "chunks_fts_update",
+                 "paths_fts_insert", "paths_fts_update", "paths_fts_delete")
 
 
 def ensure_schema(db: Database) -> None:
@@ -268,7 +304,7 @@ def _match_keyword_index(db: Database) -> None:
     marks = ", ".join("?" * len(_FTS_TRIGGERS))
     triggers = db.conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
                                f"AND name IN ({marks})", _FTS_TRIGGERS).fetchone()[0]
-    has_table = has_keyword_index(db)
+    has_table = has_keyword_index(db) and has_path_index(db)
     if not db.fts_ok:
         if triggers:
             drops = "\n".join(f"DROP TRIGGER IF EXISTS {name};" for name in _FTS_TRIGGERS)
@@ -276,8 +312,10 @@ def _match_keyword_index(db: Database) -> None:
         return
     if has_table and triggers == len(_FTS_TRIGGERS):
         return
-    empty = "INSERT INTO chunks_fts(chunks_fts) VALUES ('delete-all');" if has_table else ""
-    db.conn.executescript(f"BEGIN IMMEDIATE;\n{FTS_DDL}\n{empty}\n{_REFILL_FTS}\nCOMMIT;")
+    empty = ("INSERT INTO chunks_fts(chunks_fts) VALUES ('delete-all');"
+             if has_keyword_index(db) else "")
+    db.conn.executescript(f"BEGIN IMMEDIATE;\n{FTS_DDL}\n{empty}\n{_REFILL_FTS}\n"
+                          f"{_REFILL_PATHS}\nCOMMIT;")
 
 
 @contextmanager
