@@ -336,6 +336,7 @@ class LocalMemory:
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
             warning=warning, synced=synced,
+            vector_unavailable=spec is not None and provider is None,  # keywords answered
             fallback=fallback_note(spec, self.settings, reason), rerank=answer.rerank,
             # answered from the live index while its successor is built
             rebuilding=(rebuild.get("reason") or "reindex") if rebuild is not None else None)

@@ -4,6 +4,7 @@ the start-up a one-shot query pays)."""
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -66,9 +67,13 @@ def search(args: Args) -> int:
     # One query per process: vec0 and FTS5 answer faster than loading the store into memory.
     with contextlib.closing(providers), Memory(settings=settings, in_memory=False,
                                                providers=providers) as memory:
-        out = memory.search(args.query, max_results=args.max_results, min_score=args.min_score,
-                            citations=args.citations, corpus=args.corpus,
-                            projects=list(args.project) or None).to_dict()
+        started = time.perf_counter()
+        results = memory.search(args.query, max_results=args.max_results,
+                                min_score=args.min_score, citations=args.citations,
+                                corpus=args.corpus, projects=list(args.project) or None)
+        results.timings.setdefault("searchMs", max(0, round((time.perf_counter() - started)
+                                                            * 1000)))
+        out = results.to_dict()
     lines = []
     for hit in out["results"]:
         snippet = " ".join(hit["snippet"].split())
@@ -77,7 +82,7 @@ def search(args: Args) -> int:
     if not out["results"]:
         lines.append("no results")
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
-    notes = ("reason", "synced", "pending", "warning", "rebuilding")
+    notes = ("reason", "synced", "pending", "warning", "action", "rebuilding")
     footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
     fallback = out.get("fallback")
     if "backend" in out:

@@ -26,10 +26,11 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
-from pipeline.results import SearchHit
+from pipeline.results import Provenance, SearchHit
 from pipeline.search import entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
+from pipeline.search.provenance import provenances
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     cosine_for,
@@ -111,6 +112,8 @@ class Ranking:
     text: dict[int, float]  # the keyword side's hits (FTS5 ranks)
     #: The chunks the vector side returned; None when no vector search ran (keyword-only).
     vector_side: frozenset[int] | None = None
+    #: Whether a keyword search ran (False: vector-only).
+    text_side: bool = True
 
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
@@ -127,12 +130,12 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     if query_vector is None or not np.any(query_vector):
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         return Ranking(fusion.weighted({}, fusion.relative(fusion.text_scores(text)), (0.0, 1.0)),
-                       text)
+                       text, None, use_text)
     vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
                                      held, stats)
     vector_side = frozenset(vector)
     if not use_text:
-        return Ranking(fusion.weighted(vector, {}, (1.0, 0.0)), text, vector_side)
+        return Ranking(fusion.weighted(vector, {}, (1.0, 0.0)), text, vector_side, False)
     weights = hybrid.normalized_weights()
     if hybrid.fusion == "rrf":
         return Ranking(fusion.rrf(vector, fusion.text_scores(text), weights, hybrid.rrf_k), text,
@@ -213,8 +216,10 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
         picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
                            [rows[c.rowid][3] for c in picked[:head]],
                            hybrid.mmr.lambda_, limit=max_results - len(exact)) + picked[head:]
-    return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid))
-                   for c in (exact + picked + fill)[:max_results]], note)
+    shown = (exact + picked + fill)[:max_results]
+    origins = provenances(db, {c.rowid: (rows[c.rowid][0], rows[c.rowid][4]) for c in shown})
+    return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid), found,
+                        origins.get(c.rowid)) for c in shown], note)
 
 
 def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple[Any, ...]],
@@ -256,8 +261,14 @@ def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_resul
     return picked, fill[:max_results - len(picked) - exact]
 
 
-def _hit(c: Candidate, row: tuple[Any, ...], values: entries.EntryValues | None) -> SearchHit:
+def _hit(c: Candidate, row: tuple[Any, ...], values: entries.EntryValues | None,
+         found: Ranking, provenance: Provenance | None) -> SearchHit:
+    """The hit of candidate ``c``: its fused ``score`` and the two sides' scores it was fused
+    from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not run has none)."""
     path, start, end, text, source = row
     importance, triggers, project = values or (None, None, None)
+    vector = round(c.vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
+    keyword = round(c.text_score, SCORE_DECIMALS) if found.text_side else None
     return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source,
-                     importance=importance, triggers=triggers, project_key=project)
+                     importance=importance, triggers=triggers, project_key=project,
+                     vector_score=vector, text_score=keyword, provenance=provenance)
