@@ -24,6 +24,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -209,23 +210,30 @@ class MemoryTools:
         self.settings = memory.settings
 
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
         try:
             stale = self.memory.stale_files()
         except (FleetError, WorkspaceMissing):  # the shard does not answer, or cannot tell:
             stale = []  # the search says what it can, below
         # Never sync in the request path: the answer comes from the index as it is (and says
         # so), the background sync catches up.
+        searching = time.perf_counter()
         results = self.memory.search(
             args["query"], sync=False, max_results=args.get("maxResults"),
             min_score=args.get("minScore"), corpus=args.get("corpus"),
             projects=args.get("projects"),
             citations="on" if citations_on(self.settings) else "off")
+        done = time.perf_counter()
+        # OpenClaw's answer names the configured mode (auto by default), not the one applied
+        results.citations = self.settings.citations
+        results.timings.setdefault("searchMs", _ms(done - searching))
         if stale:
             if self.settings.sync.on_search:
                 self.memory.sync_in_background()
             results.dirty = len(stale)
             results.syncing = self.memory.syncing
             results.sync_error = self.memory.sync_error
+        results.timings["toolMs"] = _ms(time.perf_counter() - started)
         return results.to_dict()
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +251,10 @@ class MemoryTools:
             return self.memory.append(args["text"], args.get("target", "daily")).to_dict()
         except (AppendError, MemoryPathError) as exc:
             raise ToolRefused(str(exc)) from exc
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
 
 
 def build_server(memory: Memory) -> Server[Any]:

@@ -358,6 +358,7 @@ class LocalMemory:
             reason=reason if spec is None and reason else None,
             pending=reads.pending_count(db) if spec is not None else None,
             warning=warning or None, synced=synced, syncing=True if synced is None else None,
+            vector_unavailable=spec is not None and provider is None,  # keywords answered
             fallback=fallback_note(spec, self.settings, reason), rerank=answer.rerank,
             partial=True if cut else None, timed_out=True if cut else None,
             timeout_ms=deadline.timeout_ms if cut else None,

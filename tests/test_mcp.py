@@ -88,10 +88,15 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
 
             found = await call(client, "memory_search", {"query": "ledger tables"})
             assert found["mode"] == "keyword-only" and "dirty" not in found
-            assert found["citations"] == "on"
+            # OpenClaw names the configured mode (auto: cited, an MCP client is a direct chat)
+            assert found["citations"] == "auto"
             top = found["results"][0]
             assert top["path"] == "memory/2026-11-03.md"
-            assert set(top) >= {"path", "startLine", "endLine", "score", "snippet", "source"}
+            assert set(top) >= {"path", "startLine", "endLine", "score", "snippet", "source",
+                                "textScore", "corpus", "provenance"}
+            assert "vectorScore" not in top and top["corpus"] == "memory"
+            assert found["debug"]["hits"] == len(found["results"])
+            assert found["debug"]["toolMs"] >= found["debug"]["searchMs"] >= 0
             cite = f"{top['path']}#L{top['startLine']}-L{top['endLine']}"
             assert top["citation"] == cite and top["snippet"].endswith(f"\n\nSource: {cite}")
 

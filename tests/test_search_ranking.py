@@ -403,10 +403,21 @@ def test_results_identical_with_and_without_sqlite_vec_and_the_in_memory(
         for cached in (True, False):
             if cached:  # load the in-memory copies first: without them vec0 and FTS5 answer
                 hold_in_memory(db)
-            outs.append(search(db, settings, "home network setup", provider=QueryVector(),
-                                     now=TODAY, min_score=0, in_memory=cached)["results"])
+            outs.append(_observed_checked(folder, search(
+                db, settings, "home network setup", provider=QueryVector(), now=TODAY,
+                min_score=0, in_memory=cached)["results"]))
         db.close()
     assert all(out == outs[0] for out in outs[1:]) and len(outs[0]) == len(NETWORK)
+
+
+def _observed_checked(folder: Path, results: list[dict]) -> list[dict]:
+    """``results`` with each provenance's ``observedAt`` checked against its file's mtime (in
+    ms, as OpenClaw gives it) and then blanked: the two folders' files differ in mtime only."""
+    for hit in results:
+        mtime_ns = (folder / hit["path"]).stat().st_mtime_ns
+        assert hit["provenance"]["observedAt"] == mtime_ns // 1_000_000
+        hit["provenance"]["observedAt"] = "checked"
+    return results
 
 
 def test_large_wanted_source_over_fetches_then_falls_back_to_a_scan(

@@ -66,6 +66,7 @@ def search(args: Args) -> int:
     # One query per process: vec0 and FTS5 answer faster than loading the store into memory.
     with contextlib.closing(providers), Memory(settings=settings, in_memory=False,
                                                providers=providers) as memory:
+        # the library's answer as it is (no timings: the same JSON as Memory.search gives)
         out = memory.search(args.query, max_results=args.max_results, min_score=args.min_score,
                             citations=args.citations, corpus=args.corpus,
                             projects=list(args.project) or None).to_dict()
@@ -77,7 +78,7 @@ def search(args: Args) -> int:
     if not out["results"]:
         lines.append("no results")
     footer = f"[{out['mode']}" + (f", {out['provider']}/{out['model']}" if out["provider"] else "")
-    notes = ("reason", "synced", "pending", "warning", "rebuilding")
+    notes = ("reason", "synced", "pending", "warning", "action", "rebuilding")
     footer += "]" + "".join(f" {k}: {out[k]}" for k in notes if k in out)
     fallback = out.get("fallback")
     if "backend" in out:

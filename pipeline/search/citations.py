@@ -8,16 +8,26 @@ memq has no chat context, so ``auto`` behaves as ``on``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from pipeline.errors import RequestRefused
 from pipeline.results import SearchHit
 
 CITATION_MODES = ("auto", "on", "off")
+#: JavaScript's whitespace and line terminators (``String.prototype.trimEnd``).
+_TRAILING_SPACE = re.compile("[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f"
+                             "\u205f\u3000\ufeff]+\\Z")
 
 
 def citation_for(path: str, start: int, end: int) -> str:
     return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
+
+
+def trim_end(text: str) -> str:
+    """``text`` without trailing whitespace, as JavaScript's ``trimEnd`` (OpenClaw trims a
+    snippet so before adding the ``Source:`` footer): its whitespace, not Python's."""
+    return _TRAILING_SPACE.sub("", text)
 
 
 def check_mode(mode: str) -> str:
@@ -35,5 +45,5 @@ def apply_citations(hits: list[SearchHit], mode: str) -> list[SearchHit]:
     for hit in hits:
         citation = citation_for(hit.path, hit.start_line, hit.end_line)
         cited.append(replace(hit, citation=citation,
-                             snippet=f"{hit.snippet}\n\nSource: {citation}"))
+                             snippet=f"{trim_end(hit.snippet)}\n\nSource: {citation}"))
     return cited

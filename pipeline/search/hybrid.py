@@ -26,11 +26,12 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
-from pipeline.results import SearchHit
+from pipeline.results import Provenance, SearchHit
 from pipeline.search import entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.paths import PathMatch, path_matches
+from pipeline.search.provenance import provenances
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     cosine_for,
@@ -114,6 +115,8 @@ class Ranking:
     vector_side: frozenset[int] | None = None
     #: The files the query names (:mod:`pipeline.search.paths`): exact, then partial matches.
     paths: list[PathMatch] = field(default_factory=list)
+    #: Whether a keyword search ran (False: vector-only).
+    text_side: bool = True
 
     def keyword_side(self) -> set[int]:
         """The keyword hits: text matches and the first chunks of partially named files."""
@@ -144,7 +147,8 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     if query_vector is None or not np.any(query_vector):
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
-        return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths)
+        return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
+                       text_side=use_text)
     vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
                                      held, stats)
     vector_side = frozenset(vector)
@@ -152,7 +156,7 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
         named = [r for r in _with_paths({}, paths) if r not in vector]
         missing = cosine_for(db, named, query_vector, matrix)
         return Ranking(fusion.weighted({**vector, **missing}, {}, (1.0, 0.0)), text,
-                       vector_side, paths)
+                       vector_side, paths, text_side=False)
     weights = hybrid.normalized_weights()
     if hybrid.fusion == "rrf":
         return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
@@ -235,8 +239,10 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
         picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
                            [rows[c.rowid][3] for c in picked[:head]],
                            hybrid.mmr.lambda_, limit=max_results - len(exact)) + picked[head:]
-    return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid))
-                   for c in (exact + picked + fill)[:max_results]], note)
+    shown = (exact + picked + fill)[:max_results]
+    origins = provenances(db, {c.rowid: (rows[c.rowid][0], rows[c.rowid][4]) for c in shown})
+    return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid), found,
+                        origins.get(c.rowid)) for c in shown], note)
 
 
 def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple[Any, ...]],
@@ -279,8 +285,14 @@ def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_resul
     return picked, fill[:max_results - len(picked) - exact]
 
 
-def _hit(c: Candidate, row: tuple[Any, ...], values: entries.EntryValues | None) -> SearchHit:
+def _hit(c: Candidate, row: tuple[Any, ...], values: entries.EntryValues | None,
+         found: Ranking, provenance: Provenance | None) -> SearchHit:
+    """The hit of candidate ``c``: its fused ``score`` and the two sides' scores it was fused
+    from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not run has none)."""
     path, start, end, text, source = row
     importance, triggers, project = values or (None, None, None)
+    vector = round(c.vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
+    keyword = round(c.text_score, SCORE_DECIMALS) if found.text_side else None
     return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source,
-                     importance=importance, triggers=triggers, project_key=project)
+                     importance=importance, triggers=triggers, project_key=project,
+                     vector_score=vector, text_score=keyword, provenance=provenance)
