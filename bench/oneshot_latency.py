@@ -23,8 +23,9 @@ each row once more per repetition under ``-X importtime`` and sums its imports' 
 
 The rows run this script's checkout (``PYTHONPATH`` set to it, whichever checkout the
 interpreter's editable install points at), as a single host: no broker, a data dir of the
-run's own. ``--baseline DIR`` adds the search and model-load rows again run from another checkout of
-memq (``PYTHONPATH=DIR``, same interpreter and packages), e.g. main before a change:
+run's own. ``--baseline DIR`` adds the search, model-load and no-op index rows again run
+from another checkout of memq (``PYTHONPATH=DIR``, same interpreter and packages), e.g. main
+before a change:
 ``git archive main | tar -x -C /tmp/memq-main``. Every search row is checked once (``--json``)
 to answer in the mode it claims (hybrid with the local model, or keyword-only).
 
