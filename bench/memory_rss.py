@@ -6,6 +6,9 @@ pool process each), as a deployment would run them: one on ``embed.local`` and o
 process) is sampled with psutil every 50 ms:
 
   idle   after both workers have started, before any job (Celery + memq imported, no model);
+         also as PSS (``idle PSS``: a page the two processes share counted once, split
+         between them; RSS counts it in each, so the tree's RSS is about twice the main
+         process's imports);
   peak   the highest total seen while ``run_index`` indexes a generated workspace (``--notes``
          daily notes, the same generator as ``index_local.py``) through them, and until the
          run returns.
@@ -38,6 +41,16 @@ from workers.embedded import EmbeddedBroker, WorkerProcess, worker_argv
 from workers.indexing import run_index
 
 SAMPLE_S = 0.05
+
+
+def tree_pss(pid: int) -> int:
+    """PSS of a process and its children in bytes (shared pages split between sharers)."""
+    proc = psutil.Process(pid)
+    total = 0
+    for p in (proc, *proc.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += p.memory_full_info().pss
+    return total
 
 
 def tree_rss(pid: int) -> int:
@@ -129,6 +142,7 @@ def main() -> None:
             for pid in pids.values():
                 wait_for_pool(pid)
             idle = {role: tree_rss(pid) for role, pid in pids.items()}
+            idle_pss = {role: tree_pss(pid) for role, pid in pids.items()}
             sampler = PeakSampler(pids)
             sampler.start()
             t0 = time.perf_counter()
@@ -145,9 +159,11 @@ def main() -> None:
                          index_run=f"{seconds:.1f}s"))
             print(f"model file: {model.name} {model.stat().st_size / 2**20:.1f} MiB")
             print()
-            print(f"{'celery worker (main + pool process)':<40}{'idle MiB':>10}{'peak MiB':>10}")
+            print(f"{'celery worker (main + pool process)':<40}{'idle MiB':>10}{'peak MiB':>10}"
+                  f"{'idle PSS':>10}")
             for role in pids:
-                print(f"{role:<40}{idle[role] / 2**20:>10.1f}{peak[role] / 2**20:>10.1f}")
+                print(f"{role:<40}{idle[role] / 2**20:>10.1f}{peak[role] / 2**20:>10.1f}"
+                      f"{idle_pss[role] / 2**20:>10.1f}")
             print(f"{'bare LocalProvider loop (this process)':<40}{'':>10}{bare / 2**20:>10.1f}")
         finally:
             for w in workers.values():

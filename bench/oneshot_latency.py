@@ -21,8 +21,11 @@ each row once more per repetition under ``-X importtime`` and sums its imports' 
                                already indexed: settings, a stat of every file, the job log;
                                issue 34's goal: at most 0.3 s over ``memq --help``
 
-``--baseline DIR`` adds the search and model-load rows again run from another checkout of
-memq (``PYTHONPATH=DIR``, same interpreter and packages), e.g. main before a change:
+The rows run this script's checkout (``PYTHONPATH`` set to it, whichever checkout the
+interpreter's editable install points at), as a single host: no broker, a data dir of the
+run's own. ``--baseline DIR`` adds the search, model-load and no-op index rows again run
+from another checkout of memq (``PYTHONPATH=DIR``, same interpreter and packages), e.g. main
+before a change:
 ``git archive main | tar -x -C /tmp/memq-main``. Every search row is checked once (``--json``)
 to answer in the mode it claims (hybrid with the local model, or keyword-only).
 
@@ -115,10 +118,13 @@ def busy_loops(n: int) -> Iterator[None]:
 
 def memq_env(store: Path, provider: str, model: str | None, pythonpath: str | None
              ) -> dict[str, str]:
-    """The environment of one configuration: no config file, its own store and provider."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMQ_")}
+    """The environment of one configuration: no config file, its own store and provider, a
+    single host (no broker: ``MEMQ_BROKER_URL`` and ``REDIS_URL`` unset) with the run's own
+    data dir (``MEMQ_HOME``: its job log starts empty, never the machine's)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MEMQ_") and k != "REDIS_URL"}
     env.update(MEMQ_CONFIG="none", MEMQ_STORE_PATH=str(store), MEMQ_PROVIDER=provider,
-               MEMQ_BENCH_CWD=str(store.parent))
+               MEMQ_HOME=str(store.parent / "memq-home"), MEMQ_BENCH_CWD=str(store.parent))
     if model:
         env["MEMQ_LOCAL_MODEL_PATH"] = model
     env.pop("PYTHONPATH", None)
@@ -208,8 +214,11 @@ def main() -> None:
         workspace = tmp / "workspace"
         shutil.copytree(SAMPLE, workspace)
         search = [str(MEMQ), "search", QUERY, "--workspace", str(workspace)]
-        local = memq_env(tmp / "local.sqlite", "local", args.model, None)
-        keyword = memq_env(tmp / "keyword.sqlite", "none", None, None)
+        # this checkout, whichever one the interpreter's (editable) install points at
+        local = memq_env(tmp / "local.sqlite", "local", args.model, str(REPO))
+        keyword = memq_env(tmp / "keyword.sqlite", "none", None, str(REPO))
+        if checkout_of(local) != REPO:
+            sys.exit(f"{REPO} does not provide the pipeline package under PYTHONPATH")
         compile_bytecode(REPO)
         for name, env in (("local model", local), ("keyword-only", keyword)):
             if name == "keyword-only" and args.no_keyword:
@@ -230,7 +239,7 @@ def main() -> None:
         many = tmp / "notes"
         write_notes(many, args.notes)
         noop = [str(MEMQ), "index", "--workspace", str(many)]
-        notes_env = memq_env(tmp / "notes.sqlite", "none", None, None)
+        notes_env = memq_env(tmp / "notes.sqlite", "none", None, str(REPO))
         t0 = time.perf_counter()
         run(noop, notes_env)
         print(f"  indexed {args.notes} notes (keyword-only) in {time.perf_counter() - t0:.1f} s",

@@ -247,14 +247,16 @@ class LocalMemory:
     def jobs(self) -> JobLog:
         """This host's job log (``resultBackend``), of this store's jobs only
         (:class:`~pipeline.fleet.job_log.JobLog`'s ``store``): the index passes run here are
-        recorded there."""
+        recorded there. With no broker, a SQLite job log is written without Celery (``lean``:
+        a single-host pass loads neither Celery nor SQLAlchemy for its record)."""
         with self._lock:
             if self._jobs is None:
                 from pipeline.fleet.job_log import JobLog  # SQLAlchemy loads only when used
 
                 self._jobs = JobLog(self.settings.result_backend,
                                     keep_days=self.settings.fleet.jobs_keep_days,
-                                    store=self.settings.store.path)
+                                    store=self.settings.store.path,
+                                    lean=not self.settings.broker_url)
             return self._jobs
 
     def __repr__(self) -> str:

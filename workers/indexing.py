@@ -9,24 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice, choose_provider
 from pipeline.errors import IndexingFailed
-from pipeline.fleet.broker import FleetDispatcher
 from pipeline.fleet.placement import store_is_here
 from pipeline.memory import IndexRun, Memory
-from workers.embedded import EmbeddedFleet
+
+if TYPE_CHECKING:
+    from pipeline.fleet.broker import FleetDispatcher
 
 
 def fleet_dispatcher(settings: Settings, provider: str, *, durable: bool) -> FleetDispatcher:
     """The configured broker's dispatcher, else (``durable`` False) an embedded fleet for
-    ``provider``; the caller closes it."""
+    ``provider``; the caller closes it. Celery and kombu load here, when a pass has
+    embedding work to send, not when this module is imported (a keyword-only pass
+    needs neither)."""
     if settings.broker_url:
+        from pipeline.fleet.broker import FleetDispatcher
+
         return FleetDispatcher(settings.broker_url)
     if durable:
         raise IndexingFailed("--no-wait needs a broker that outlives this command: set "
                              "MEMQ_BROKER_URL (or brokerUrl) and run workers")
+    from workers.embedded import EmbeddedFleet
+
     return EmbeddedFleet.for_settings(settings, provider)
 
 

@@ -22,13 +22,21 @@ records that path with every job and lists, counts and finds only the jobs of th
 rows that name no store: those of an older memq, and a job a writer refused before it knew
 the memory's store). A job log opened without a store sees every row.
 
-Reading is one SQLAlchemy Core query (:meth:`JobLog.recent`), the same on SQLite and
-PostgreSQL; the stored results are JSON (Celery's json result serializer), never pickles.
+Reading is one query (:meth:`JobLog.recent`): with ``sqlite3`` on a SQLite file
+(:class:`~pipeline.fleet.sqlite_results.SqliteResults`), with SQLAlchemy Core on another
+database; the stored results are JSON (Celery's json result serializer), never pickles.
 
-SQLAlchemy and Celery's database backend load when a job log is first written or read, not
-when this module is imported: a worker whose tasks record no job (an embed worker, a writer
-waiting for work) never loads them (about 18 MiB a process). The workers' Celery app has the
-job log as its result backend through :class:`JobLogBackend`, built when first used.
+A job log opened ``lean`` (a single-host index pass with no broker: ``memq index`` here)
+on a SQLite file also writes without Celery: :class:`~pipeline.fleet.sqlite_results.SqliteResults`
+stores the rows Celery's backend would, in its tables, so Celery, Flower and ``memq jobs``
+read them alike (and Celery's backend goes on writing them). Otherwise rows are written through
+Celery's ``DatabaseBackend``.
+
+SQLAlchemy and Celery's database backend load when a job log is first written through Celery
+(or read from another database than SQLite), not when this module is imported: a worker whose
+tasks record no job (an embed worker, a writer waiting for work) never loads them (about
+18 MiB a process), nor does a single-host ``memq index``. The workers' Celery app has the job
+log as its result backend through :class:`JobLogBackend`, built when first used.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import json
 import logging
 import os
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,9 +56,11 @@ from functools import cache, cached_property
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import unquote
 
 from pipeline.config import redact_url
 from pipeline.errors import JobFailed, JobLogError
+from pipeline.fleet.sqlite_results import SqliteResults
 from pipeline.routing import describe, memory_of_job
 from pipeline.store.engine import tune_connection
 
@@ -230,6 +241,18 @@ class JobLogBackend:
         return getattr(self.built, name)
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite job log URL (``db+sqlite:///<path>``) as SQLAlchemy opens it, for
+    ``sqlite3``; None for another database, an in-memory one, another driver or a URL with
+    options (those are SQLAlchemy's to read)."""
+    scheme, sep, tail = url.removeprefix("db+").partition("://")
+    if not sep or scheme not in ("sqlite", "sqlite+pysqlite") or not tail.startswith("/") \
+            or "?" in tail:
+        return None
+    database = unquote(tail[1:])
+    return Path(database) if database and database != ":memory:" else None
+
+
 def _jobs_table(metadata: sa.MetaData) -> sa.Table:
     """The columns of Celery's ``TaskExtended`` table that memq reads."""
     import sqlalchemy as sa
@@ -333,18 +356,26 @@ def _record(row: Any) -> JobRecord:
 
 class JobLog:
     """The job log at ``url`` (a Celery database result backend URL): writes through Celery's
-    own ``DatabaseBackend``, reads with one SQLAlchemy Core query. With ``store`` (a memory's
-    store path), the log of that store only: every state written names it, and reads skip
-    the rows of another store. Thread-safe; ``close()`` releases its connections."""
+    own ``DatabaseBackend`` (or, ``lean`` on a SQLite file, the same rows with ``sqlite3``:
+    :class:`~pipeline.fleet.sqlite_results.SqliteResults`), reads with one query (``sqlite3``
+    on a SQLite file, SQLAlchemy Core elsewhere). With ``store`` (a memory's store path), the
+    log of that store only: every state written names it, and reads skip the rows of another
+    store. Thread-safe; ``close()`` releases its connections."""
 
     _backends: ClassVar[dict[tuple[int, str, int], Any]] = {}  # (pid, url, keep_days)
     _backends_lock = threading.Lock()
 
     def __init__(self, url: str, *, keep_days: int = 7,
-                 store: str | os.PathLike[str] | None = None) -> None:
+                 store: str | os.PathLike[str] | None = None, lean: bool = False) -> None:
         self.url = url
         self.keep_days = keep_days
         self.store = store_key(store) if store is not None else None
+        self._file = sqlite_path(url)
+        #: Rows written with ``sqlite3`` (a SQLite file, ``lean`` asked), not through Celery.
+        self.lean = lean and self._file is not None
+        self._results = None if self._file is None else SqliteResults(
+            self._file, task_table=TABLES["task"], group_table=TABLES["group"],
+            keep_days=keep_days, busy_ms=SQLITE_BUSY_MS)
         self._lock = threading.Lock()
         self._backend: Any = None
         self._engine: Engine | None = None
@@ -397,6 +428,8 @@ class JobLog:
 
     def _sqlite_file(self) -> Path | None:
         """The database file of a SQLite job log (None for another database)."""
+        if self._file is not None:
+            return self._file
         import sqlalchemy as sa
 
         url = sa.engine.make_url(self._sqlalchemy_url())
@@ -415,7 +448,10 @@ class JobLog:
         if isinstance(meta, dict):
             meta = self._scoped(meta)
         try:
-            self.backend.store_result(job_id, meta, state, request=_described(request))
+            if self._results is not None and self.lean:
+                self._results.store_result(job_id, meta, state, request=_described(request))
+            else:
+                self.backend.store_result(job_id, meta, state, request=_described(request))
         except Exception as exc:  # a job log that cannot be written must not fail the job
             log.warning("job %s: could not record %s in the job log %s: %s", job_id, state,
                         redact_url(self.url), _without_url(exc, self.url))
@@ -457,9 +493,12 @@ class JobLog:
         :meth:`started` returned."""
         self._last_progress.pop(job_id, None)
         meta = self._scoped({"finishedAt": time.time(), **(meta or {})})
+        described = _described(request or _local_request(INDEX_JOB, meta.get("host")))
         try:
-            self.backend.mark_as_failure(job_id, JobFailed(error, meta), request=_described(
-                request or _local_request(INDEX_JOB, meta.get("host"))))
+            if self._results is not None and self.lean:
+                self._results.mark_as_failure(job_id, JobFailed(error, meta), request=described)
+            else:
+                self.backend.mark_as_failure(job_id, JobFailed(error, meta), request=described)
         except Exception as exc:
             log.warning("job %s: could not record its failure in the job log %s: %s", job_id,
                         redact_url(self.url), _without_url(exc, self.url))
@@ -493,12 +532,15 @@ class JobLog:
     def expire(self) -> None:
         """Delete finished jobs older than ``keep_days`` now."""
         try:
-            self.backend.cleanup()
+            if self._results is not None and self.lean:
+                self._results.cleanup()
+            else:
+                self.backend.cleanup()
         except Exception as exc:
             log.warning("could not expire old jobs in %s: %s", redact_url(self.url),
                         _without_url(exc, self.url))
 
-    # -- reading (SQLAlchemy Core) -----------------------------------------------------------
+    # -- reading (sqlite3 on a SQLite file, SQLAlchemy Core elsewhere) ------------------------
 
     def _engine_for_reads(self) -> Engine:
         with self._lock:
@@ -513,32 +555,21 @@ class JobLog:
     def recent(self, memory: str | None = None, limit: int = 20) -> list[JobRecord]:
         """The newest ``limit`` jobs (of ``memory``, else of every memory; of this log's
         store when it has one), newest first."""
-        table = self._table
-        where = [] if memory is None else [
-            table.c.task_id.startswith(f"{memory}:", autoescape=True)]
-        return self._newest(where, limit)
+        return self._newest({} if memory is None else {"prefix": f"{memory}:"}, limit)
 
     def get(self, job_id: str) -> JobRecord | None:
         """One job, or None when the log has no row of it (or, with a store, when the row is
         another store's job)."""
-        import sqlalchemy as sa
-
-        rows = self._rows(sa.select(self._table).where(self._table.c.task_id == job_id))
+        rows = self._rows(task_id=job_id)
         return rows[0] if rows and self._mine(rows[0]) else None
 
     def running_on(self, queue: str) -> list[JobRecord]:
         """The jobs a worker of ``queue`` started and never ended (of every store)."""
-        import sqlalchemy as sa
-
-        table = self._table
-        return self._rows(sa.select(table).where(table.c.queue == queue,
-                                                 table.c.status.in_(RUNNING_STATES)))
+        return self._rows(queue=queue, statuses=RUNNING_STATES)
 
     def last_error(self, memory: str) -> JobRecord | None:
         """The most recent failed job of ``memory`` (of this log's store when it has one)."""
-        table = self._table
-        rows = self._newest([table.c.task_id.startswith(f"{memory}:", autoescape=True),
-                             table.c.status == "FAILURE"], 1)
+        rows = self._newest({"prefix": f"{memory}:", "statuses": ("FAILURE",)}, 1)
         return rows[0] if rows else None
 
     def _mine(self, job: JobRecord) -> bool:
@@ -546,32 +577,57 @@ class JobLog:
         row that names no store belongs to every store)."""
         return self.store is None or job.store is None or job.store == self.store
 
-    def _newest(self, where: list[Any], limit: int) -> list[JobRecord]:
+    def _newest(self, where: dict[str, Any], limit: int) -> list[JobRecord]:
         """The newest ``limit`` rows matching ``where`` that are :meth:`_mine`, newest first
         (read a page at a time: the store is inside each row's JSON, not a column)."""
-        import sqlalchemy as sa
-
-        table = self._table
         page = limit if self.store is None else max(4 * limit, 50)
         out: list[JobRecord] = []
         before: int | None = None
         while len(out) < limit:
-            query = sa.select(table).where(*where).order_by(table.c.id.desc()).limit(page)
-            if before is not None:
-                query = query.where(table.c.id < before)
-            rows = self._fetch(query)
+            rows = self._fetch(**where, before_id=before, limit=page, newest_first=True)
             out += [job for job in map(_record, rows) if self._mine(job)]
             if len(rows) < page:
                 break
             before = rows[-1].id
         return out[:limit]
 
-    def _rows(self, query: sa.Select[Any]) -> list[JobRecord]:
-        return [_record(row) for row in self._fetch(query)]
+    def _rows(self, **where: Any) -> list[JobRecord]:
+        return [_record(row) for row in self._fetch(**where)]
 
-    def _fetch(self, query: sa.Select[Any]) -> list[Any]:
+    def _fetch(self, **where: Any) -> list[Any]:
+        """The rows matching ``where`` (the filters of
+        :func:`pipeline.store.result_tables.select_rows`)."""
+        if self._results is not None:
+            try:
+                return self._results.rows(**where)
+            except (OSError, sqlite3.Error) as exc:  # a folder this user cannot enter…
+                raise JobLogError(f"cannot read the job log {redact_url(self.url)}: {exc}"
+                                  ) from None
+        return self._fetch_sqlalchemy(**where)
+
+    def _fetch_sqlalchemy(self, *, task_id: str | None = None, prefix: str | None = None,
+                          statuses: tuple[str, ...] | None = None, queue: str | None = None,
+                          before_id: int | None = None, limit: int | None = None,
+                          newest_first: bool = False) -> list[Any]:
+        """:meth:`_fetch` with SQLAlchemy Core (a database that is not a SQLite file)."""
         import sqlalchemy as sa
 
+        table = self._table
+        query = sa.select(table)
+        if task_id is not None:
+            query = query.where(table.c.task_id == task_id)
+        if prefix is not None:
+            query = query.where(table.c.task_id.startswith(prefix, autoescape=True))
+        if statuses is not None:
+            query = query.where(table.c.status.in_(statuses))
+        if queue is not None:
+            query = query.where(table.c.queue == queue)
+        if before_id is not None:
+            query = query.where(table.c.id < before_id)
+        if newest_first:
+            query = query.order_by(table.c.id.desc())
+        if limit is not None:
+            query = query.limit(limit)
         path = self._sqlite_file()
         try:
             if path is not None and not path.exists():
@@ -600,6 +656,8 @@ class JobLog:
             engine.dispose()
         if backend is not None:
             backend.session_manager.release(self._sqlalchemy_url())
+        if self._results is not None:
+            self._results.close()
 
 
 class RecordedJob:
