@@ -27,7 +27,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.results import SearchHit
-from pipeline.search import entries, fusion
+from pipeline.search import calibration, entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.rerank import Reranker
@@ -138,7 +138,8 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
         return Ranking(fusion.rrf(vector, fusion.text_scores(text), weights, hybrid.rrf_k), text,
                        vector_side)
     missing = cosine_for(db, [r for r in text if r not in vector], query_vector, matrix)
-    return Ranking(fusion.weighted({**vector, **missing}, fusion.share_of_best(text), weights),
+    return Ranking(fusion.weighted({**vector, **missing}, fusion.share_of_best(
+        text, calibration.entry_rows(db, text)), weights),
                    text, vector_side)
 
 

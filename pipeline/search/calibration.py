@@ -1,0 +1,27 @@
+"""Which keyword hits are ``MEMORY.md``/``USER.md`` entries: the keyword score's two scales.
+
+Since chunking version 5 each entry of ``MEMORY.md`` and ``USER.md`` is its own chunk
+(:data:`pipeline.ingest.chunking.PER_ENTRY_PATHS`), often one line. BM25 favours short rows
+(its length term), and many short rows also lower the average length every row is measured
+against, so a one-line entry holding the query's words outscores any paragraph. The weighted
+merge therefore takes the keyword score of the other chunks as a share of the best among them,
+not of an entry (:func:`pipeline.search.fusion.share_of_best`): adding entries to a memory does
+not push the notes that answer under ``minScore`` (docs/search.md, issue 36).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pipeline.store import reads
+from pipeline.store.engine import Database
+
+#: The per-entry files, as chunk paths hold them (the chunker's ``PER_ENTRY_PATHS``; kept here
+#: so a one-shot search does not import the chunker; a test checks they agree).
+ENTRY_PATHS = frozenset({"MEMORY.md", "USER.md"})
+
+
+def entry_rows(db: Database, rowids: Iterable[int]) -> frozenset[int]:
+    """The chunks among ``rowids`` that are entries of ``MEMORY.md`` or ``USER.md``."""
+    return frozenset(r for r, path, _ in reads.chunk_files(db, list(rowids))
+                     if path.replace("\\", "/") in ENTRY_PATHS)
