@@ -186,32 +186,48 @@ def main() -> None:
     args = ap.parse_args()
     hybrid.keyword_hits = _keyword_hits  # type: ignore[assignment]
     modes = args.modes.split(",")
-    out: dict[str, object] = {}
-    for name in args.variants.split(","):
-        chosen = variant(name)
-        fusion.share_of_best = (  # type: ignore[assignment]
-            chosen if chosen is _production
-            else lambda ranks, entries=frozenset(), f=chosen: f(ranks))
+    variants = args.variants.split(",")
+    if args.collection.suffix == ".json" and not args.drops:
+        per_conversation(args.collection, args.work_dir, variants, modes,
+                         args.layouts.split(","), args.limit)
+        return
+    for name in variants:
+        use(name)
         started = time.monotonic()
         if args.drops:
             res = drops(args.collection, args.work_dir)
-        elif args.collection.suffix == ".json":
-            res = {}
-            for layout in args.layouts.split(","):
-                convs = locomo.load(args.collection, layout)
-                figs = locomo.run(args.work_dir / layout, None, convs, modes, args.limit,
-                                  log=lambda _m: None)
-                res[layout] = {m: {k: round(v, 4) for k, v in figs[m]["all"].items()}
-                               for m in modes}
         else:
             data = beir.load_collection(args.collection, args.split, args.limit)
             work = EvalWorkspace(args.work_dir)
             indexed, figs = beir.run(work, data, modes, log=lambda _m: None)
             indexed.close()
             res = {m: {k: round(v, 4) for k, v in f.items()} for m, f in figs.items()}
-        out[name] = res
         print(json.dumps({"variant": name, "seconds": round(time.monotonic() - started),
                           "figures": res}), flush=True)
+
+
+def use(name: str) -> None:
+    """Make ``name`` the weighted merge's keyword score."""
+    chosen = variant(name)
+    fusion.share_of_best = (  # type: ignore[assignment]
+        chosen if chosen is _production
+        else lambda ranks, entries=frozenset(), f=chosen: f(ranks))
+
+
+def per_conversation(collection: Path, work_dir: Path, variants: list[str], modes: list[str],
+                     layouts: list[str], limit: int) -> None:
+    """LoCoMo, one JSON line per (layout, conversation, variant): the figures over all its
+    questions (weigh by ``questions`` to pool conversations), printed as each finishes."""
+    for layout in layouts:
+        for conv in locomo.load(collection, layout):
+            for name in variants:
+                use(name)
+                figs = locomo.run(work_dir / layout, None, [conv], modes, limit,
+                                  log=lambda _m: None)
+                print(json.dumps({"layout": layout, "conversation": conv.sample_id,
+                                  "variant": name, "figures": {
+                                      m: {k: round(v, 4) for k, v in figs[m]["all"].items()}
+                                      for m in modes}}), flush=True)
 
 
 if __name__ == "__main__":
