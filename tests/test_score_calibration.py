@@ -67,7 +67,8 @@ def _search(tmp: Path, make_settings, memory_md: str) -> tuple[dict[str, float],
 
 def test_a_one_line_entry_does_not_push_the_answering_note_under_min_score(
         tmp_path: Path, make_settings) -> None:
-    before, _ = _search(tmp_path / "a", make_settings, ENTRIES)
+    before, unmatched = _search(tmp_path / "a", make_settings, ENTRIES)
+    assert unmatched["entries"] == frozenset()  # a note is the best keyword hit: plain share
     after, seen = _search(tmp_path / "b", make_settings, ENTRIES + NEW_ENTRY)
     min_score = seen["min_score"]
     assert min_score == 0.35

@@ -11,7 +11,7 @@ not push the notes that answer under ``minScore`` (docs/search.md, issue 36).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 from pipeline.store import reads
 from pipeline.store.engine import Database
@@ -21,7 +21,18 @@ from pipeline.store.engine import Database
 ENTRY_PATHS = frozenset({"MEMORY.md", "USER.md"})
 
 
-def entry_rows(db: Database, rowids: Iterable[int]) -> frozenset[int]:
-    """The chunks among ``rowids`` that are entries of ``MEMORY.md`` or ``USER.md``."""
-    return frozenset(r for r, path, _ in reads.chunk_files(db, list(rowids))
+def entry_rows(db: Database, ranks: Mapping[int, float]) -> frozenset[int]:
+    """The keyword hits (rowid -> FTS5 rank, lower is better) that are entries of
+    ``MEMORY.md`` or ``USER.md``; empty when the best hit is not one, since the scores are then
+    the plain share of the best whatever the others are (one row read instead of all)."""
+    if not ranks:
+        return frozenset()
+    best = min(ranks, key=lambda r: (ranks[r], r))
+    if not _entries(db, [best]):
+        return frozenset()
+    return _entries(db, list(ranks))
+
+
+def _entries(db: Database, rowids: list[int]) -> frozenset[int]:
+    return frozenset(r for r, path, _ in reads.chunk_files(db, rowids)
                      if path.replace("\\", "/") in ENTRY_PATHS)
