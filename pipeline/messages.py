@@ -130,10 +130,14 @@ def refusal(error: ValidationError, where: str) -> MessageRefused:
         return MessageRefused(f"{_place(where, loc[:-1])} has no {loc[-1]!r}")
     if kind.startswith("unexpected") or kind == "extra_forbidden":
         return MessageRefused(f"{_place(where, loc[:-1])} has an unknown field {shown(loc[-1])}")
-    wanted = WANTED.get(kind, first["msg"])
-    if kind == "greater_than_equal" and type(ctx.get("ge")) is int:
-        wanted = "a whole number >= {ge}"
-    return MessageRefused(f"{_place(where, loc)} must be {wanted.format(**ctx)}, "
+    wanted = "a whole number >= {ge}" if type(ctx.get("ge")) is int else WANTED.get(kind, "")
+    try:
+        wanted = wanted.format(**ctx)
+    except (KeyError, IndexError, ValueError):
+        wanted = ""
+    if not wanted:
+        return MessageRefused(f"{_place(where, loc)} is refused: {first['msg']}")
+    return MessageRefused(f"{_place(where, loc)} must be {wanted}, "
                           f"not {shown(first.get('input'))}")
 
 
