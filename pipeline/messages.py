@@ -191,14 +191,16 @@ T = TypeVar("T")
 Items = Annotated[tuple[T, ...], Strict(False)]
 
 
-def _json(value: Any) -> Any:
+def _json(value: Any, info: ValidationInfo) -> Any:
+    if not _on_the_wire(info):  # a reader's answer: to_json writes it as JSON
+        return value
     try:
         return check_json(value, "")
     except MessageRefused as refused:
         raise _no(str(refused)) from None
 
 
-#: Any plain JSON value (finite numbers, text keys, nesting at most 32 deep).
+#: Any plain JSON value (finite numbers, text keys, nesting at most 32 deep), on the wire.
 JsonValue = Annotated[Any, AfterValidator(_json)]
 
 
