@@ -1,10 +1,11 @@
-"""What every message is made of: the readers that check a message's fields
-(:class:`MessageFields`), and the small values messages carry that the store and the providers
-use on their own: :class:`Route`, :class:`ProviderSpec`, :class:`MediaPart`.
+"""The small values messages carry that the store and the providers use on their own
+(:class:`Route`, :class:`ProviderSpec`, :class:`MediaPart`), with the plain checks that read
+them and a message's free-form JSON.
 
-Apart from :mod:`pipeline.messages` so that what reads an index's provider spec (a one-shot
-``memq search``) does not build every message class. A refused field raises
-:class:`~pipeline.errors.MessageRefused` naming it.
+Plain frozen dataclasses, apart from :mod:`pipeline.messages` (pydantic models) so that what
+reads an index's provider spec (a one-shot ``memq search``) never imports pydantic. A refused
+value raises :class:`~pipeline.errors.MessageRefused` naming it: ``where`` is the place's name
+(``embedding job.spec``; the messages pass "" and put the place in front themselves).
 """
 
 from __future__ import annotations
@@ -12,29 +13,16 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-import os
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import Any
 
 from pipeline.errors import MessageRefused
 
-# -- reading a message ------------------------------------------------------------------------
-
-V = TypeVar("V")
-#: A check of one JSON value: returns it in its Python form or raises MessageRefused; the
-#: second argument names the value in the refusal (``embedding job.chunks[3].id``).
-Check = Callable[[Any, str], V]
-
 #: The largest whole number a message may carry (SQLite's integers are 64-bit).
 MAX_WHOLE = 2**63 - 1
-#: How deeply the free-form JSON of a message (provider options, a batch job's remote record)
-#: may nest.
+#: How deeply the free-form JSON of a message (provider options, a reply) may nest.
 MAX_DEPTH = 32
-_REQUIRED: Any = object()
 
 
 def shown(value: Any) -> str:
@@ -45,10 +33,11 @@ def shown(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return repr(value) if len(value) <= 40 else f"{value[:37]!r}..."
-    return type(value).__name__
+    return "list" if isinstance(value, tuple) else type(value).__name__
 
 
 def refusal(where: str, wanted: str, value: Any) -> MessageRefused:
+    """``<where> must be <wanted>, not <value>``."""
     return MessageRefused(f"{where} must be {wanted}, not {shown(value)}")
 
 
@@ -63,91 +52,6 @@ def check_text(value: Any, where: str) -> str:
     return value
 
 
-def check_optional_text(value: Any, where: str) -> str | None:
-    return None if value is None else check_text(value, where)
-
-
-#: A memory's name: an agent id as OpenClaw writes one (:mod:`pipeline.config.agent_id`), the
-#: form every memory name has, so a name that could escape into a path never reaches a worker.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-
-
-def check_name(value: Any, where: str) -> str:
-    text = check_text(value, where)
-    if not _NAME.fullmatch(text):
-        raise refusal(where, "a memory name (letters, digits, '_' or '-', at most 64)", value)
-    return text
-
-
-def check_path(value: Any, where: str) -> str:
-    """A store generation's real path: absolute, without NUL."""
-    text = check_text(value, where)
-    if "\0" in text or not os.path.isabs(text):
-        raise refusal(where, "an absolute file path", value)
-    return text
-
-
-def check_whole(minimum: int = 0) -> Check[int]:
-    def check(value: Any, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or not minimum <= value <= MAX_WHOLE:
-            raise refusal(where, f"a whole number >= {minimum}", value)
-        return value
-    return check
-
-
-def check_number(value: Any, where: str) -> float:
-    """A finite number >= 0 (seconds, a deadline)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise refusal(where, "a number", value)
-    if isinstance(value, int) and abs(value) > MAX_WHOLE:
-        raise refusal(where, "a finite number >= 0", value)
-    number = float(value)
-    if not math.isfinite(number) or number < 0:
-        raise refusal(where, "a finite number >= 0", value)
-    return number
-
-
-def check_flag(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise refusal(where, "true or false", value)
-    return value
-
-
-def check_one_of(choices: Sequence[str]) -> Check[str]:
-    def check(value: Any, where: str) -> str:
-        if value not in choices or not isinstance(value, str):
-            raise refusal(where, "one of " + ", ".join(map(repr, choices)), value)
-        return value
-    return check
-
-
-def check_vector(value: Any, where: str) -> np.ndarray:
-    """Base64 of one or more finite little-endian float32 values."""
-    if not isinstance(value, str):
-        raise refusal(where, "a base64 float32 vector", value)
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise refusal(where, "a base64 float32 vector", value) from None
-    if not raw or len(raw) % 4:
-        raise MessageRefused(f"{where} must hold one or more float32 values "
-                             f"({len(raw)} bytes)")
-    vector = np.frombuffer(raw, dtype="<f4")
-    if not np.isfinite(vector).all():
-        raise MessageRefused(f"{where} holds a value that is not a finite number")
-    return vector
-
-
-def check_base64(value: Any, where: str) -> str:
-    text = check_text(value, where)
-    try:
-        base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise refusal(where, "base64 data", value) from None
-    return text
-
-
 def check_json(value: Any, where: str, depth: int = 0) -> Any:
     """Plain JSON: objects with text keys, lists, text, finite numbers, booleans, null."""
     if depth > MAX_DEPTH:
@@ -155,7 +59,9 @@ def check_json(value: Any, where: str, depth: int = 0) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return check_whole(-MAX_WHOLE)(value, where)
+        if abs(value) > MAX_WHOLE:
+            raise refusal(where, f"a whole number >= {-MAX_WHOLE}", value)
+        return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise refusal(where, "a finite number", value)
@@ -170,104 +76,17 @@ def check_json(value: Any, where: str, depth: int = 0) -> Any:
     raise refusal(where, "JSON", value)
 
 
-def check_json_object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise refusal(where, "a JSON object", value)
-    return check_json(value, where)
-
-
-def check_row(*checks: Check[Any]) -> Check[tuple[Any, ...]]:
-    """A JSON list of exactly ``len(checks)`` values, each read by its check."""
-    def read_row(value: Any, where: str) -> tuple[Any, ...]:
-        if not isinstance(value, list | tuple) or len(value) != len(checks):
-            raise refusal(where, f"a list of {len(checks)} values", value)
-        return tuple(check(item, f"{where}[{i}]")
-                     for i, (check, item) in enumerate(zip(checks, value, strict=True)))
-    return read_row
-
-
-class MessageFields(Mapping[str, Any]):
-    """A message's JSON object (or an object nested in it), read field by field.
-
-    Every getter checks its field and refuses anything else with :class:`MessageRefused`
-    naming the field (``embedding job.spec.options``); indexing a missing key refuses too.
-    A ``from_json`` that reads each field through a getter raises nothing but
-    :class:`MessageRefused`, and what it returns holds only values of the right types.
-    """
-
-    def __init__(self, data: Any, where: str) -> None:
-        if not isinstance(data, Mapping):
-            raise refusal(where, "a JSON object", data)
-        self._data = data
-        self.where = where
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._data:
-            raise MessageRefused(f"{self.where} has no {key!r}")
-        return self._data[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._data.get(key, default)
-
-    def read(self, key: str, check: Check[V], default: Any = _REQUIRED) -> V:
-        """Field ``key`` read by ``check``; ``default`` when absent (or null, when the default
-        is None); refused when absent without a default."""
-        if key not in self._data or (self._data[key] is None and default is None):
-            if default is _REQUIRED:
-                raise MessageRefused(f"{self.where} has no {key!r}")
-            return default
-        return check(self._data[key], f"{self.where}.{key}")
-
-    def each(self, key: str, check: Check[V], default: Any = _REQUIRED) -> tuple[V, ...]:
-        """Field ``key``: a JSON list, each item read by ``check``."""
-        items = self.read(key, check_list, default)
-        return tuple(check(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(items))
-
-    def text(self, key: str, default: Any = _REQUIRED) -> str:
-        return self.read(key, check_text, default)
-
-    def optional_text(self, key: str) -> str | None:
-        return self.read(key, check_text, None)
-
-    def path(self, key: str) -> str:
-        return self.read(key, check_path)
-
-    def name(self, key: str) -> str:
-        return self.read(key, check_name)
-
-    def whole(self, key: str, default: Any = _REQUIRED, *, minimum: int = 0) -> int:
-        return self.read(key, check_whole(minimum), default)
-
-    def number(self, key: str, default: Any = _REQUIRED) -> float:
-        return self.read(key, check_number, default)
-
-    def flag(self, key: str, default: Any = _REQUIRED) -> bool:
-        return self.read(key, check_flag, default)
-
-    def choice(self, key: str, choices: Sequence[str], default: Any = _REQUIRED) -> str:
-        return self.read(key, check_one_of(choices), default)
-
-    def json_object(self, key: str, default: Any = _REQUIRED) -> dict[str, Any]:
-        return self.read(key, check_json_object, default)
-
-    def fields(self, key: str) -> MessageFields:
-        """The object nested at ``key``."""
-        return self.read(key, MessageFields)
-
-
-def check_list(value: Any, where: str) -> list[Any] | tuple[Any, ...]:
-    if not isinstance(value, list | tuple):
-        raise refusal(where, "a list", value)
-    return value
+def _object(data: Any, where: str, keys: Mapping[str, bool]) -> Mapping[str, Any]:
+    """``data``, a JSON object of these keys (key -> required)."""
+    if not isinstance(data, Mapping):
+        raise refusal(where, "a JSON object", data)
+    for key in data:
+        if key not in keys:
+            raise MessageRefused(f"{where} has an unknown field {shown(key)}")
+    for key, required in keys.items():
+        if required and key not in data:
+            raise MessageRefused(f"{where} has no {key!r}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -287,8 +106,13 @@ class Route:
         """The route in a message (shard 0, bulk, for a message of a memq without shards)."""
         if data is None:
             return cls()
-        fields = MessageFields(data, where)
-        return cls(fields.whole("shard", 0), fields.flag("interactive", False))
+        fields = _object(data, where, {"shard": False, "interactive": False})
+        shard, interactive = fields.get("shard", 0), fields.get("interactive", False)
+        if type(shard) is not int or not 0 <= shard <= MAX_WHOLE:
+            raise refusal(f"{where}.shard", "a whole number >= 0", shard)
+        if not isinstance(interactive, bool):
+            raise refusal(f"{where}.interactive", "true or false", interactive)
+        return cls(shard, interactive)
 
 
 #: Shard 0, bulk lane: the route of a memory in a fleet without shards.
@@ -314,9 +138,14 @@ class ProviderSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "a provider spec") -> ProviderSpec:
-        fields = MessageFields(data, where)
-        return cls(fields.text("name"), fields.text("model"), fields.text("provider_key"),
-                   fields.json_object("options", {}))
+        fields = _object(data, where, {"name": True, "model": True, "provider_key": True,
+                                       "options": False})
+        options = fields.get("options", {})
+        if not isinstance(options, Mapping):
+            raise refusal(f"{where}.options", "a JSON object", options)
+        return cls(*(check_text(fields[k], f"{where}.{k}") for k in ("name", "model",
+                                                                      "provider_key")),
+                   check_json(options, f"{where}.options"))
 
 
 @dataclass(frozen=True)
@@ -325,3 +154,16 @@ class MediaPart:
 
     mime_type: str
     data: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mime_type": self.mime_type, "data": self.data}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "a media part") -> MediaPart:
+        fields = _object(data, where, {"mime_type": True, "data": True})
+        raw = check_text(fields["data"], f"{where}.data")
+        try:
+            base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise refusal(f"{where}.data", "base64 data", raw) from None
+        return cls(check_text(fields["mime_type"], f"{where}.mime_type"), raw)

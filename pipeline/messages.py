@@ -5,13 +5,16 @@ real path, so a late message cannot write into the generation a rebuild swapped 
 embedding provider as a secret-free :class:`ProviderSpec`. None of them ever holds a secret:
 workers resolve API keys and endpoints from their own environment and configuration.
 
-On the wire a message is JSON (Celery's serializer): ``to_json()`` gives the dict, and
-``from_json()`` reads it back through :class:`MessageFields`, whose getters check every field's
-type and shape: a message written by an incompatible memq (another ``v``), of another kind, or
-malformed in any way (a missing key, a wrong type, NaN, a number out of range, a vector that is
-not base64 of float32) is refused with :class:`~pipeline.errors.MessageRefused` naming the
-field, and nothing else ever escapes ``from_json``. Vectors travel as base64 of little-endian
-float32.
+Every message is a frozen pydantic model (:class:`Wire`): strict, without extra fields, built
+by keyword or by position (``EmbedJob(memory, spec, store, chunks)``). On the wire a message is
+JSON (Celery's serializer): ``to_json()`` gives the dict, and ``from_json()`` reads it back
+through the model's schema: a message written by an incompatible memq (another ``v``), of
+another kind, or malformed in any way (a missing or unknown key, a wrong type, NaN, a number
+out of range, a vector that is not base64 of float32) is refused with
+:class:`~pipeline.errors.MessageRefused` naming the field, and nothing else ever escapes
+``from_json``. Shapes a sender's own code is trusted with (a memory name, an absolute store
+path, a sha256, base64) are checked on the wire only. Vectors travel as base64 of
+little-endian float32.
 
 - :class:`EmbedJob` → ``embed.<provider>`` → :class:`EmbedResult` → the memory's writer;
 - :class:`BatchSubmit`, :class:`BatchPoll` → ``batch.<provider>`` → :class:`BatchUpdate` →
@@ -33,38 +36,58 @@ that it owns the memory and its store before writing anything.
 from __future__ import annotations
 
 import base64
+import binascii
+import os
 import re
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args, get_type_hints
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Literal,
+    NamedTuple,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    get_args,
+)
 
 import numpy as np
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from pipeline.errors import MessageRefused
 from pipeline.message_fields import (
     DEFAULT_ROUTE,
-    Check,
+    MAX_WHOLE,
     MediaPart,
-    MessageFields,
     ProviderSpec,
     Route,
-    check_base64,
-    check_flag,
     check_json,
-    check_number,
-    check_one_of,
-    check_optional_text,
-    check_row,
     check_text,
-    check_vector,
-    check_whole,
-    refusal,
     shown,
 )
 
 #: The version every message carries; bumped when a field changes meaning.
 VERSION = 1
+#: Every message's configuration: frozen, strict, no field it does not declare.
+WIRE = ConfigDict(frozen=True, strict=True, extra="forbid", allow_inf_nan=False)
+#: The validation context of a message read from the wire (:meth:`Wire.from_json`).
+FROM_THE_WIRE = {"wire": True}
 
 
 def encode_vector(vector: np.ndarray) -> str:
@@ -72,73 +95,302 @@ def encode_vector(vector: np.ndarray) -> str:
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
-def _checked(data: Any, what: str, kind: str | None = None) -> MessageFields:
-    """The fields of a top-level message: a JSON object of this memq's version (and of
-    ``kind``, when given); ``what`` names it in refusals."""
-    fields = MessageFields(data, f"{what} message")
-    version = fields.get("v")
-    if type(version) is not int or version != VERSION:
-        raise MessageRefused(f"{what} message of version {shown(version)} (this memq reads "
-                             f"version {VERSION}): the fleet runs mixed memq versions; upgrade "
-                             "them all")
-    if kind is not None and fields.get("kind") != kind:
-        raise MessageRefused(f"{what} message must be of kind {kind!r}, not "
-                             f"{shown(fields.get('kind'))}")
-    fields.where = what
-    return fields
+# -- refusals ---------------------------------------------------------------------------------
+
+def _no(why: str) -> ValueError:
+    """A field's refusal inside a validator: ``why`` follows the field's name."""
+    return ValueError(why)
 
 
-@dataclass(frozen=True)
-class ChunkText:
+def _wanted(what: str, value: Any) -> ValueError:
+    return _no(f" must be {what}, not {shown(value)}")
+
+
+#: How a pydantic error type reads after "must be" (``{...}``: the error's context).
+WANTED = {"string_type": "text", "int_type": "a whole number", "bool_type": "true or false",
+          "float_type": "a number", "finite_number": "a finite number",
+          "literal_error": "one of {expected}", "tuple_type": "a list", "list_type": "a list",
+          "model_type": "a JSON object", "dict_type": "a JSON object",
+          "model_attributes_type": "a JSON object", "greater_than_equal": "a number >= {ge}",
+          "less_than_equal": "a number <= {le}", "too_long": "at most {max_length} items"}
+
+
+def _place(where: str, loc: Iterable[int | str]) -> str:
+    return where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+
+
+def refusal(error: ValidationError, where: str) -> MessageRefused:
+    """The first of ``error``'s complaints as a :class:`MessageRefused` naming its field
+    (``where``: the message's name)."""
+    first = error.errors(include_url=False)[0]
+    loc, kind, ctx = first["loc"], first["type"], first.get("ctx") or {}
+    if kind == "value_error":  # a validator's own refusal (_no)
+        return MessageRefused(_place(where, loc) + str(ctx["error"]))
+    if kind in ("missing", "missing_argument") and loc:
+        return MessageRefused(f"{_place(where, loc[:-1])} has no {loc[-1]!r}")
+    if kind.startswith("unexpected") or kind == "extra_forbidden":
+        return MessageRefused(f"{_place(where, loc[:-1])} has an unknown field {shown(loc[-1])}")
+    wanted = "a whole number >= {ge}" if type(ctx.get("ge")) is int else WANTED.get(kind, "")
+    try:
+        wanted = wanted.format(**ctx)
+    except (KeyError, IndexError, ValueError):
+        wanted = ""
+    if not wanted:
+        return MessageRefused(f"{_place(where, loc)} is refused: {first['msg']}")
+    return MessageRefused(f"{_place(where, loc)} must be {wanted}, "
+                          f"not {shown(first.get('input'))}")
+
+
+# -- the field types --------------------------------------------------------------------------
+
+def _on_the_wire(info: ValidationInfo) -> bool:
+    return info.context is FROM_THE_WIRE
+
+
+def _utf8(value: str) -> str:
+    try:
+        return check_text(value, "")
+    except MessageRefused as refused:
+        raise _no(str(refused)) from None
+
+
+def _wire_shape(check: Callable[[str], bool], what: str) -> AfterValidator:
+    """Text of a shape checked on the wire only (the sender's own code is trusted with it)."""
+    def validate(value: str, info: ValidationInfo) -> str:
+        if _on_the_wire(info) and not check(value):
+            raise _wanted(what, value)
+        return value
+    return AfterValidator(validate)
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+#: A memory's name: an agent id as OpenClaw writes one (:mod:`pipeline.config.agent_id`), the
+#: form every memory name has, so a name that could escape into a path never reaches a worker.
+MemoryName = Annotated[Text, _wire_shape(re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}").fullmatch,
+                                         "a memory name (letters, digits, '_' or '-', at most 64)")]
+#: A store generation's real path: absolute, without NUL.
+StorePath = Annotated[Text, _wire_shape(lambda p: "\0" not in p and os.path.isabs(p),
+                                        "an absolute file path")]
+#: A sha256 hex digest, or empty (not known).
+Sha256 = Annotated[Text, _wire_shape(lambda h: not h or re.fullmatch(r"[0-9a-f]{64}", h),
+                                     "a sha256 hex digest")]
+Base64 = Annotated[Text, _wire_shape(_is_base64, "base64 data")]
+Whole = Annotated[int, Field(ge=0, le=MAX_WHOLE)]
+#: A finite number >= 0 (seconds, a deadline).
+Seconds = Annotated[float, Field(ge=0)]
+T = TypeVar("T")
+#: A JSON list, held as a tuple.
+Items = Annotated[tuple[T, ...], Strict(False)]
+
+
+def _json(value: Any, info: ValidationInfo) -> Any:
+    if not _on_the_wire(info):  # a reader's answer: to_json writes it as JSON
+        return value
+    try:
+        return check_json(value, "")
+    except MessageRefused as refused:
+        raise _no(str(refused)) from None
+
+
+#: Any plain JSON value (finite numbers, text keys, nesting at most 32 deep), on the wire.
+JsonValue = Annotated[Any, AfterValidator(_json)]
+
+
+def _plain(cls: type[T], read: Callable[[Any, str], T], write: Callable[[T], Any]) -> Any:
+    """A field holding a plain value of :mod:`pipeline.message_fields`, read by its own reader
+    (``where`` "": the refusal follows the field's name) and written by its own writer."""
+    def validate(value: Any) -> T:
+        if isinstance(value, cls):
+            return value
+        try:
+            return read(value, "")
+        except MessageRefused as refused:
+            raise _no(str(refused)) from None
+    return Annotated[cls, PlainValidator(validate), PlainSerializer(write)]
+
+
+RouteField = _plain(Route, Route.from_json, Route.to_json)
+Spec = _plain(ProviderSpec, ProviderSpec.from_dict, ProviderSpec.to_dict)
+Media = _plain(MediaPart, MediaPart.from_json, MediaPart.to_json)
+
+
+def _vector(value: Any, info: ValidationInfo) -> np.ndarray:
+    """Base64 of one or more finite little-endian float32 values (its wire form); from a
+    Python caller also an array or a sequence of numbers (held as float32)."""
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise _wanted("a base64 float32 vector", value) from None
+        if not raw or len(raw) % 4:
+            raise _no(f" must hold one or more float32 values ({len(raw)} bytes)")
+        vector = np.frombuffer(raw, dtype="<f4")
+    elif _on_the_wire(info) or not isinstance(value, np.ndarray | list | tuple):
+        raise _wanted("a base64 float32 vector", value)
+    else:
+        try:
+            vector = np.asarray(value, dtype="<f4")
+        except (TypeError, ValueError):
+            raise _wanted("a vector of numbers", value) from None
+        if vector.ndim != 1 or not vector.size:
+            raise _no(f" must be a vector of one or more values, not of shape {vector.shape}")
+    if not np.isfinite(vector).all():
+        raise _no(" holds a value that is not a finite number")
+    return vector
+
+
+Vector = Annotated[np.ndarray, PlainValidator(_vector), PlainSerializer(encode_vector)]
+#: (chunk id, text, reason, ...): a JSON list of exactly these values.
+Pair = Annotated[tuple[Text, Text], Strict(False)]
+
+
+def _one_width(vectors: Iterable[np.ndarray]) -> None:
+    """The vectors of one message are of one width (they go into one index)."""
+    widths = sorted({len(v) for v in vectors})
+    if len(widths) > 1:
+        raise _no(f".vectors mixes vectors of widths {widths}")
+
+
+# -- the message base -------------------------------------------------------------------------
+
+class Wire(BaseModel):
+    """A message, or a part of one: a frozen, strict pydantic model without extra fields.
+
+    A top-level message (``KIND`` set) travels as ``{"v": VERSION, "kind": KIND, ...}``;
+    ``ROUTED`` ones hold their ``shard`` (and ``interactive`` lane) as fields and send them as
+    a :class:`Route` (``"route"``, at ``shard``'s place; ``LANE`` is the lane sent when there
+    is no ``interactive`` field); ``OMIT_NONE`` fields are left out while None; ``WIRE_NAMES``
+    renames fields on the wire. ``WHAT`` names the message in refusals.
+    """
+
+    model_config = WIRE
+
+    WHAT: ClassVar[str] = "a message"
+    KIND: ClassVar[str | None] = None
+    ROUTED: ClassVar[bool] = False
+    LANE: ClassVar[bool] = False
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ()
+    WIRE_NAMES: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, *args: Any, **fields: Any) -> None:
+        """By keyword, or by position in field order; MessageRefused when a field is wrong."""
+        names = list(type(self).model_fields)
+        if len(args) > len(names):
+            raise MessageRefused(f"{self.WHAT} takes at most {len(names)} fields")
+        try:
+            super().__init__(**dict(zip(names, args, strict=False)), **fields)
+        except ValidationError as error:
+            raise refusal(error, self.WHAT) from None
+
+    # Only maps positions to names: reading (model_validate) need not call it, and keeps its
+    # validation context (what pydantic's own BaseModel.__init__ says of itself).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @model_serializer(mode="wrap")
+    def _wire_form(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = {"v": VERSION, "kind": self.KIND} if self.KIND else {}
+        for key, value in handler(self).items():
+            if key == "shard" and self.ROUTED:
+                lane = getattr(self, "interactive", self.LANE)
+                out["route"] = Route(value, lane).to_json()
+            elif not (key == "interactive" and self.ROUTED) \
+                    and not (value is None and key in self.OMIT_NONE):
+                out[self.WIRE_NAMES.get(key, key)] = value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The message as JSON (the dict Celery's serializer sends)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def from_json(cls: type[W], data: Any, where: str | None = None) -> W:
+        """``data`` read as this message: MessageRefused naming the field that is wrong (and
+        nothing else) when it is not one."""
+        what = where or cls.WHAT
+        try:
+            fields = cls._fields(data, what) if cls.KIND else data
+            return cls.model_validate(fields, context=FROM_THE_WIRE)
+        except ValidationError as error:
+            raise refusal(error, what) from None
+        except MessageRefused:
+            raise
+        except Exception as error:  # nothing but MessageRefused leaves from_json
+            raise MessageRefused(f"{what} is refused ({type(error).__name__})") from None
+
+    @classmethod
+    def _fields(cls, data: Any, what: str) -> dict[str, Any]:
+        """A top-level message's fields by their Python names: ``v`` and ``kind`` checked and
+        dropped, the route unfolded, wire names renamed."""
+        if not isinstance(data, Mapping):
+            raise MessageRefused(f"{what} message must be a JSON object, not {shown(data)}")
+        version = data.get("v")
+        if type(version) is not int or version != VERSION:
+            raise MessageRefused(f"{what} message of version {shown(version)} (this memq "
+                                 f"reads version {VERSION}): the fleet runs mixed memq "
+                                 "versions; upgrade them all")
+        if data.get("kind") != cls.KIND:
+            raise MessageRefused(f"{what} message must be of kind {cls.KIND!r}, not "
+                                 f"{shown(data.get('kind'))}")
+        python = {wire: name for name, wire in cls.WIRE_NAMES.items()}
+        fields: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in ("v", "kind") or (cls.ROUTED and key == "route"):
+                continue
+            if key in cls.WIRE_NAMES or (cls.ROUTED and key in ("shard", "interactive")):
+                raise MessageRefused(f"{what} has an unknown field {shown(key)}")
+            fields[python.get(key, key)] = value
+        if cls.ROUTED:
+            route = Route.from_json(data.get("route"), f"{what}.route")
+            fields["shard"] = route.shard
+            if "interactive" in cls.model_fields:
+                fields["interactive"] = route.interactive
+        return fields
+
+
+W = TypeVar("W", bound=Wire)
+
+
+def replace(message: W, **changes: Any) -> W:
+    """``message`` with these fields changed, checked as when built (the messages'
+    :func:`dataclasses.replace`)."""
+    return type(message)(**{**dict(message), **changes})
+
+
+class ChunkText(Wire):
     """One chunk to embed: its stable id, the hash of its text, the text (for a media chunk, its
     label) and, for a media chunk, the file's bytes."""
 
-    id: str
-    hash: str
-    text: str
-    media: MediaPart | None = None
+    WHAT = "a chunk"
+    OMIT_NONE = ("media",)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "hash": self.hash, "text": self.text}
-        if self.media is not None:
-            out["media"] = {"mime_type": self.media.mime_type, "data": self.media.data}
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str = "a chunk") -> ChunkText:
-        fields = MessageFields(data, where)
-        media = None
-        if fields.get("media") is not None:
-            part = fields.fields("media")
-            media = MediaPart(part.text("mime_type"), part.read("data", check_base64))
-        return cls(fields.text("id"), fields.text("hash"), fields.text("text"), media)
+    id: Text
+    hash: Text
+    text: Text
+    media: Media | None = None
 
 
-@dataclass(frozen=True)
-class EmbedJob:
+class EmbedJob(Wire):
     """Chunks of one memory to embed with one provider (``embed.<provider>``).
 
     ``attempt`` counts deliveries after a worker crash (:func:`after_crash`).
     """
 
-    memory: str
-    spec: ProviderSpec
-    store: str
-    chunks: tuple[ChunkText, ...]
-    attempt: int = 0
-    route: Route = DEFAULT_ROUTE
+    WHAT, KIND = "embedding job", "embed"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "embed", "memory": self.memory, "spec": self.spec.to_dict(),
-                "store": self.store, "chunks": [c.to_json() for c in self.chunks],
-                "attempt": self.attempt, "route": self.route.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EmbedJob:
-        fields = _checked(data, "embedding job", "embed")
-        return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
-                   fields.path("store"), fields.each("chunks", ChunkText.from_json),
-                   fields.whole("attempt", 0), fields.read("route", Route.from_json, DEFAULT_ROUTE))
+    memory: MemoryName
+    spec: Spec
+    store: StorePath
+    chunks: Items[ChunkText]
+    attempt: Whole = 0
+    route: RouteField = DEFAULT_ROUTE
 
     @property
     def size(self) -> int:
@@ -162,51 +414,32 @@ class EmbedJob:
         return self.result(held=[(c.id, reason) for c in self.chunks])
 
 
-@dataclass(frozen=True)
-class ChunkVector:
-    """A chunk's vector, with the hash of the text it was computed from."""
+class ChunkVector(NamedTuple):
+    """A chunk's vector, with the hash of the text it was computed from (on the wire: a list
+    ``[id, hash, vector]``)."""
 
-    id: str
-    hash: str
-    vector: np.ndarray
+    id: Text
+    hash: Text
+    vector: Vector
 
 
-@dataclass(frozen=True)
-class EmbedResult:
+class EmbedResult(Wire):
     """What an embedding job produced, for the memory's single writer (``store``)."""
 
-    memory: str
-    spec: ProviderSpec
-    store: str
-    vectors: tuple[ChunkVector, ...] = ()
-    failed: tuple[tuple[str, str], ...] = ()  # (chunk id, reason)
-    held: tuple[tuple[str, str], ...] = ()
-    route: Route = DEFAULT_ROUTE
+    WHAT, KIND = "embedding result", "result"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "result", "memory": self.memory,
-                "spec": self.spec.to_dict(), "store": self.store,
-                "vectors": [[v.id, v.hash, encode_vector(v.vector)] for v in self.vectors],
-                "failed": [list(f) for f in self.failed], "held": [list(h) for h in self.held],
-                "route": self.route.to_json()}
+    memory: MemoryName
+    spec: Spec
+    store: StorePath
+    vectors: Items[ChunkVector] = ()
+    failed: Items[Pair] = ()  # (chunk id, reason)
+    held: Items[Pair] = ()
+    route: RouteField = DEFAULT_ROUTE
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EmbedResult:
-        fields = _checked(data, "embedding result", "result")
-        vectors = fields.each("vectors", check_row(check_text, check_text, check_vector))
-        _one_width(fields, "vectors", [v for _, _, v in vectors])
-        return cls(fields.name("memory"), fields.read("spec", ProviderSpec.from_dict),
-                   fields.path("store"), tuple(ChunkVector(*v) for v in vectors),
-                   fields.each("failed", check_row(check_text, check_text)),
-                   fields.each("held", check_row(check_text, check_text), ()),
-                   fields.read("route", Route.from_json, DEFAULT_ROUTE))
-
-
-def _one_width(fields: MessageFields, key: str, vectors: Sequence[np.ndarray]) -> None:
-    """The vectors of one message are of one width (they go into one index)."""
-    widths = sorted({len(v) for v in vectors})
-    if len(widths) > 1:
-        raise MessageRefused(f"{fields.where}.{key} mixes vectors of widths {widths}")
+    @model_validator(mode="after")
+    def _of_one_width(self) -> EmbedResult:
+        _one_width(v.vector for v in self.vectors)
+        return self
 
 
 # -- packing chunks into jobs ----------------------------------------------------------------
@@ -227,15 +460,15 @@ class HasText(Protocol):
     def text(self) -> str: ...
 
 
-T = TypeVar("T", bound=HasText)
+C = TypeVar("C", bound=HasText)
 
 
-def pack(chunks: Sequence[T], *, max_chunks: int = JOB_MAX_CHUNKS,
-         max_bytes: int = JOB_MAX_BYTES) -> list[list[T]]:
+def pack(chunks: Sequence[C], *, max_chunks: int = JOB_MAX_CHUNKS,
+         max_bytes: int = JOB_MAX_BYTES) -> list[list[C]]:
     """Pack chunks, in order, into groups of at most ``max_chunks`` and about ``max_bytes`` of
     UTF-8 text (a chunk larger than that travels alone)."""
-    groups: list[list[T]] = []
-    current: list[T] = []
+    groups: list[list[C]] = []
+    current: list[C] = []
     size = 0
     for chunk in chunks:
         weight = len(chunk.text.encode("utf-8"))
@@ -249,9 +482,9 @@ def pack(chunks: Sequence[T], *, max_chunks: int = JOB_MAX_CHUNKS,
     return groups
 
 
-def embed_jobs(memory: str, spec: ProviderSpec, store: str, chunks: Sequence[T], *,
+def embed_jobs(memory: str, spec: ProviderSpec, store: str, chunks: Sequence[C], *,
                max_bytes: int = JOB_MAX_BYTES, route: Route = DEFAULT_ROUTE
-               ) -> list[tuple[list[T], EmbedJob]]:
+               ) -> list[tuple[list[C], EmbedJob]]:
     """The sync embedding jobs for ``chunks`` (text only), each with the chunks it holds."""
     return [(group, EmbedJob(memory, spec, store,
                              tuple(ChunkText(c.id, c.hash, c.text) for c in group), route=route))
@@ -260,48 +493,28 @@ def embed_jobs(memory: str, spec: ProviderSpec, store: str, chunks: Sequence[T],
 
 # -- provider batch jobs ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class BatchOptions:
+class BatchOptions(Wire):
     """The batch settings a job runs with, kept in its row so a resumed job keeps them."""
 
-    poll_s: float
-    timeout_s: float
-    concurrency: int
+    WHAT = "batch options"
 
-    def to_json(self) -> dict[str, float]:
-        return {"poll_s": self.poll_s, "timeout_s": self.timeout_s,
-                "concurrency": self.concurrency}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str = "batch options") -> BatchOptions:
-        fields = MessageFields(data, where)
-        return cls(fields.number("poll_s"), fields.number("timeout_s"),
-                   fields.whole("concurrency", minimum=1))
+    poll_s: Seconds
+    timeout_s: Seconds
+    concurrency: Annotated[int, Field(ge=1, le=MAX_WHOLE)]
 
 
-@dataclass(frozen=True)
-class BatchJobRef:
+class BatchJobRef(Wire):
     """What every message of one batch job carries: the job (its row in the store), its memory,
     provider, store generation and options."""
 
-    job: str
-    memory: str
-    spec: ProviderSpec
-    store: str
+    WHAT = "batch job"
+
+    job: Text
+    memory: MemoryName
+    spec: Spec
+    store: StorePath
     options: BatchOptions
-    route: Route = DEFAULT_ROUTE
-
-    def _ref_json(self, kind: str) -> dict[str, Any]:
-        return {"v": VERSION, "kind": kind, "job": self.job, "memory": self.memory,
-                "spec": self.spec.to_dict(), "store": self.store,
-                "options": self.options.to_json(), "route": self.route.to_json()}
-
-    @staticmethod
-    def _ref_fields(fields: MessageFields) -> tuple[Any, ...]:
-        return (fields.text("job"), fields.name("memory"),
-                fields.read("spec", ProviderSpec.from_dict), fields.path("store"),
-                fields.read("options", BatchOptions.from_json),
-                fields.read("route", Route.from_json, DEFAULT_ROUTE))
+    route: RouteField = DEFAULT_ROUTE
 
     def ref(self) -> BatchJobRef:
         """Just the job's reference (for the updates a step sends the writer)."""
@@ -314,50 +527,14 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass(frozen=True)
 class BatchSubmit(BatchJobRef):
     """Upload these chunks and create the remote job (``batch.<provider>``). ``token`` is the
     job's lease token (:class:`pipeline.batch.workflow.Leases`)."""
 
-    chunks: tuple[tuple[str, str], ...] = ()  # (chunk id, text)
-    token: str = ""
+    WHAT, KIND = "batch submit", "batch_submit"
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self._ref_json("batch_submit"), "chunks": [list(c) for c in self.chunks],
-                "token": self.token}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BatchSubmit:
-        fields = _checked(data, "batch submit", "batch_submit")
-        return cls(*cls._ref_fields(fields),
-                   chunks=fields.each("chunks", check_row(check_text, check_text)),
-                   token=fields.text("token"))
-
-
-@dataclass(frozen=True)
-class BatchPoll(BatchJobRef):
-    """Poll the remote job once (``batch.<provider>``); ``ids`` are its chunk ids, to account
-    for every line of its output."""
-
-    token: str = ""
-    remote: RemoteBatchRecord = field(default_factory=dict)  # type: ignore[assignment]
-    deadline: float = 0.0
-    ids: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self._ref_json("batch_poll"), "token": self.token, "remote": dict(self.remote),
-                "deadline": self.deadline, "ids": list(self.ids)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BatchPoll:
-        fields = _checked(data, "batch poll", "batch_poll")
-        return cls(*cls._ref_fields(fields), token=fields.text("token"),
-                   remote=fields.read("remote", _remote_batch),
-                   deadline=fields.number("deadline"), ids=fields.each("ids", check_text))
-
-    def with_remote(self, remote: Mapping[str, Any]) -> BatchPoll:
-        """The next poll, with the job's state as last seen."""
-        return replace(self, remote=dict(remote))
+    chunks: Items[Pair]  # (chunk id, text)
+    token: Text
 
 
 class RemoteBatchRecord(TypedDict):
@@ -374,13 +551,54 @@ class RemoteBatchRecord(TypedDict):
     message: str | None
 
 
-def _remote_batch(value: Any, where: str) -> RemoteBatchRecord:
-    """A :class:`RemoteBatchRecord`: its text fields required, the optional ones null or
-    absent."""
-    fields = MessageFields(value, where)
-    record = {key: fields.text(key) if hint is str else fields.optional_text(key)
-              for key, hint in get_type_hints(RemoteBatchRecord).items()}
-    return RemoteBatchRecord(**record)  # type: ignore[typeddict-item]
+class RemoteBatchFields(Wire):
+    """What a :class:`RemoteBatchRecord` must hold (the optional ones null or absent)."""
+
+    provider: Text
+    remote_id: Text
+    state: Text
+    raw_state: Text
+    input_file: Text | None = None
+    output_file: Text | None = None
+    error_file: Text | None = None
+    message: Text | None = None
+
+
+class AsDict:
+    """``Annotated`` metadata: the field holds a plain dict (its type a ``TypedDict``, which
+    pydantic is never shown), checked by ``model`` (``given_only``: the keys given are kept,
+    else every field)."""
+
+    def __init__(self, model: type[Wire], *, given_only: bool = False) -> None:
+        self.model, self.given_only = model, given_only
+
+    def validate(self, value: Any, info: ValidationInfo) -> dict[str, Any]:
+        checked = self.model.model_validate(value, context=info.context)
+        return checked.model_dump(mode="json", by_alias=True, exclude_unset=self.given_only)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> dict[str, Any]:
+        """A plain validator's core schema (``with_info_plain_validator_function``)."""
+        return {"type": "function-plain", "function": {"type": "with-info",
+                                                       "function": self.validate}}
+
+
+RemoteRecord = Annotated[RemoteBatchRecord, AsDict(RemoteBatchFields)]
+
+
+class BatchPoll(BatchJobRef):
+    """Poll the remote job once (``batch.<provider>``); ``ids`` are its chunk ids, to account
+    for every line of its output."""
+
+    WHAT, KIND = "batch poll", "batch_poll"
+
+    token: Text
+    remote: RemoteRecord
+    deadline: Seconds
+    ids: Items[Text]
+
+    def with_remote(self, remote: Mapping[str, Any]) -> BatchPoll:
+        """The next poll, with the job's state as last seen."""
+        return self.model_copy(update={"remote": dict(remote)})
 
 
 #: The events a :class:`BatchUpdate` reports.
@@ -388,99 +606,61 @@ BatchEvent = Literal["state", "vectors", "finished"]
 BATCH_EVENTS: tuple[str, ...] = get_args(BatchEvent)
 
 
-@dataclass(frozen=True)
 class BatchUpdate(BatchJobRef):
     """A batch job's news for the writer (``store``): its remote state changed (``state``),
     some of its vectors (``vectors``: chunk id → vector), or its end (``finished``: the outcome,
     the chunk ids it embedded, an error)."""
 
-    event: BatchEvent = "state"
-    remote: RemoteBatchRecord | None = None
-    vectors: tuple[tuple[str, np.ndarray], ...] = ()
-    outcome: str | None = None
-    embedded: tuple[str, ...] = ()
-    error: str | None = None
+    WHAT, KIND = "batch update", "batch_update"
 
-    def __post_init__(self) -> None:
-        if self.event not in BATCH_EVENTS:
-            raise MessageRefused(f"unknown batch update {self.event!r}")
+    event: BatchEvent
+    remote: RemoteRecord | None = None
+    vectors: Items[Annotated[tuple[Text, Vector], Strict(False)]] = ()
+    outcome: Text | None = None
+    embedded: Items[Text] = ()
+    error: Text | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self._ref_json("batch_update"), "event": self.event,
-                "remote": dict(self.remote) if self.remote is not None else None,
-                "vectors": [[cid, encode_vector(v)] for cid, v in self.vectors],
-                "outcome": self.outcome, "embedded": list(self.embedded), "error": self.error}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BatchUpdate:
-        fields = _checked(data, "batch update", "batch_update")
-        event = fields.choice("event", BATCH_EVENTS)
-        remote = fields.read("remote", _remote_batch, None)
-        if event == "state" and remote is None:
-            raise MessageRefused(f"{fields.where}: a state update must carry the remote record")
-        vectors = fields.each("vectors", check_row(check_text, check_vector), ())
-        _one_width(fields, "vectors", [v for _, v in vectors])
-        return cls(*cls._ref_fields(fields), event=event, remote=remote, vectors=vectors,
-                   outcome=fields.optional_text("outcome"),
-                   embedded=fields.each("embedded", check_text, ()),
-                   error=fields.optional_text("error"))
+    @model_validator(mode="after")
+    def _consistent(self) -> BatchUpdate:
+        if self.event == "state" and self.remote is None:
+            raise _no(": a state update must carry the remote record")
+        _one_width(v for _, v in self.vectors)
+        return self
 
 
 # -- index jobs -------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class IndexRequest:
+class IndexRequest(Wire):
     """An index pass of one memory, run by the writer host that owns its store
     (``memq index --remote``, or a sync asked for by a host that does not hold the store:
     ``interactive``); the Celery task id is the job id."""
 
-    memory: str
+    WHAT, KIND, ROUTED, OMIT_NONE = "index request", "index", True, ("rebuild",)
+
+    memory: MemoryName
     retry_failed: bool = False
-    shard: int = 0
+    shard: Whole = 0
     interactive: bool = False
-    rebuild: str | None = None  # why to build a new index beside the live one (reindex)
+    rebuild: Text | None = None  # why to build a new index beside the live one (reindex)
 
     @property
     def route(self) -> Route:
         return Route(self.shard, self.interactive)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"v": VERSION, "kind": "index", "memory": self.memory,
-               "retry_failed": self.retry_failed, "route": self.route.to_json()}
-        if self.rebuild is not None:
-            out["rebuild"] = self.rebuild
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> IndexRequest:
-        fields = _checked(data, "index request", "index")
-        route = fields.read("route", Route.from_json, DEFAULT_ROUTE)
-        return cls(fields.name("memory"), fields.flag("retry_failed", False), route.shard,
-                   route.interactive, fields.optional_text("rebuild"))
 
 
 #: Why a QMD backend's write job runs (:mod:`pipeline.qmd.jobs`).
 QmdReason = Literal["boot", "changed", "due"]
 
 
-@dataclass(frozen=True)
-class QmdJobRequest:
+class QmdJobRequest(Wire):
     """A QMD backend's write job for one memory (``boot``, ``changed`` or ``due``: see
     :mod:`pipeline.qmd.jobs`), run by the host that owns the memory."""
 
-    memory: str
+    WHAT, KIND, ROUTED = "qmd job request", "qmd-job", True
+
+    memory: MemoryName
     reason: QmdReason = "due"
-    shard: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "qmd-job", "memory": self.memory, "reason": self.reason,
-                "route": Route(self.shard).to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QmdJobRequest:
-        fields = _checked(data, "qmd job request", "qmd-job")
-        return cls(fields.name("memory"), fields.choice("reason", get_args(QmdReason), "due"),
-                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
+    shard: Whole = 0
 
 
 # -- files from a producer on another host ---------------------------------------------------
@@ -489,33 +669,26 @@ class QmdJobRequest:
 #: (``touch``), or gone (``delete``).
 FileOp = Literal["write", "touch", "delete"]
 FileSource = Literal["memory", "sessions"]
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _sha256(value: Any, where: str) -> str:
-    text = check_text(value, where)
-    if text and not _SHA256.fullmatch(text):
-        raise refusal(where, "a sha256 hex digest", value)
-    return text
-
-
-@dataclass(frozen=True)
-class FileChange:
+class FileChange(Wire):
     """One memory file as the producer that holds it saw it change: its path relative to the
     workspace (as the store keeps it), its source, its stat, the sha256 of its bytes, and the
     bytes themselves for a ``write``: as ``text`` when they are UTF-8 text, else as base64
     ``data`` (an image, bytes a local pass would refuse). ``error`` says why a file could not
     be read at all (it then has no bytes)."""
 
-    path: str
+    WHAT, OMIT_NONE = "a file change", ("text", "data", "error")
+
+    path: Text
     source: FileSource
     op: FileOp
-    mtime_ns: int = 0
-    size: int = 0
-    hash: str = ""
-    text: str | None = None
-    data: str | None = None
-    error: str | None = None
+    mtime_ns: Whole = 0
+    size: Whole = 0
+    hash: Sha256 = ""
+    text: Text | None = None
+    data: Base64 | None = None
+    error: Text | None = None
 
     def raw(self) -> bytes | None:
         """The file's bytes (None for a touch, a delete or an unreadable file)."""
@@ -525,26 +698,13 @@ class FileChange:
             return base64.b64decode(self.data)
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str = "a file change") -> FileChange:
-        fields = MessageFields(data, where)
-        return cls(fields.text("path"), fields.choice("source", get_args(FileSource)),  # type: ignore[arg-type]
-                   fields.choice("op", get_args(FileOp)),  # type: ignore[arg-type]
-                   fields.whole("mtime_ns", 0), fields.whole("size", 0),
-                   fields.read("hash", _sha256, ""), fields.optional_text("text"),
-                   fields.read("data", check_base64, None), fields.optional_text("error"))
-
     @property
     def weight(self) -> int:
         """About how many bytes this change adds to a message."""
         return len(self.path) + len(self.text or "") + len(self.data or "") + 200
 
 
-@dataclass(frozen=True)
-class FileChanges:
+class FileChanges(Wire):
     """Part ``part`` of a producer pass (job ``job``) over ``memory``'s files, for the writer
     of its shard (``control.<shard>``), which applies them exactly as a local pass would; the
     ``last`` part also queues the embedding work. ``files`` is how many files the pass looked
@@ -552,127 +712,114 @@ class FileChanges:
     ``retry_failed`` queues the memory's failed chunks again; ``folder`` identifies the folder
     the files were read from (host, device, inode: :mod:`pipeline.ingest.safety`)."""
 
-    memory: str
-    job: str
-    changes: tuple[FileChange, ...] = ()
-    part: int = 0
+    WHAT, KIND, ROUTED, OMIT_NONE = "file changes", "file-changes", True, ("folder",)
+
+    memory: MemoryName
+    job: Text
+    changes: Items[FileChange] = ()
+    part: Whole = 0
     last: bool = True
-    files: int = 0
-    errors: tuple[str, ...] = ()
-    origin: str = "remote"
-    shard: int = 0
+    files: Whole = 0
+    errors: Items[Text] = ()
+    origin: Text = "remote"
+    shard: Whole = 0
     interactive: bool = False
     retry_failed: bool = False
-    folder: str | None = None
+    folder: Text | None = None
 
     @property
     def route(self) -> Route:
         return Route(self.shard, self.interactive)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"v": VERSION, "kind": "file-changes", "memory": self.memory, "job": self.job,
-               "changes": [c.to_json() for c in self.changes], "part": self.part,
-               "last": self.last, "files": self.files, "errors": list(self.errors),
-               "origin": self.origin, "route": self.route.to_json(),
-               "retry_failed": self.retry_failed}
-        if self.folder is not None:
-            out["folder"] = self.folder
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FileChanges:
-        fields = _checked(data, "file changes", "file-changes")
-        route = fields.read("route", Route.from_json, DEFAULT_ROUTE)
-        return cls(fields.name("memory"), fields.text("job"),
-                   fields.each("changes", FileChange.from_json), fields.whole("part", 0),
-                   fields.flag("last", True), fields.whole("files", 0),
-                   fields.each("errors", check_text, ()), fields.text("origin", "remote"),
-                   route.shard, route.interactive, fields.flag("retry_failed", False),
-                   fields.optional_text("folder"))
 
 
 # -- reads from any host ----------------------------------------------------------------------
 
 #: What a reader is asked (:class:`QueryRequest`).
 QueryOp = Literal["search", "get", "status", "stale", "append", "jobs", "manifest", "export"]
-_OPTIONAL_WHOLE: Check[int | None] = (  # noqa: E731
-    lambda v, where: None if v is None else check_whole(0)(v, where))
-
-
-def _score(value: Any, where: str) -> float | None:
-    if value is None:
-        return None
-    number = check_number(value, where)
-    if number > 1:
-        raise refusal(where, "a number from 0 to 1", value)
-    return number
-
-
 #: At most this many active project keys per search (OpenClaw keeps 4 per session).
 MAX_PROJECT_KEYS = 64
 
 
-def _project_keys(value: Any, where: str) -> list[str] | None:
-    """None, or a list of at most :data:`MAX_PROJECT_KEYS` texts (the active project keys)."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) > MAX_PROJECT_KEYS:
-        raise refusal(where, f"a list of at most {MAX_PROJECT_KEYS} project keys", value)
-    return [check_text(key, f"{where}[{n}]") for n, key in enumerate(value)]
+class SearchArgs(Wire):
+    """``search``: the query, and what narrows or tells about the hits."""
+
+    query: Text
+    maxResults: Whole | None = None  # the wire's names
+    minScore: Annotated[float, Field(ge=0, le=1)] | None = None
+    citations: Text | None = None
+    stale: bool | None = None
+    filesDigest: Text | None = None
+    corpus: Text | None = None
+    projects: Annotated[list[Text], Field(max_length=MAX_PROJECT_KEYS)] | None = None
 
 
-#: What each read takes: argument name -> (its check, required).
-QUERY_ARGS: dict[str, dict[str, tuple[Check[Any], bool]]] = {
-    "search": {"query": (check_text, True), "maxResults": (_OPTIONAL_WHOLE, False),
-               "minScore": (_score, False), "citations": (check_optional_text, False),
-               "stale": (check_flag, False), "filesDigest": (check_optional_text, False),
-               "corpus": (check_optional_text, False), "projects": (_project_keys, False)},
-    "get": {"path": (check_text, True), "from": (_OPTIONAL_WHOLE, False),
-            "lines": (_OPTIONAL_WHOLE, False)},
-    "status": {},
-    "stale": {},
-    "append": {"text": (check_text, True), "target": (check_text, False)},
-    "jobs": {"limit": (_OPTIONAL_WHOLE, False), "id": (check_optional_text, False)},
-    "manifest": {},
-    "export": {"token": (check_optional_text, False), "offset": (_OPTIONAL_WHOLE, False),
-               "size": (_OPTIONAL_WHOLE, False), "close": (check_flag, False)},
-}
+class GetArgs(Wire):
+    """``get``: a file's lines."""
+
+    path: Text
+    from_: Whole | None = Field(None, alias="from")
+    lines: Whole | None = None
 
 
-def _query_args(op: str, args: Any, where: str) -> dict[str, Any]:
-    """``args`` read by :data:`QUERY_ARGS`' checks for ``op`` (MessageRefused otherwise)."""
-    fields = MessageFields(args, where)
-    allowed = QUERY_ARGS[op]
-    unknown = sorted(set(fields) - set(allowed))
-    if unknown:
-        raise MessageRefused(f"{where} has an unknown argument {shown(unknown[0])}")
-    return {name: fields.read(name, check) if required else fields.read(name, check, None)
-            for name, (check, required) in allowed.items() if required or name in fields}
+class NoArgs(Wire):
+    """``status``, ``stale``, ``manifest``: no arguments."""
 
 
-@dataclass(frozen=True)
-class QueryRequest:
+class AppendArgs(Wire):
+    """``append``: a note, and the file it goes to (default: today's)."""
+
+    text: Text
+    target: Text = "daily"
+
+
+class JobsArgs(Wire):
+    """``jobs``: the recent jobs, or one."""
+
+    limit: Whole | None = None
+    id: Text | None = None
+
+
+class ExportArgs(Wire):
+    """``export``: start a copy of the store (no token), read a part of it, or close it."""
+
+    token: Text | None = None
+    offset: Whole | None = None
+    size: Whole | None = None
+    close: bool | None = None
+
+
+#: The arguments each read takes; a request holds them as the plain JSON object they travel
+#: as (by their wire names, only those given).
+QUERY_ARGS: dict[str, type[Wire]] = {
+    "search": SearchArgs, "get": GetArgs, "status": NoArgs, "stale": NoArgs,
+    "append": AppendArgs, "jobs": JobsArgs, "manifest": NoArgs, "export": ExportArgs}
+
+
+class QueryRequest(Wire):
     """A read of one memory (:data:`QUERY_ARGS`: ``search``, ``get``, ``status``, ``stale``,
     ``jobs``, ``manifest``, ``export`` of a copy of its store, or the ``append`` of a note to
-    its files), sent to its shard's
-    ``query`` queue and answered by a reader on the host that holds the memory's store."""
+    its files), sent to its shard's ``query`` queue and answered by a reader on the host that
+    holds the memory's store; ``args`` are checked on the wire by the op's arguments type
+    (:data:`QUERY_ARGS`)."""
 
-    memory: str
+    WHAT, KIND, ROUTED, LANE = "query", "query", True, True
+
+    memory: MemoryName
     op: QueryOp
-    args: Mapping[str, Any] = field(default_factory=dict)
-    shard: int = 0
+    args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
+    shard: Whole = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "query", "memory": self.memory, "op": self.op,
-                "args": dict(self.args), "route": Route(self.shard, True).to_json()}
-
+    @field_validator("args", mode="plain")
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueryRequest:
-        fields = _checked(data, "query", "query")
-        op = fields.choice("op", get_args(QueryOp))
-        return cls(fields.name("memory"), op,  # type: ignore[arg-type]
-                   _query_args(op, fields.get("args", {}), f"query {op}"),
-                   fields.read("route", Route.from_json, DEFAULT_ROUTE).shard)
+    def _of_the_op(cls, value: Any, info: ValidationInfo) -> dict[str, Any]:
+        op = info.data.get("op")
+        if op is None:  # refused already
+            raise _no(" cannot be read for an unknown op")
+        if not _on_the_wire(info):  # a Python caller's: the reader checks them on the wire
+            if not isinstance(value, Mapping):
+                raise _wanted("a JSON object", value)
+            return dict(value)
+        return AsDict(QUERY_ARGS[op], given_only=True).validate(value, info)
 
 
 #: Why a reader did not answer: the message was refused (another memory, another shard), the
@@ -681,23 +828,13 @@ ReplyError = Literal["refused", "path", "append", "disabled", "workspace", "fail
 REPLY_ERRORS: tuple[str, ...] = get_args(ReplyError)
 
 
-@dataclass(frozen=True)
-class QueryReply:
+class QueryReply(Wire):
     """A reader's answer: ``answer`` (the operation's JSON shape), or ``error`` with its
-    ``kind`` (:data:`REPLY_ERRORS`); ``node`` names the reader."""
+    ``kind`` (:data:`REPLY_ERRORS`; ``error_kind`` on the wire); ``node`` names the reader."""
 
-    answer: Any = None
-    error: str | None = None
+    WHAT, KIND, WIRE_NAMES = "query reply", "query-reply", {"kind": "error_kind"}
+
+    answer: JsonValue = None
+    error: Text | None = None
     kind: ReplyError | None = None
-    node: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "query-reply", "answer": self.answer, "error": self.error,
-                "error_kind": self.kind, "node": self.node}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueryReply:
-        fields = _checked(data, "query reply", "query-reply")
-        kind = fields.read("error_kind", check_one_of(REPLY_ERRORS), None)
-        return cls(fields.read("answer", check_json, None), fields.optional_text("error"),
-                   kind, fields.optional_text("node"))  # type: ignore[arg-type]
+    node: Text | None = None

@@ -1,12 +1,12 @@
 """Every message type reads back what it wrote, and refuses anything else with MessageRefused.
 
-The message types are found, not listed: every dataclass of :mod:`pipeline.messages` with
-``to_json``/``from_json`` (or ``to_dict``/``from_dict``), so a type added later is covered
-without touching this file. Instances are built from the dataclasses' own type hints
-(:func:`strategy_for`), payloads are mutated at any depth (a key dropped, a value swapped for
-another type, NaN, a huge number, nested garbage, a broken vector encoding, another version)
-and foreign JSON is thrown at every reader. The only exception allowed out of a reader is
-:class:`MessageRefused`; a payload it accepts gives a message whose every field has the type
+The message types are found, not listed: every pydantic model or dataclass of
+:mod:`pipeline.messages` with ``to_json``/``from_json`` (or ``to_dict``/``from_dict``), so a
+type added later is covered without touching this file. Instances are built from the types'
+own hints (:func:`strategy_for`), payloads are mutated at any depth (a key dropped, a value
+swapped for another type, NaN, a huge number, nested garbage, a broken vector encoding, another
+version) and foreign JSON is thrown at every reader. The only exception allowed out of a reader
+is :class:`MessageRefused`; a payload it accepts gives a message whose every field has the type
 its hint says, which encodes back to strict JSON.
 """
 
@@ -19,12 +19,14 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Union
+from functools import partial
+from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from pipeline import message_fields, messages
 from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_strict
@@ -32,15 +34,17 @@ from pipeline.errors import MessageRefused
 from pipeline.messages import EmbedJob, EmbedResult
 
 RELAXED = settings(deadline=None, max_examples=100,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                          HealthCheck.filter_too_much])
 
 
 def discover() -> list[tuple[type, str, str]]:
-    """(class, encoder name, decoder name) of every message type in pipeline.messages (some
-    defined in pipeline.message_fields: the values the store and providers use too)."""
+    """(class, encoder name, decoder name) of every message type in pipeline.messages (its
+    pydantic models, and the dataclasses of pipeline.message_fields: the values the store and
+    providers use too)."""
     found = []
     for obj in vars(messages).values():
-        if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)
+        if not (isinstance(obj, type) and (dataclasses.is_dataclass(obj) or is_model(obj))
                 and obj.__module__ in (messages.__name__, message_fields.__name__)):
             continue
         for encode, decode in (("to_json", "from_json"), ("to_dict", "from_dict")):
@@ -48,6 +52,14 @@ def discover() -> list[tuple[type, str, str]]:
                 found.append((obj, encode, decode))
                 break
     return found
+
+
+def is_model(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, BaseModel)
+
+
+def is_named_tuple(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields")
 
 
 MESSAGE_TYPES = discover()
@@ -82,6 +94,8 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
     """Values of type ``hint``; message-ish (whole numbers >= 0, finite numbers, vectors of
     one width) but not filtered: some are refused, which the tests allow."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:  # a pydantic field type: its checks are the message's
+        return strategy_for(args[0])
     simple: dict[Any, st.SearchStrategy[Any]] = {
         Any: JSON, str: TEXTS, bool: st.booleans(), int: st.integers(0, 2**40),
         float: st.floats(0, 1e9), type(None): st.none(), np.ndarray: VECTORS}
@@ -106,13 +120,30 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
         hints = typing.get_type_hints(hint)
         return st.builds(hint, **{f.name: strategy_for(hints[f.name])
                                   for f in dataclasses.fields(hint) if f.init})
+    if is_named_tuple(hint):
+        return st.builds(hint, *map(strategy_for, typing.get_type_hints(hint).values()))
+    if is_model(hint):
+        return st.builds(partial(built, hint), **{
+            f.alias or name: strategy_for(f.annotation) for name, f in hint.model_fields.items()}
+        ).filter(lambda message: message is not None)
     raise TypeError(f"no strategy for {hint!r}: teach strategy_for this type")
+
+
+def built(cls: type, **fields: Any) -> Any:
+    """``cls(**fields)``, or None when the message refuses to be built from these values (a
+    pydantic message checks its fields when it is built, as when it is read)."""
+    try:
+        return cls(**fields)
+    except MessageRefused:
+        return None
 
 
 def conforms(value: Any, hint: Any) -> bool:
     """Whether ``value`` is of type ``hint`` the way a message must be: numbers finite,
     vectors 1-D float32 and finite, free-form JSON plain."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        return conforms(value, args[0])
     if hint is Any:
         return is_plain_json(value)
     if hint is float:
@@ -134,6 +165,8 @@ def conforms(value: Any, hint: Any) -> bool:
         if len(args) == 2 and args[1] is Ellipsis:
             return all(conforms(v, args[0]) for v in value)
         return len(value) == len(args) and all(map(conforms, value, args))
+    if origin is list:
+        return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
     if origin in (dict, Mapping):
         return isinstance(value, Mapping) and all(
             isinstance(k, str) and conforms(v, args[1]) for k, v in value.items())
@@ -145,6 +178,12 @@ def conforms(value: Any, hint: Any) -> bool:
         hints = typing.get_type_hints(hint)
         return isinstance(value, hint) and all(
             conforms(getattr(value, f.name), hints[f.name]) for f in dataclasses.fields(hint))
+    if is_named_tuple(hint):
+        return isinstance(value, hint) and all(
+            map(conforms, value, typing.get_type_hints(hint).values()))
+    if is_model(hint):
+        return isinstance(value, hint) and all(
+            conforms(getattr(value, name), f.annotation) for name, f in hint.model_fields.items())
     raise TypeError(f"cannot check {hint!r}: teach conforms this type")
 
 

@@ -16,7 +16,6 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ import numpy as np
 from pipeline.embeddings.base import DocumentInput, EmbeddingProvider, MediaInput
 from pipeline.embeddings.ratelimit import FleetPause, FleetRateLimiter
 from pipeline.errors import EmbeddingError, InputTooLong, ProviderThrottled
-from pipeline.messages import ChunkVector, EmbedJob, EmbedResult
+from pipeline.messages import ChunkVector, EmbedJob, EmbedResult, replace
 
 MAX_DELIVERIES = 3
 
