@@ -47,7 +47,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
-from pipeline.results import MemoryText
+from pipeline.results import NOT_FOUND, MemoryText
 from pipeline.search.corpus import CORPORA, GET_CORPORA, corpus_outcomes
 
 log = logging.getLogger("memq.mcp")
@@ -250,7 +250,11 @@ class MemoryTools:
             # OpenClaw's corpus "all": the memory corpus failed and no wiki answered
             return {"status": "error", "path": path, "text": "",
                     **refused_outcomes(str(refused.error))}
-        return {**text, **corpus_outcomes(corpus)} if corpus == "all" else text
+        if corpus != "all":
+            return text
+        if text["status"] == NOT_FOUND:  # OpenClaw's "every corpus missed" answer
+            text = {"status": NOT_FOUND, "path": path, "text": ""}
+        return {**text, **corpus_outcomes(corpus)}
 
     def append(self, args: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -111,6 +111,7 @@ CALLS: list[dict[str, Any]] = [
     {"path": "MEMORY.md", "corpus": "all", "from": 2, "lines": 1},
     {"path": "memory/long.md", "corpus": "memory"},
     {"path": "sessions/abc.jsonl", "corpus": "all"},         # refused, corpus all
+    {"path": "memory/2031-01-01.md", "corpus": "all"},       # missing, corpus all
 ]  # corpus "wiki": memq's warning adds "(memq has no wiki)" on purpose (tests/test_mcp.py)
 
 
