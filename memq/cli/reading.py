@@ -115,8 +115,8 @@ def _rerank_footer(note: dict[str, Any] | None) -> str:
     return f" rerank {who}: {note.get('reranked', 0)} reranked"
 
 
-#: What ``memq get`` reads (MemoryPathError's "path required" is OpenClaw's wording, kept by
-#: the library and MCP; the CLI names the rule instead).
+#: What ``memq get`` reads (MemoryPathError's "path required" is memq's wording; ``--json`` and
+#: MCP answer OpenClaw's ``MEMORY_PATH_NOT_ALLOWED``, the CLI's stderr names the rule).
 _GET_RULE = ("memq get reads only MEMORY.md, USER.md, .md files under memory/ and the "
              "configured extra paths, never a symlink or a session transcript")
 _PATH_REQUIRED = "path required"
