@@ -5,8 +5,10 @@ Three tools over one :class:`memq.Memory`, with OpenClaw's result shapes:
 (:meth:`~memq.Memory.get`) and ``memory_append`` (:meth:`~memq.Memory.append`).
 Arguments are checked against the published JSON Schemas before any library call, and every
 refusal comes back as a tool error (``isError``) the model can read and correct, never as a
-crash of the server. Every tool has a title and MCP annotations (``ANNOTATIONS``): clients such
-as OpenClaw run read-only and non-destructive closed-world tools without asking the operator.
+crash of the server; a ``memory_get`` of a path outside the memory files is answered, as
+OpenClaw answers it (``status: "error"`` with a ``code``). Every tool has a title and MCP
+annotations (``ANNOTATIONS``): clients such as OpenClaw run read-only and non-destructive
+closed-world tools without asking the operator.
 
 With ``backend: "qmd"`` the ``Memory`` asks the ``qmd`` CLI first and falls back to memq's own
 index (the answer's ``backend`` and ``fallback`` say so); ``memory_get`` reads ``qmd://`` paths.
@@ -46,7 +48,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest.append import TARGETS
 from pipeline.memory import Memory
-from pipeline.results import MemoryText
+from pipeline.results import NOT_FOUND, MemoryText
 from pipeline.search.corpus import CORPORA, GET_CORPORA, corpus_outcomes
 
 log = logging.getLogger("memq.mcp")
@@ -103,14 +105,18 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "memory_get": (
         "Read lines of {files}, typically right after memory_search: pass a result's path "
         "with from=startLine and lines=endLine-startLine+1 (widen a little for context) to "
-        "pull only the needed lines instead of whole files. Paths outside the memory files "
-        "are refused; a memory file that does not exist yet reads as empty text.",
+        "pull only the needed lines instead of whole files. Returns at most 120 lines and "
+        "12,000 characters; a longer text ends with a notice and `nextFrom` (continue with "
+        "from=nextFrom). A memory file that does not exist yet answers status not_found; "
+        "paths outside the memory files (session transcripts too) answer status error with "
+        "a code.",
         {"type": "object", "additionalProperties": False, "required": ["path"], "properties": {
             "path": {"type": "string", "minLength": 1,
                      "description": "e.g. MEMORY.md or memory/2026-11-03.md"},
             "from": {"type": "integer", "minimum": 1, "description": "first line (1-based)"},
-            "lines": {"type": "integer", "minimum": 0,
-                      "description": "how many lines (default: to the end of the file)"},
+            "lines": {"type": "integer", "minimum": 1,
+                      "description": "how many lines (default 120; the text stops at "
+                                     "12,000 characters)"},
             "corpus": {"type": "string", "enum": list(GET_CORPORA),
                        "description": "memory or all (default): the memory files; wiki: "
                                       "nothing (memq has no wiki)"},
@@ -237,14 +243,26 @@ class MemoryTools:
         return results.to_dict()
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
-        corpus = args.get("corpus")
+        """OpenClaw 2026.9.6's ``memory_get``: a window of at most 120 lines and 12,000
+        characters (:meth:`MemoryText.window`); a refused path is an answer (``status:
+        "error"`` with a ``code``), not a failed call."""
+        corpus, path = args.get("corpus"), args["path"]
         if corpus == "wiki":  # OpenClaw's answer when no wiki corpus is registered
-            return {**MemoryText(args["path"], "").to_dict(), **corpus_outcomes(corpus)}
+            return {"path": path, "text": "", **corpus_outcomes(corpus)}
         try:
-            text = self.memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
+            text = self.memory.get(path, args.get("from"), args.get("lines")).to_dict()
         except MemoryPathError as exc:
-            raise ToolRefused(str(exc)) from exc
-        return {**text, **corpus_outcomes(corpus)} if corpus == "all" else text
+            refused = MemoryText.refused(path, exc)
+            if corpus != "all":
+                return refused.to_dict()
+            # OpenClaw's corpus "all": the memory corpus failed and no wiki answered
+            return {"status": "error", "path": path, "text": "",
+                    **refused_outcomes(str(refused.error))}
+        if corpus != "all":
+            return text
+        if text["status"] == NOT_FOUND:  # OpenClaw's "every corpus missed" answer
+            text = {"status": NOT_FOUND, "path": path, "text": ""}
+        return {**text, **corpus_outcomes(corpus)}
 
     def append(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -255,6 +273,14 @@ class MemoryTools:
 
 def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1000))
+
+
+def refused_outcomes(error: str) -> dict[str, Any]:
+    """What OpenClaw 2026.9.6's ``memory_get`` with ``corpus: "all"`` says of its corpora when
+    the memory files refused the path (``error``) and no wiki is registered."""
+    return {"corpora": [{"corpus": "memory", "outcome": "unavailable", "error": error},
+                        {"corpus": "wiki", "outcome": "not-registered"}],
+            "warning": f"Memory corpus unavailable: {error}", "error": error}
 
 
 def build_server(memory: Memory) -> Server[Any]:

@@ -40,7 +40,7 @@ from pipeline.ingest.safety import reads_own_files
 from pipeline.ingest.sources import relative_path, resolve_memory_path
 from pipeline.outcome import VectorOutcome, WithoutVector, read_outcome
 from pipeline.polling import POLL_S, Poll
-from pipeline.results import Appended, MemoryText, SearchResults
+from pipeline.results import NOT_FOUND, Appended, MemoryText, SearchResults
 from pipeline.routing import control_queue, embed_queue, memory_of_job, new_job_id
 from pipeline.search.citations import apply_citations, check_mode
 from pipeline.search.corpus import check_corpus, corpus_sources, refusal
@@ -184,13 +184,22 @@ def search_terms(settings: Settings, citations: str | None, corpus: str | None
 
 def read_memory_file(settings: Settings, target: Path, from_line: int | None,
                      lines: int | None) -> MemoryText:
-    """Lines of the memory file ``target`` (a checked path): empty text for a file that does
-    not exist yet."""
+    """OpenClaw's ``memory_get`` window of the memory file ``target`` (a checked path):
+    ``status: "not_found"`` for a file that does not exist yet."""
     rel = relative_path(settings.workspace, target)
     if not target.exists():
-        return MemoryText(rel, "")
-    return MemoryText.window(rel, target.read_text(encoding="utf-8", errors="replace"),
-                             from_line, lines)
+        return MemoryText(rel, "", status=NOT_FOUND)
+    # bytes decoded as they are: a "\r" stays in the text, as OpenClaw reads it
+    return MemoryText.window(rel, target.read_bytes().decode("utf-8", errors="replace"),
+                             from_line, lines, suggest_read=in_workspace_memory(rel))
+
+
+def in_workspace_memory(rel: str) -> bool:
+    """Whether workspace-relative ``rel`` is one of the workspace's own memory files (OpenClaw's
+    ``isMemoryPath``), not an extra path's: a ``memory_get`` notice for a line over the
+    character budget then suggests reading the raw file."""
+    return rel in ("MEMORY.md", "USER.md") or rel.lower() == "dreams.md" \
+        or rel.startswith("memory/")
 
 
 class LocalMemory:
@@ -436,16 +445,11 @@ class LocalMemory:
     def get(self, path: str, from_line: int | None = None, lines: int | None = None
             ) -> MemoryText:
         """As :meth:`memq.Memory.get`."""
-        from pipeline.ingest.sessions import session_get
-
         check_enabled(self.settings)
         backend = self.qmd
         if backend is not None and _names_qmd_file(backend, str(path)):
             return backend.get(str(path), from_line, lines)
-        session = session_get(self.settings, str(path), from_line, lines)
-        if session is not None:
-            return session
-        try:
+        try:  # a session hit (sessions/...) is refused here, as OpenClaw refuses it
             target = resolve_memory_path(self.settings, str(path))
         except MemoryPathError as refused:
             if backend is None:
@@ -462,8 +466,9 @@ class LocalMemory:
         rel = relative_path(self.settings.workspace, target)
         elsewhere, kept = self._kept_text(rel)
         if elsewhere:  # a file the store does not know reads as one that could exist
-            return (MemoryText(rel, "") if kept is None
-                    else MemoryText.window(rel, kept, from_line, lines))
+            return (MemoryText(rel, "", status=NOT_FOUND) if kept is None
+                    else MemoryText.window(rel, kept, from_line, lines,
+                                           suggest_read=in_workspace_memory(rel)))
         return read_memory_file(self.settings, target, from_line, lines)
 
     def _kept_text(self, path: str | None = None) -> tuple[bool, str | None]:

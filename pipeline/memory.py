@@ -167,13 +167,16 @@ class Memory:
             ) -> MemoryText:
         """Read lines of a memory file (OpenClaw's ``memory_get``), only inside the memory files.
 
-        ``from_line`` is 1-based (default 1), ``lines`` how many (default: to the end). A file
-        that does not exist yet (but could) reads as empty text; anything outside the memory
-        files, a symlink or a non-``.md`` path raises
-        :class:`~pipeline.errors.MemoryPathError`. With session memory on, session hits
-        (``sessions/<file>.jsonl``) open too, by JSONL line. With ``backend: "qmd"``, QMD hits
-        open too: ``qmd://<collection>/<path>`` (or OpenClaw's ``qmd/<collection>/<path>``)
-        from the collection's folder, and workspace files a collection covers.
+        As OpenClaw 2026.9.6: ``from_line`` is 1-based (default 1), ``lines`` how many (default
+        120); the text stops at whole lines within 12,000 characters, and a cut text ends with
+        a continuation notice (``truncated``, ``next_from``: where to continue). A file that
+        does not exist yet (but could) gives ``status == "not_found"`` and empty text;
+        anything outside the memory files, a symlink, a non-``.md`` path or a session hit
+        (``sessions/...``) raises :class:`~pipeline.errors.MemoryPathError`
+        (:meth:`~pipeline.results.MemoryText.refused` gives OpenClaw's ``status: "error"``
+        answer for it). With ``backend: "qmd"``, QMD hits open too:
+        ``qmd://<collection>/<path>`` (or OpenClaw's ``qmd/<collection>/<path>``) from the
+        collection's folder, and workspace files a collection covers.
         """
         return self._impl.get(path, from_line, lines)
 

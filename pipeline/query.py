@@ -32,7 +32,9 @@ def memory_search(query: str, *, settings: Settings | None = None,
 def memory_get(path: str, from_line: int | None = None, lines: int | None = None, *,
                settings: Settings | None = None,
                workspace: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Read lines of a memory file (:meth:`memq.Memory.get`): ``{path, text, from, lines}``;
-    raises :class:`~pipeline.errors.MemoryPathError` for anything but a memory file."""
+    """Read lines of a memory file (:meth:`memq.Memory.get`): ``{status, text, path, from,
+    lines, truncated?, nextFrom?}`` (``{status: "not_found", text: "", path}`` for a file that
+    does not exist yet); raises :class:`~pipeline.errors.MemoryPathError` for anything but a
+    memory file."""
     with Memory(workspace, settings=settings, in_memory=False) as memory:
         return memory.get(path, from_line, lines).to_dict()

@@ -178,17 +178,12 @@ class RemoteMemory:
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None
             ) -> MemoryText:
-        """Lines of a memory file (:meth:`memq.Memory.get`): a memory file or a session
-        transcript is read here when it is here (the files are the truth), anything else (no
-        workspace here, a QMD document) by the shard's reader."""
-        from pipeline.ingest.sessions import session_get
-
+        """Lines of a memory file (:meth:`memq.Memory.get`): a memory file is read here when
+        it is here (the files are the truth), anything else (no workspace here, a QMD
+        document) by the shard's reader. A session hit (``sessions/...``) is refused, here or
+        there, as OpenClaw refuses it."""
         check_enabled(self.settings)
         path = str(path)
-        if self.settings.sessions_dir.is_dir():  # the agent's transcripts are here too
-            session = session_get(self.settings, path, from_line, lines)
-            if session is not None:
-                return session
         if self.workspace.is_dir():
             try:
                 target = resolve_memory_path(self.settings, path)

@@ -237,36 +237,142 @@ def provider_down_action(reason: str | None) -> str:
     return QUOTA_ACTION if _QUOTA.search((reason or "").lower()) else PROVIDER_ACTION
 
 
+#: ``memory_get``'s window when the caller gives no ``lines``, and its character budget: OpenClaw
+#: 2026.9.6's ``DEFAULT_MEMORY_READ_LINES`` and ``DEFAULT_MEMORY_READ_MAX_CHARS``.
+GET_LINES = 120
+GET_MAX_CHARS = 12_000
+#: ``MemoryText.status``: lines were read, the file does not exist (yet), the read was refused.
+OK, NOT_FOUND, ERROR = "ok", "not_found", "error"
+#: OpenClaw's ``code`` of a refused path, and of any other failed read (a blank path).
+PATH_NOT_ALLOWED = "MEMORY_PATH_NOT_ALLOWED"
+READ_FAILED = "MEMORY_READ_FAILED"
+#: OpenClaw's message for a refused path (memq's own exceptions say ``path required``).
+PATH_NOT_ALLOWED_MESSAGE = "path is not an allowed Markdown memory file"
+
+
 @dataclass(frozen=True)
 class MemoryText:
-    """Lines of a memory file (``memory_get``): ``from_line`` and ``lines`` are None when the
-    file does not exist yet (its text is empty)."""
+    """Lines of a memory file (``memory_get``), in OpenClaw 2026.9.6's shape.
+
+    ``status`` is ``ok`` (``from_line``/``lines``: the window read, at most :data:`GET_LINES`
+    lines and :data:`GET_MAX_CHARS` characters unless the caller asked for more lines),
+    ``not_found`` (the file does not exist yet: empty text, no window) or ``error`` (a refused
+    read: ``code`` and ``error`` say why; see :meth:`refused`). Left empty, it is ``ok`` when
+    there is a window and ``not_found`` when there is none. ``truncated`` says the text
+    stops before the file (or the line) does and ends with OpenClaw's continuation notice;
+    ``next_from`` is then the line to continue from (None when one line alone was over the
+    character budget).
+    """
 
     path: str
     text: str
     from_line: int | None = None
     lines: int | None = None
+    status: str = ""
+    truncated: bool = False
+    next_from: int | None = None
+    code: str | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.status:
+            object.__setattr__(self, "status", OK if self.from_line is not None else NOT_FOUND)
 
     @classmethod
-    def window(cls, path: str, content: str, from_line: int | None, lines: int | None
-               ) -> MemoryText:
-        """``lines`` lines of ``content`` (default: to the end) from 1-based ``from_line``
-        (default 1), OpenClaw's ``memory_get`` window."""
+    def window(cls, path: str, content: str, from_line: int | None, lines: int | None, *,
+               max_chars: int = GET_MAX_CHARS, suggest_read: bool = True) -> MemoryText:
+        """OpenClaw's ``memory_get`` window of ``content``: ``lines`` lines (default
+        :data:`GET_LINES`; at least 1) from 1-based ``from_line`` (default 1), cut at whole
+        lines to ``max_chars`` characters (counted as JavaScript counts them, in UTF-16
+        units). A first line alone over the budget is cut inside, never inside a surrogate
+        pair; with ``suggest_read`` (a workspace memory file) the notice then points to the
+        raw file. A final newline ends the last line, it does not start another."""
         rows = content.split("\n")
+        if rows[-1] == "":
+            rows.pop()
         start = max(1, int(from_line or 1))
-        end = len(rows) if lines is None else min(len(rows), start - 1 + max(0, int(lines)))
-        return cls(path, "\n".join(rows[start - 1 : end]), start, max(0, end - start + 1))
+        count = max(1, int(lines)) if lines is not None else GET_LINES
+        selected = rows[start - 1 : start - 1 + count]
+        more_rows = start - 1 + len(selected) < len(rows)
+        budget = max(1, int(max_chars))
+        included = chars = 0
+        for row in selected:
+            after = chars + utf16_len(row) + (1 if included else 0)
+            if included and after > budget:
+                break
+            included, chars = included + 1, after
+        cut_line = chars > budget
+        text = utf16_prefix("\n".join(selected[:included]), budget)
+        next_from = (start + included if not cut_line and (more_rows or included < len(selected))
+                     else None)
+        truncated = cut_line or included < len(selected) or more_rows
+        if truncated and (text or cut_line):
+            text += continuation_notice(next_from, read_fallback=cut_line and suggest_read)
+        return cls(path, text, start, included, OK, truncated, next_from)
+
+    @classmethod
+    def refused(cls, path: str, reason: Exception | str) -> MemoryText:
+        """The answer to a refused read of ``path`` (``status: "error"``), as OpenClaw's
+        ``memory_get`` gives it: ``MEMORY_PATH_NOT_ALLOWED`` with OpenClaw's message for a
+        path outside the memory files (memq's ``path required``), ``MEMORY_READ_FAILED`` for a
+        blank path; another reason keeps its own words."""
+        message = str(reason)
+        if not path.strip():
+            return cls(path, "", status=ERROR, code=READ_FAILED, error="path required")
+        if message.startswith("path required"):  # memq's words for "not a memory file"
+            message = PATH_NOT_ALLOWED_MESSAGE
+        return cls(path, "", status=ERROR, code=PATH_NOT_ALLOWED, error=message)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "text": self.text}
+        """OpenClaw's JSON: ``{status, text, path, from, lines, truncated?, nextFrom?}``;
+        ``{status: "not_found", text: "", path}``; ``{path, text: "", status: "error", code,
+        error}``."""
+        if self.status == ERROR:
+            return {"path": self.path, "text": self.text, "status": ERROR, "code": self.code,
+                    "error": self.error}
+        out: dict[str, Any] = {"status": self.status, "text": self.text, "path": self.path}
         if self.from_line is not None:
             out.update({"from": self.from_line, "lines": self.lines})
+        if self.truncated:
+            out["truncated"] = True
+        if self.next_from is not None:
+            out["nextFrom"] = self.next_from
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MemoryText:
         """The inverse of :meth:`to_dict` (lines read on another host)."""
-        return cls(data["path"], data["text"], data.get("from"), data.get("lines"))
+        return cls(data["path"], data["text"], data.get("from"), data.get("lines"),
+                   data.get("status") or "", bool(data.get("truncated", False)),
+                   data.get("nextFrom"), data.get("code"), data.get("error"))
+
+
+def continuation_notice(next_from: int | None, *, read_fallback: bool = False) -> str:
+    """OpenClaw's ``buildContinuationNotice``: what ends a cut ``memory_get`` text."""
+    base = (f"[More content available. Use from={next_from} to continue."
+            if next_from is not None else
+            "[More content available. Requested excerpt exceeded the default maxChars budget.")
+    hint = " If you need the full raw line, use read on the source file." if read_fallback else ""
+    return f"\n\n{base}{hint}]"
+
+
+def utf16_len(text: str) -> int:
+    """The length of ``text`` as JavaScript counts it (UTF-16 code units)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF) if not text.isascii() \
+        else len(text)
+
+
+def utf16_prefix(text: str, limit: int) -> str:
+    """The longest start of ``text`` at most ``limit`` UTF-16 units long that does not split a
+    surrogate pair (OpenClaw's ``truncateUtf16Safe``)."""
+    if len(text) <= limit and utf16_len(text) <= limit:
+        return text
+    used = 0
+    for index, ch in enumerate(text):
+        used += 2 if ord(ch) > 0xFFFF else 1
+        if used > limit:
+            return text[:index]
+    return text
 
 
 @dataclass(frozen=True)

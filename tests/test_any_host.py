@@ -117,7 +117,9 @@ def test_any_host_searches_reads_and_follows_any_memory(
     got = a.memq("get", "--agent", "alpha", "--json", "MEMORY.md", "--from", "3", "--lines",
                  "1")
     assert got.returncode == 0, got.stderr
-    assert json.loads(got.stdout)["text"] == "The alpha team deploys on Tuesdays."
+    window = json.loads(got.stdout)
+    assert (window["status"], window["from"], window["lines"]) == ("ok", 3, 1)
+    assert window["text"].split("\n")[0] == "The alpha team deploys on Tuesdays."
     status = a.memq("status", "--agent", "beta", "--json")
     assert status.returncode == 0, status.stderr
     beta = json.loads(status.stdout)

@@ -100,7 +100,7 @@ def test_reads_from_anywhere_never_empty_a_memory_whose_files_are_elsewhere(
     assert not answers[0][0], answers[0][1]
     assert json.loads(answers[0][1])["results"], answers[0][1]
     assert not answers[1][0], answers[1][1]
-    assert json.loads(answers[1][1])["text"] == memory_md
+    assert json.loads(answers[1][1])["text"] == memory_md.rstrip("\n")
     # The store host holds no copy to append to: refused, nothing written there.
     assert answers[2][0] and "append the note there" in answers[2][1], answers[2]
     got = t.agent.memq("get", "--agent", "alpha", "MEMORY.md")

@@ -102,8 +102,10 @@ def test_session_lists_searches_reads_appends_and_finds(keyword_settings: Settin
 
             got = await call(client, "memory_get", {"path": top["path"], "from": 4, "lines": 2})
             lines = (ws / top["path"]).read_text().split("\n")
-            assert got == {"path": top["path"], "text": "\n".join(lines[3:5]), "from": 4,
-                           "lines": 2}
+            assert got == {"status": "ok", "path": top["path"], "from": 4, "lines": 2,
+                           "truncated": True, "nextFrom": 6,
+                           "text": "\n".join(lines[3:5]) + "\n\n[More content available. Use "
+                                                           "from=6 to continue.]"}
 
             note = "- Zorblax rollout moved to Thursday; Priya owns the runbook."
             with DailyLogDays() as days:
@@ -169,19 +171,25 @@ def test_hostile_arguments_are_tool_errors(keyword_settings: Settings, tmp_path:
 
     async def scenario() -> None:
         async with session(keyword_settings) as client:
+            # refused paths are answers, as OpenClaw's memory_get gives them
             for path in ("../outside.md", str(outside), "memory/../../outside.md", "memory/link.md",
-                         "MEMORY.md\x00", "", "memory", "/etc/passwd", "memory/2026-11-03.txt"):
-                text = await refused(client, "memory_get", {"path": path})
-                assert "secret" not in text
+                         "MEMORY.md\x00", "memory", "/etc/passwd", "memory/2026-11-03.txt",
+                         "sessions/abc.jsonl"):
+                answer = await call(client, "memory_get", {"path": path})
+                assert answer == {"path": path, "text": "", "status": "error",
+                                  "code": "MEMORY_PATH_NOT_ALLOWED",
+                                  "error": "path is not an allowed Markdown memory file"}
+            assert "secret" not in await refused(client, "memory_get", {"path": ""})
             for args in ({"path": "MEMORY.md", "from": -5}, {"path": "MEMORY.md", "from": 0},
-                         {"path": "MEMORY.md", "lines": -1}, {"path": "MEMORY.md", "from": "3"},
+                         {"path": "MEMORY.md", "lines": -1}, {"path": "MEMORY.md", "lines": 0},
+                         {"path": "MEMORY.md", "from": "3"},
                          {"path": "MEMORY.md", "from": True}, {"path": "MEMORY.md", "lines": 1.5},
                          {"path": 7}, {}, {"path": "MEMORY.md", "evil": 1}):
                 await refused(client, "memory_get", args)
             far = await call(client, "memory_get", {"path": "MEMORY.md", "from": 10**30})
-            assert far["text"] == ""
+            assert (far["text"], far["lines"]) == ("", 0)
             whole = await call(client, "memory_get", {"path": "MEMORY.md", "lines": 10**30})
-            assert whole["text"] == (ws / "MEMORY.md").read_text()
+            assert whole["text"] + "\n" == (ws / "MEMORY.md").read_text()
 
             for args in ({"query": 123}, {"query": None}, {"query": ["a"]}, {},
                          {"query": "x" * 5000}, {"query": "x", "maxResults": 0},
@@ -222,15 +230,19 @@ def test_memory_get_takes_openclaws_corpus_argument(keyword_settings: Settings) 
         async with session(keyword_settings) as client:
             plain = await call(client, "memory_get", {"path": "MEMORY.md"})
             memory = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "memory"})
-            assert plain == memory and memory["text"] == whole and "corpora" not in memory
+            assert plain == memory and memory["text"] + "\n" == whole
+            assert "corpora" not in memory
             both = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "all",
                                                      "from": 1, "lines": 1})
-            assert both["text"] == whole.splitlines()[0]
+            assert both["text"] == (whole.splitlines()[0] + "\n\n[More content available. "
+                                    "Use from=2 to continue.]")
+            assert (both["status"], both["nextFrom"]) == ("ok", 2)
             assert both["corpora"] == [{"corpus": "memory", "outcome": "ok"},
                                        {"corpus": "wiki", "outcome": "not-registered"}]
             wiki = await call(client, "memory_get", {"path": "MEMORY.md", "corpus": "wiki"})
             assert wiki["text"] == "" and wiki["path"] == "MEMORY.md"
             assert wiki["corpora"] == [{"corpus": "wiki", "outcome": "not-registered"}]
+            assert "status" not in wiki  # as OpenClaw: no corpus answered
             assert "Wiki corpus is not registered" in wiki["warning"]
             for corpus in ("sessions", "everything", 3):
                 await refused(client, "memory_get", {"path": "MEMORY.md", "corpus": corpus})

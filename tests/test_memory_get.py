@@ -15,19 +15,26 @@ from tests.conftest import run_memq
 def test_reads_line_windows(workspace: Path, make_settings) -> None:
     settings = make_settings(workspace, provider="none")
     out = memory_get("memory/2026-11-18.md", 3, 1, settings=settings)
-    assert out == {"path": "memory/2026-11-18.md", "from": 3, "lines": 1,
+    assert out == {"status": "ok", "path": "memory/2026-11-18.md", "from": 3, "lines": 1,
+                   "truncated": True, "nextFrom": 4,
                    "text": "- Flight to Berlin for the payments conference: LH1169, departs 07:05"
-                           " from Lisbon, seat 14C."}
+                           " from Lisbon, seat 14C.\n\n[More content available. Use from=4 to "
+                           "continue.]"}
     whole = memory_get(str(workspace / "MEMORY.md"), settings=settings)
-    assert whole["text"] == (workspace / "MEMORY.md").read_text()
-    assert memory_get("MEMORY.md", 10_000, 5, settings=settings)["text"] == ""
-    assert memory_get("MEMORY.md", -4, 0, settings=settings)["lines"] == 0
+    assert whole["text"] + "\n" == (workspace / "MEMORY.md").read_text()
+    assert "truncated" not in whole and whole["status"] == "ok"
+    far = memory_get("MEMORY.md", 10_000, 5, settings=settings)
+    assert (far["text"], far["lines"], far["from"]) == ("", 0, 10_000)
+    # as OpenClaw: from and lines are at least 1
+    one = memory_get("MEMORY.md", -4, 0, settings=settings)
+    assert (one["from"], one["lines"]) == (1, 1)
+    assert one["text"].startswith((workspace / "MEMORY.md").read_text().split("\n")[0])
 
 
-def test_missing_memory_file_is_empty_text(workspace: Path, make_settings) -> None:
+def test_missing_memory_file_is_not_found(workspace: Path, make_settings) -> None:
     settings = make_settings(workspace, provider="none")
     assert memory_get("memory/2031-01-01.md", settings=settings) == {
-        "path": "memory/2031-01-01.md", "text": ""}
+        "status": "not_found", "path": "memory/2031-01-01.md", "text": ""}
 
 
 @pytest.mark.parametrize("path", [

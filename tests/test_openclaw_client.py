@@ -164,7 +164,10 @@ def test_openclaw_registers_probes_and_calls_memq(keyword_settings: Settings,
     assert [block["type"] for block in search["content"]] == ["text"]
     assert search["content"][0]["text"].startswith("structuredContent:\n")
     lines = (keyword_settings.workspace / "memory/2026-11-03.md").read_text().split("\n")
-    assert get["details"]["structuredContent"]["text"] == "\n".join(lines[:3])
+    assert get["details"]["structuredContent"] == {
+        "status": "ok", "path": "memory/2026-11-03.md", "from": 1, "lines": 3,
+        "truncated": True, "nextFrom": 4,
+        "text": "\n".join(lines[:3]) + "\n\n[More content available. Use from=4 to continue.]"}
     saved = append["details"]["structuredContent"]
     assert saved["path"] in days.paths and saved["indexed"] is True
     assert (keyword_settings.workspace / saved["path"]).read_text() == note + "\n"

@@ -124,10 +124,14 @@ def test_memq_search_answers_from_qmd(indexed: Setup) -> None:
 
 def test_memq_get_reads_a_qmd_collection_file(indexed: Setup) -> None:
     out = indexed.memq_json("get", "qmd://notes-main/ops.md", "--from", "3", "--lines", "1")
-    assert out == {"path": "qmd://notes-main/ops.md",
-                   "text": "The deployment uses kubernetes on hetzner.", "from": 3, "lines": 1}
-    assert indexed.memq_json("get", "qmd/notes-main/ops.md")["text"] == OPS
-    assert indexed.memq_json("get", "MEMORY.md")["text"] == (indexed.ws / "MEMORY.md").read_text()
+    assert out == {"status": "ok", "path": "qmd://notes-main/ops.md",
+                   "text": "The deployment uses kubernetes on hetzner.\n\n[More content "
+                           "available. Use from=4 to continue.]", "from": 3, "lines": 1,
+                   "truncated": True, "nextFrom": 4}
+    # memory_get's window (the final newline ends the last line, as OpenClaw reads it)
+    assert indexed.memq_json("get", "qmd/notes-main/ops.md")["text"] + "\n" == OPS
+    assert indexed.memq_json("get", "MEMORY.md")["text"] + "\n" == (
+        indexed.ws / "MEMORY.md").read_text()
     refused = indexed.memq("get", "qmd://notes-main/../ws/MEMORY.md")
     assert refused.returncode == 2 and "escapes" in refused.stderr
 
@@ -316,7 +320,8 @@ def test_mcp_memory_search_and_get_through_qmd(indexed: Setup) -> None:
                 assert [r["path"] for r in found["results"]] == ["qmd://notes-main/ops.md"]
                 got = await call(client, "memory_get", {"path": "qmd://notes-main/ops.md",
                                                         "from": 3, "lines": 1})
-                assert got["text"] == "The deployment uses kubernetes on hetzner."
+                assert got["text"].startswith("The deployment uses kubernetes on hetzner.\n\n"
+                                              "[More content available. Use from=4")
                 indexed.wrapper.unlink()  # qmd removed while the server runs
                 fallback = await call(client, "memory_search", {"query": "Zigbee"})
                 assert fallback["backend"] == "builtin"

@@ -160,7 +160,7 @@ def test_dreams_md_is_readable_but_not_indexed(tmp_path: Path, make_settings) ->
     (ws / "DREAMS.md").write_text("- flying over Lisbon\n")
     settings = make_settings(ws, provider="none")
     assert _paths(ws) == []
-    assert memory_get("DREAMS.md", settings=settings)["text"] == "- flying over Lisbon\n"
+    assert memory_get("DREAMS.md", settings=settings)["text"] == "- flying over Lisbon"
     assert refused_path(settings, "DREAMS.md", "memory") is not None
     (ws / "sub").mkdir()
     (ws / "sub" / "dreams.md").write_text("x")

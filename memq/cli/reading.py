@@ -116,24 +116,26 @@ def _rerank_footer(note: dict[str, Any] | None) -> str:
     return f" rerank {who}: {note.get('reranked', 0)} reranked"
 
 
-#: What ``memq get`` reads (MemoryPathError's "path required" is OpenClaw's wording, kept by
-#: the library and MCP; the CLI names the rule instead).
+#: What ``memq get`` reads (MemoryPathError's "path required" is memq's wording; ``--json`` and
+#: MCP answer OpenClaw's ``MEMORY_PATH_NOT_ALLOWED``, the CLI's stderr names the rule).
 _GET_RULE = ("memq get reads only MEMORY.md, USER.md, .md files under memory/ and the "
-             "configured extra paths, never a symlink")
+             "configured extra paths, never a symlink or a session transcript")
 _PATH_REQUIRED = "path required"
-#: ``memq get --json``'s ``status`` for a memory file that does not exist (OpenClaw's word).
-NOT_FOUND = "not_found"
 
 
 @command("get", "read lines of a memory file", answers_once=True)
 @memory_options
 @click.argument("path")
-@click.option("--from", "from_line", type=int)
-@click.option("--lines", type=int)
+@click.option("--from", "from_line", type=int, help="first line (1-based; default 1)")
+@click.option("--lines", type=int,
+              help="how many lines (default 120; the text stops at 12,000 characters)")
 def get(args: Args) -> int:
-    """``memq get PATH``: lines of one memory file."""
+    """``memq get PATH``: lines of one memory file, as OpenClaw's ``memory_get`` reads them
+    (``--json``: its answer; a refusal is ``status: "error"`` with a ``code``, exit 2; a
+    file that does not exist is ``status: "not_found"``, exit 1)."""
     from pipeline.errors import MemoryPathError
     from pipeline.memory import Memory
+    from pipeline.results import NOT_FOUND, MemoryText
 
     try:
         with Memory(settings=existing(settings_of(args)), in_memory=False) as memory:
@@ -144,11 +146,13 @@ def get(args: Args) -> int:
             detail = why[len(_PATH_REQUIRED):].lstrip(": ")
             why = f"outside the memory files; {_GET_RULE}" + (
                 f"; expected {detail}" if detail and "memory .md file" not in detail else "")
+        if args.json:
+            emit(args, MemoryText.refused(args.path, exc).to_dict(), "")
         raise CommandFailed(f"refused {args.path}: {why}") from None
     out = got.to_dict()
-    if got.from_line is None:  # the library's empty text for a file that could exist
+    if got.status == NOT_FOUND:  # a file that could exist, but does not
         if args.json:
-            emit(args, {**out, "status": NOT_FOUND}, "")
+            emit(args, out, "")
         warn(f"{got.path} does not exist (no such memory file; `memq search` finds the "
              "ones that do)")
         return ExitCode.FAILED
