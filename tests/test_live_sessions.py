@@ -227,11 +227,11 @@ def test_a_legacy_copy_of_a_live_session_is_not_indexed_twice(home: OpenClawHome
     try:
         index_once(db, settings, choose_provider(settings), None)
         assert {r[0] for r in session_rows(db)} == {f"sessions/main/{MAIN}.jsonl",
-                                                    "sessions/older.jsonl"}
+                                                    "sessions/main/older.jsonl"}
         # A watcher batch naming only the legacy file does not bring it in either.
         index_once(db, settings, choose_provider(settings), None, paths=[legacy])
         assert {r[0] for r in session_rows(db)} == {f"sessions/main/{MAIN}.jsonl",
-                                                    "sessions/older.jsonl"}
+                                                    "sessions/main/older.jsonl"}
     finally:
         db.close()
 
@@ -537,14 +537,17 @@ def test_archives_beside_the_live_transcripts(home: OpenClawHome, live_settings,
     db = connect(settings.store.path)
     try:
         report = index_once(db, settings, choose_provider(settings), None)
-        paths = {r[0] for r in session_rows(db)}
+        rows = session_rows(db)
+        paths = {r[0] for r in rows}
     finally:
         db.close()
     assert report.errors == []
-    assert paths == {f"sessions/main/{MAIN}.jsonl", f"sessions/{archive.name}",
-                     f"sessions/{deleted.name}"}
-    got = memory_get(f"sessions/{archive.name}", 2, 1, settings=settings)
-    assert got["text"] == "User: the old conversation chose Redis streams"
+    # OpenClaw 2026.9.6's path of a file in the agent's folder (sessionPathForFile)
+    assert paths == {f"sessions/main/{MAIN}.jsonl", f"sessions/main/{archive.name}",
+                     f"sessions/main/{deleted.name}"}
+    texts = {r[0]: r[3] for r in rows}
+    assert texts[f"sessions/main/{archive.name}"] == (
+        "User: the old conversation chose Redis streams")
 
 
 def test_memq_watch_search_and_get_on_a_live_session(home: OpenClawHome, live_settings,
