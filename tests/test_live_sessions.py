@@ -588,3 +588,27 @@ def test_memq_watch_search_and_get_on_a_live_session(home: OpenClawHome, live_se
     got = run_memq("get", *args, path, "--from", "6", "--lines", "1", "--json", env=env)
     assert json.loads(got.stdout)["text"] == "User: the zeppelin hangar opens on Fridays", (
         got.stderr)
+
+
+def test_a_pass_over_the_database_keeps_the_folders_archives(home: OpenClawHome,
+                                                             live_settings) -> None:
+    """The archives and the live transcripts share ``sessions/main/``: a watcher pass that
+    saw only the agent database change keeps what the folder holds."""
+    settings = live_settings()
+    archive = home.sessions / f"{MAIN}.jsonl.reset.2026-09-19T08-30-00.123Z"
+    archive.write_text(json.dumps(message(1, "user", "an archived talk about otters")) + "\n")
+    (home.sessions / "older.jsonl").write_text(json.dumps(message(1, "user", "old talk")))
+    want = {f"sessions/main/{MAIN}.jsonl", f"sessions/main/{archive.name}",
+            "sessions/main/older.jsonl"}
+    db = connect(settings.store.path)
+    try:
+        index_once(db, settings, choose_provider(settings), None)
+        assert {r[0] for r in session_rows(db)} == want
+        report = index_once(db, settings, choose_provider(settings), None,
+                            paths=[home.database])
+        assert report.deleted == 0 and {r[0] for r in session_rows(db)} == want
+        archive.unlink()  # gone from the folder: the same pass sees it go
+        index_once(db, settings, choose_provider(settings), None, paths=[home.database])
+        assert {r[0] for r in session_rows(db)} == want - {f"sessions/main/{archive.name}"}
+    finally:
+        db.close()
