@@ -12,7 +12,10 @@ such folder above the file, its name as written), ``sessions/<file>`` for a fold
 ``isUsageCountedSessionTranscriptFileName`` and ``isSessionArchiveArtifactName``: trajectory
 files, compaction checkpoints and ``.bak`` copies are not transcripts). And, since 2026.9, the
 live transcripts in the agent's database (:mod:`pipeline.ingest.live_sessions`), stored as
-``sessions/<agentId>/<sessionId>.jsonl``. All are read the same way
+``sessions/<agentId>/<sessionId>.jsonl``: in OpenClaw's folder of the agent a legacy
+``<sessionId>.jsonl`` file has that path too, and is left to the live copy when the database
+holds the session. A store that named files ``sessions/<file>`` before renames its rows in
+place (:mod:`pipeline.store.session_paths`). All are read the same way
 (:mod:`pipeline.ingest.transcripts`: the searchable text, its line map back to the JSONL lines,
 redaction, the delta thresholds).
 """
