@@ -905,7 +905,8 @@ def test_settings_to_dict_round_trips(tmp_path: Path, env: dict[str, str]) -> No
     s = load_toml(tmp_path, env, FULL_TOML.replace(SECRET, "k"))
     d = settings_to_dict(s)
     json.dumps(d)
-    for key in ("extraPathPatterns", "configFile", "dataDir", "warnings", "models"):
+    for key in ("extraPathPatterns", "searchSources", "configFile", "dataDir", "warnings",
+                "models"):
         d.pop(key)  # output only (models.providers: from an openclaw.json)
     d["remote"].pop("apiKeyEnv")
     d["remote"]["apiKey"] = "k"

@@ -57,7 +57,7 @@ def test_settings_to_dict_keeps_its_order(tmp_path: Path) -> None:
     d = settings_to_dict(load_settings(workspace=tmp_path, env={"HOME": str(tmp_path)}))
     assert list(d) == [
         "workspace", "enabled", "provider", "fallback", "model", "sources", "extraPaths",
-        "extraPathPatterns", "rememberAcrossConversations", "experimental",
+        "extraPathPatterns", "rememberAcrossConversations", "searchSources", "experimental",
         "outputDimensionality", "inputType", "queryInputType", "documentInputType", "multimodal",
         "watch", "fleet", "chunking", "query", "rerank", "cache", "store", "sync", "remote",
         "local",

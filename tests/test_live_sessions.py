@@ -226,11 +226,11 @@ def test_a_legacy_copy_of_a_live_session_is_not_indexed_twice(home: OpenClawHome
     try:
         index_once(db, settings, choose_provider(settings), None)
         assert {r[0] for r in session_rows(db)} == {f"sessions/main/{MAIN}.jsonl",
-                                                    "sessions/older.jsonl"}
+                                                    "sessions/main/older.jsonl"}
         # A watcher batch naming only the legacy file does not bring it in either.
         index_once(db, settings, choose_provider(settings), None, paths=[legacy])
         assert {r[0] for r in session_rows(db)} == {f"sessions/main/{MAIN}.jsonl",
-                                                    "sessions/older.jsonl"}
+                                                    "sessions/main/older.jsonl"}
     finally:
         db.close()
 
@@ -542,10 +542,12 @@ def test_archives_beside_the_live_transcripts(home: OpenClawHome, live_settings,
     finally:
         db.close()
     assert report.errors == []
-    assert paths == {f"sessions/main/{MAIN}.jsonl", f"sessions/{archive.name}",
-                     f"sessions/{deleted.name}"}
-    archived = [r[3] for r in rows if r[0] == f"sessions/{archive.name}"]
-    assert "User: the old conversation chose Redis streams" in "\n".join(archived)
+    # OpenClaw 2026.9.6's path of a file in the agent's folder (sessionPathForFile)
+    assert paths == {f"sessions/main/{MAIN}.jsonl", f"sessions/main/{archive.name}",
+                     f"sessions/main/{deleted.name}"}
+    texts = {r[0]: r[3] for r in rows}
+    assert texts[f"sessions/main/{archive.name}"] == (
+        "User: the old conversation chose Redis streams")
 
 
 def test_memq_watch_search_and_get_on_a_live_session(home: OpenClawHome, live_settings,
@@ -587,3 +589,27 @@ def test_memq_watch_search_and_get_on_a_live_session(home: OpenClawHome, live_se
     got = run_memq("get", *args, path, "--from", "6", "--lines", "1", "--json", env=env)
     assert got.returncode == 2
     assert json.loads(got.stdout)["code"] == "MEMORY_PATH_NOT_ALLOWED", got.stderr
+
+
+def test_a_pass_over_the_database_keeps_the_folders_archives(home: OpenClawHome,
+                                                             live_settings) -> None:
+    """The archives and the live transcripts share ``sessions/main/``: a watcher pass that
+    saw only the agent database change keeps what the folder holds."""
+    settings = live_settings()
+    archive = home.sessions / f"{MAIN}.jsonl.reset.2026-09-19T08-30-00.123Z"
+    archive.write_text(json.dumps(message(1, "user", "an archived talk about otters")) + "\n")
+    (home.sessions / "older.jsonl").write_text(json.dumps(message(1, "user", "old talk")))
+    want = {f"sessions/main/{MAIN}.jsonl", f"sessions/main/{archive.name}",
+            "sessions/main/older.jsonl"}
+    db = connect(settings.store.path)
+    try:
+        index_once(db, settings, choose_provider(settings), None)
+        assert {r[0] for r in session_rows(db)} == want
+        report = index_once(db, settings, choose_provider(settings), None,
+                            paths=[home.database])
+        assert report.deleted == 0 and {r[0] for r in session_rows(db)} == want
+        archive.unlink()  # gone from the folder: the same pass sees it go
+        index_once(db, settings, choose_provider(settings), None, paths=[home.database])
+        assert {r[0] for r in session_rows(db)} == want - {f"sessions/main/{archive.name}"}
+    finally:
+        db.close()

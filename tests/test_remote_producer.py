@@ -150,10 +150,11 @@ def test_session_transcripts_travel_to_the_shard(
     assert out["files"] == len(_hashes(workspaces["alpha"])) + 1
     hits = _json(a.memq("search", "--agent", "alpha", "--json", "pelican drone hangar"))
     top = hits["results"][0]
-    assert (top["path"], top["source"]) == ("sessions/s1.jsonl", "sessions")
+    # OpenClaw 2026.9.6's path of a file in agent alpha's folder
+    assert (top["path"], top["source"]) == ("sessions/alpha/s1.jsonl", "sessions")
     assert "hangar nine" in top["snippet"]
     # memq get refuses a session path, as OpenClaw's memory_get does
-    refused = a.memq("get", "--agent", "alpha", "--json", "sessions/s1.jsonl")
+    refused = a.memq("get", "--agent", "alpha", "--json", "sessions/alpha/s1.jsonl")
     assert refused.returncode == 2, refused.stderr
     assert json.loads(refused.stdout)["code"] == "MEMORY_PATH_NOT_ALLOWED"
 

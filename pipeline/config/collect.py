@@ -17,6 +17,7 @@ from pipeline.config.agent_id import is_valid_agent_id, normalize_agent_id_stric
 from pipeline.config.errors import ConfigError, Entry, message, show
 from pipeline.config.files import read_file
 from pipeline.config.keys import READ, TABLES, children
+from pipeline.config.remember import remembers_by_default
 from pipeline.config.roster import (
     ENTRY_KEYS,
     Roster,
@@ -226,6 +227,8 @@ def _collect_openclaw(
                 source=str(c.path),
             )
         c.walk(section, display=display, top=False)
+    c.entries.setdefault(  # OpenClaw's default
+        "rememberAcrossConversations", c.entry(remembers_by_default(data), "session"))
     providers = _dict_at(data, "models", "providers")
     if providers is not None:  # the credentials and endpoints memory embeddings inherit
         c.entries["models.providers"] = c.entry(providers, "models.providers")

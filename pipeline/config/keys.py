@@ -309,6 +309,7 @@ KEYS: tuple[Key, ...] = (
     Key("extraPaths", Spec("paths"), env="MEMQ_EXTRA_PATHS"),
     Key("extraPathPatterns", Spec("pairs"), read=False),
     Key("rememberAcrossConversations", BOOL),
+    Key("searchSources", LIST, read=False),  # what a search without corpus reads
     Key("experimental.sessionMemory", BOOL, attr="session_memory"),
     Key("outputDimensionality", _int(1, nullable=True)),
     Key("inputType", OPT_STR),

@@ -508,8 +508,11 @@ class Settings(_Validated):
     """Everything memq needs to know, resolved: paths absolute, defaults filled in.
 
     ``sources`` is the effective list (OpenClaw drops ``sessions`` unless session memory is on,
-    and an empty list means ``("memory",)``). ``session_memory`` is ``experimental.sessionMemory``
-    or ``rememberAcrossConversations``. ``store`` defaults to :func:`default_store_path` and
+    and an empty list means ``("memory",)``). ``search_sources`` is what a search without
+    ``corpus`` reads (OpenClaw's ``searchSources``: ``rememberAcrossConversations`` indexes
+    transcripts without searching them, unless ``sources`` lists ``sessions``).
+    ``session_memory`` is ``experimental.sessionMemory`` or ``rememberAcrossConversations``.
+    ``store`` defaults to :func:`default_store_path` and
     ``sessions_dir`` to OpenClaw's transcripts folder for ``agent_id``. ``data_dir`` is the data
     dir of the environment the settings were loaded from (:func:`~pipeline.config.paths.data_dir`;
     this host's shard claims live there). ``warnings`` lists things worth showing in
@@ -541,6 +544,7 @@ class Settings(_Validated):
     watch: WatchSettings = field(default_factory=WatchSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
     remember_across_conversations: bool = False
+    search_sources: tuple[str, ...] | None = None  # filled by __post_init__
     output_dimensionality: int | None = None
     input_type: str | None = None
     query_input_type: str | None = None
@@ -569,6 +573,8 @@ class Settings(_Validated):
             )
         session_memory = self.session_memory or self.remember_across_conversations
         _set(self, "session_memory", session_memory)
+        if self.search_sources is None:  # OpenClaw's searchSources: remembering adds no search
+            _set(self, "search_sources", _normalize_sources(self.sources, session_memory, False))
         _set(
             self,
             "sources",

@@ -33,8 +33,7 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.errors import StoreError
-from pipeline.ingest.transcripts import SESSIONS_SOURCE, transcript_window
-from pipeline.results import MemoryText
+from pipeline.ingest.transcripts import SESSIONS_SOURCE
 from pipeline.store.openclaw_agent import (
     AGENT_DB_NAME,
     LiveTranscript,
@@ -225,31 +224,12 @@ def live_sessions_at(settings: Settings, paths: Iterable[Path],
     return None
 
 
+def _plain_name(name: str) -> bool:
+    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\x00")
+
+
 def read_live_session(settings: Settings, session: LiveSession) -> bytes | None:
     """A live transcript as JSONL bytes (its records one per line, ``\\n`` between them, as
     OpenClaw sizes it); None when it is in cold storage or gone."""
     records = transcript_records(agent_database(settings), session.session_id)
     return None if records is None else "\n".join(records).encode("utf-8")
-
-
-def _plain_name(name: str) -> bool:
-    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\x00")
-
-
-def live_session_get(settings: Settings, requested: str, from_line: int | None,
-                     lines: int | None) -> MemoryText | None:
-    """``memory_get`` of a live hit (``sessions/<agentId>/<sessionId>.jsonl``), by JSONL line
-    (the transcript's records counted from 1, as the hit's ``startLine``/``endLine``); None for
-    any other path. A session the database does not hold (any more), or that is not indexed (a
-    forgotten one, a cron run), reads as empty text."""
-    prefix = live_scope(settings) + "/"
-    if SESSIONS_SOURCE not in settings.sources or not requested.startswith(prefix):
-        return None
-    name = requested.removeprefix(prefix)
-    if not name.endswith(".jsonl") or not _plain_name(name):
-        return None
-    session_id = name.removesuffix(".jsonl")
-    records = None
-    if any(t.session_id == session_id for t in _indexable(settings)):  # never a forgotten one
-        records = transcript_records(agent_database(settings), session_id)
-    return transcript_window(requested, "\n".join(records or ()), from_line, lines)

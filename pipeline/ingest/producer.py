@@ -47,7 +47,12 @@ from pipeline.ingest.multimodal import (
     read_media,
 )
 from pipeline.ingest.safety import check_deletions, check_files_here
-from pipeline.ingest.sessions import read_session_file, session_files, session_files_at
+from pipeline.ingest.sessions import (
+    read_session_file,
+    session_files,
+    session_files_at,
+    session_folder_path,
+)
 from pipeline.ingest.sources import (
     SourceFile,
     in_scope,
@@ -71,6 +76,7 @@ from pipeline.messages import (
 )
 from pipeline.store import cache, reads, schema, writer
 from pipeline.store.engine import Database
+from pipeline.store.session_paths import move_session_rows
 from pipeline.store.vectors import drop_vectors
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -382,6 +388,10 @@ def scan_sources(settings: Settings, known: dict[str, Known],
             live = live_sessions(settings, _stats(known))
         if live is not None:
             scopes.add(live.scope)
+            # The live scope may be the sessions folder's too (sessions/<agentId>): what the
+            # folder holds is present, not gone.
+            listed = {f.path for f in on_disk}
+            on_disk += [f for f in session_files(settings) if f.path not in listed]
         on_disk, hidden = _with_live(on_disk, set(), live, known, report)
         present = _present(on_disk, live)
         gone = {p for p in known if p not in present and in_scope(p, scopes)
@@ -410,6 +420,8 @@ def sync_files(db: Database, settings: Settings, choice: ProviderChoice,
     with schema.transaction(db):
         schema.set_meta(db, "mode_reason", choice.reason)
     max_input = choice.provider.max_input_bytes if choice.provider else None
+    if SESSIONS_SOURCE in settings.sources:  # transcripts stored as sessions/<file> before
+        move_session_rows(db, session_folder_path(settings))
     known = reads.known_files(db)
     scan = scan_sources(settings, known, paths, allow_deletions=allow_deletions)
     report = scan.report
@@ -436,8 +448,10 @@ def _present(on_disk: list[SourceFile], live: LiveScan | None) -> set[str]:
 def _with_live(on_disk: list[SourceFile], hidden: set[str], live: LiveScan | None,
                known: dict[str, Any], report: IndexReport) -> tuple[list[SourceFile], set[str]]:
     """Files to sync and hidden scopes, given the live transcripts: a legacy
-    ``sessions/<sessionId>.jsonl`` of a live session is left to the live copy; a database that
-    cannot be read now hides what was indexed from it (and the legacy copies of those)."""
+    ``<sessionId>.jsonl`` file of a live session is left to the live copy (in OpenClaw's
+    folder of the agent both have the path ``sessions/<agentId>/<sessionId>.jsonl``); a
+    database that cannot be read now hides what was indexed from it (and the legacy copies of
+    those)."""
     if live is None:
         return on_disk, hidden
     if live.error is None:
@@ -446,9 +460,10 @@ def _with_live(on_disk: list[SourceFile], hidden: set[str], live: LiveScan | Non
         report.errors.append(f"{live.scope}/: {live.error}; live transcripts indexed before "
                              "are kept")
         hidden = hidden | {live.scope}
-        names = {p.rsplit("/", 1)[1] for p in known if in_scope(p, {live.scope})}
-    legacy = {f"{SESSIONS_SOURCE}/{name}" for name in names}
-    return [f for f in on_disk if f.path not in legacy], hidden
+        names = {p.rsplit("/", 1)[1] for p in known
+                 if in_scope(p, {live.scope}) and p.endswith(".jsonl")}
+    return [f for f in on_disk if f.source != SESSIONS_SOURCE
+            or f.path.rsplit("/", 1)[1] not in names], hidden
 
 
 def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: str,

@@ -1,14 +1,22 @@
 """Session transcripts (``sources: [memory, sessions]`` with ``experimental.sessionMemory`` or
-``rememberAcrossConversations``): where they are, and ``memory_get`` on a session hit.
+``rememberAcrossConversations``): where they are and what their store paths are
+(``memory_get`` refuses them, as OpenClaw's does).
 
-Two places hold them. Files in ``<sessionsDir>``, stored as ``sessions/<file>``: the
+Two places hold them. Files in ``<sessionsDir>``, stored under OpenClaw 2026.9.6's memory path
+for a transcript file (``sessionPathForFile``): ``sessions/<agentId>/<file>``, the agent id
+being the one the folder names when it is OpenClaw's ``…/agents/<agentId>/sessions`` (nearest
+such folder above the file, its name as written), ``sessions/<file>`` for a folder elsewhere
+(a ``sessionsDir`` of memq's own). The files are the
 ``<sessionId>.jsonl`` transcripts of OpenClaw before 2026.9 (and legacy ones left since), and
 2026.9's archives of reset and deleted sessions, ``<sessionId>.jsonl.reset.<time>`` /
 ``.deleted.<time>``, zstd-compressed as ``….zst`` when OpenClaw's Node has zstd (OpenClaw's
 ``isUsageCountedSessionTranscriptFileName`` and ``isSessionArchiveArtifactName``: trajectory
 files, compaction checkpoints and ``.bak`` copies are not transcripts). And, since 2026.9, the
 live transcripts in the agent's database (:mod:`pipeline.ingest.live_sessions`), stored as
-``sessions/<agentId>/<sessionId>.jsonl``. All are read the same way
+``sessions/<agentId>/<sessionId>.jsonl``: in OpenClaw's folder of the agent a legacy
+``<sessionId>.jsonl`` file has that path too, and is left to the live copy when the database
+holds the session. A store that named files ``sessions/<file>`` before renames its rows in
+place (:mod:`pipeline.store.session_paths`). All are read the same way
 (:mod:`pipeline.ingest.transcripts`: the searchable text, its line map back to the JSONL lines,
 redaction, the delta thresholds).
 """
@@ -23,8 +31,6 @@ from pathlib import Path
 import zstandard
 
 from pipeline.config import Settings
-from pipeline.errors import MemoryPathError
-from pipeline.ingest.live_sessions import live_session_get
 from pipeline.ingest.sources import SourceFile
 from pipeline.ingest.transcripts import (
     SESSIONS_SOURCE,
@@ -33,17 +39,15 @@ from pipeline.ingest.transcripts import (
     needs_sync,
     transcript,
     transcript_chunks,
-    transcript_window,
 )
-from pipeline.results import MemoryText
 
 #: What other modules have imported from here since before :mod:`pipeline.ingest.transcripts`.
-__all__ = ["SESSIONS_SOURCE", "Transcript", "compacted", "is_transcript_file", "needs_sync",
-           "read_session_file", "session_files", "session_files_at", "session_get",
+__all__ = ["SESSIONS_SOURCE", "Transcript", "agent_of_session_file", "compacted",
+           "is_transcript_file", "needs_sync", "read_session_file", "session_file_path",
+           "session_files", "session_files_at", "session_folder_path",
            "transcript", "transcript_chunks"]
 
 ZSTD_SUFFIX = ".zst"
-MAX_GET_BYTES = 64 * 1024 * 1024  # what memory_get decompresses of one archive, at most
 #: OpenClaw's archive of a reset or deleted session (``artifacts.ts``: ``ARCHIVE_SUFFIX_RE``).
 _ARCHIVE = re.compile(r"\.jsonl\.(?:reset|deleted)\.\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}"
                       r"(?:\.\d{3})?Z(?:\.[0-9a-f]{32})?(?:\.zst)?$")
@@ -77,6 +81,46 @@ def read_session_file(path: str, limit: int) -> bytes:
             return b"".join(parts)
 
 
+def _agent_of_sessions_dir(folder: str) -> str | None:
+    """OpenClaw's ``extractAgentIdFromSessionsDir`` (POSIX): ``<id>`` of
+    ``…/agents/<id>/sessions`` (None for any other folder)."""
+    parts = [p for p in os.path.abspath(folder).split(os.sep) if p]
+    if len(parts) < 3 or parts[-1] != "sessions" or parts[-3] != "agents":
+        return None
+    return parts[-2]
+
+
+def agent_of_session_file(path: str | os.PathLike[str]) -> str | None:
+    """The agent a transcript file belongs to by where it is, as OpenClaw 2026.9.6 decides
+    (``extractAgentIdFromSessionPath``): the nearest folder above it named ``sessions`` that
+    sits in ``agents/<id>/``; None when there is none."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.basename(folder) == "sessions":
+            agent = _agent_of_sessions_dir(folder)
+            if agent:
+                return agent
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def session_file_path(path: str | os.PathLike[str]) -> str:
+    """The memory path of the transcript file at ``path`` (OpenClaw's ``sessionPathForFile``):
+    ``sessions/<agentId>/<file name>``, or ``sessions/<file name>`` when the file is in no
+    agent's sessions folder."""
+    agent = agent_of_session_file(path)
+    name = os.path.basename(os.path.abspath(path))
+    return f"{SESSIONS_SOURCE}/{agent}/{name}" if agent else f"{SESSIONS_SOURCE}/{name}"
+
+
+def session_folder_path(settings: Settings) -> str:
+    """The memory path of the sessions folder: what its files' paths start with
+    (``sessions/<agentId>`` for OpenClaw's folder of an agent, else ``sessions``)."""
+    return session_file_path(Path(settings.sessions_dir) / "x").rpartition("/")[0]
+
+
 def session_files(settings: Settings) -> list[SourceFile]:
     """The transcripts to index, when session memory is on (else none)."""
     if SESSIONS_SOURCE not in settings.sources:
@@ -86,7 +130,8 @@ def session_files(settings: Settings) -> list[SourceFile]:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
         return []
-    return [SourceFile(f"sessions/{e.name}", e.path, SESSIONS_SOURCE) for e in entries
+    prefix = session_folder_path(settings)
+    return [SourceFile(f"{prefix}/{e.name}", e.path, SESSIONS_SOURCE) for e in entries
             if is_transcript_file(e.name) and e.is_file(follow_symlinks=False)]
 
 
@@ -96,42 +141,15 @@ def session_files_at(settings: Settings, paths: Iterable[Path]) -> tuple[list[So
     if SESSIONS_SOURCE not in settings.sources:
         return [], set()
     folder = Path(os.path.abspath(settings.sessions_dir))
+    prefix = session_folder_path(settings)
     found, scopes = [], set()
     for raw in paths:
         path = Path(os.path.abspath(raw))
         if path == folder:
-            scopes.add("sessions")
+            scopes.add(prefix)
             found.extend(session_files(settings))
         elif path.parent == folder and is_transcript_file(path.name):
-            scopes.add(f"sessions/{path.name}")
+            scopes.add(f"{prefix}/{path.name}")
             if path.is_file() and not path.is_symlink():
-                found.append(SourceFile(f"sessions/{path.name}", str(path), SESSIONS_SOURCE))
+                found.append(SourceFile(f"{prefix}/{path.name}", str(path), SESSIONS_SOURCE))
     return found, scopes
-
-
-def session_get(settings: Settings, requested: str, from_line: int | None,
-                lines: int | None) -> MemoryText | None:
-    """``memory_get`` for a session hit, or None for other paths.
-
-    ``sessions/<file>`` opens a transcript file, ``sessions/<agentId>/<sessionId>.jsonl``
-    a live transcript (:func:`pipeline.ingest.live_sessions.live_session_get`). The window is in
-    JSONL lines, as a hit's ``startLine``/``endLine`` are; the text is the transcript lines
-    (``User: …``/``Assistant: …``) that came from those JSONL lines. Only a plain file directly
-    in the sessions folder can be read.
-    """
-    if SESSIONS_SOURCE not in settings.sources or not requested.startswith("sessions/"):
-        return None
-    live = live_session_get(settings, requested, from_line, lines)
-    if live is not None:
-        return live
-    name = requested.removeprefix("sessions/")
-    if "/" in name or "\\" in name or "\x00" in name or not is_transcript_file(name):
-        return None
-    path = Path(settings.sessions_dir) / name
-    if path.is_symlink() or not path.is_file():
-        return MemoryText(requested, "")
-    try:
-        raw = read_session_file(str(path), MAX_GET_BYTES)
-    except zstandard.ZstdError as exc:
-        raise MemoryPathError(f"{requested}: a damaged zstd archive ({exc})") from exc
-    return transcript_window(requested, raw.decode("utf-8", errors="replace"), from_line, lines)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from pipeline.config import Settings
 from pipeline.ingest.chunking import Chunk, chunk_markdown, js_trim
-from pipeline.results import MemoryText
 
 SESSIONS_SOURCE = "sessions"  # the ``sources`` entry, and the first part of their store paths
 #: What a transcript's indexed text is made of; bump it when that changes, so stores index
@@ -98,18 +97,6 @@ def transcript_chunks(raw: str, tokens: int, overlap: int) -> list[Chunk]:
         return []
     return [Chunk(t.line_map[c.start_line - 1], t.line_map[c.end_line - 1], c.text, c.hash)
             for c in chunk_markdown(t.text, tokens, overlap)]
-
-
-def transcript_window(path: str, raw: str, from_line: int | None,
-                      lines: int | None) -> MemoryText:
-    """``memory_get`` of a transcript: the text lines that came from a window of JSONL lines
-    (``from_line`` 1-based, default 1; ``lines`` JSONL lines, default to the end)."""
-    t = transcript(raw)
-    start = max(1, int(from_line or 1))
-    end = None if lines is None else start - 1 + max(0, int(lines))
-    picked = [text for text, number in zip(t.text.split("\n"), t.line_map, strict=False)
-              if number >= start and (end is None or number <= end)]
-    return MemoryText(path, "\n".join(picked), start, len(picked))
 
 
 def needs_sync(raw: bytes, known_hash: str, known_size: int, settings: Settings) -> bool:

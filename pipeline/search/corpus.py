@@ -3,8 +3,17 @@
 OpenClaw 2026.9's tool takes ``corpus`` (``memory``, ``wiki``, ``all``, ``sessions``) and
 refuses any other value rather than searching everything (a model-authored argument must fail
 closed). ``memory`` reads memory notes only, ``sessions`` session transcripts only (refused
-with OpenClaw's advice when session search is not configured), ``all`` (or no corpus) what
-``sources`` configures. memq has no wiki: ``wiki`` answers nothing, and says so.
+with OpenClaw's advice when no transcripts are indexed), ``all`` (or no corpus) OpenClaw's
+search sources (``Settings.search_sources``). memq has no wiki: ``wiki`` answers nothing, and
+says so.
+
+``rememberAcrossConversations`` as OpenClaw 2026.9.6 (``resolveMemorySearchSourcePolicy``):
+transcripts are indexed, but a search without ``corpus`` (or ``all``) leaves them out unless
+``sources`` lists ``sessions`` (with session memory on). ``corpus: "sessions"`` reads them.
+There OpenClaw differs: it refuses a model's ``sessions`` corpus unless the search sources hold
+transcripts, and reaches remembered ones only through Active Memory's protected recall of the
+same agent's conversations, which memq does not have; memq's ``sessions`` corpus is that way
+in, for the caller that asks.
 """
 
 from __future__ import annotations
@@ -42,12 +51,17 @@ def refusal(settings: Settings, corpus: str | None) -> SearchResults | None:
     return None
 
 
+def search_sources(settings: Settings) -> tuple[str, ...]:
+    """What a search without ``corpus`` reads: the indexed sources OpenClaw searches by default
+    (``searchSources``; remembered transcripts are indexed, not searched)."""
+    wanted = settings.search_sources or settings.sources
+    return tuple(s for s in settings.sources if s in wanted) or settings.sources
+
+
 def corpus_sources(settings: Settings, corpus: str | None) -> tuple[str, ...] | None:
-    """The sources a search of ``corpus`` reads: None for what ``sources`` configures (no
-    corpus, or ``all``)."""
-    if corpus in (None, "all") or settings.sources == (corpus,):
-        return None
-    return (corpus,)
+    """The sources a search of ``corpus`` reads: None for every indexed source (no filter)."""
+    wanted = search_sources(settings) if corpus in (None, "all") else (corpus,)
+    return None if wanted == settings.sources else wanted
 
 
 def corpus_outcomes(corpus: str | None) -> dict[str, object]:
