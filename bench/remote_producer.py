@@ -187,7 +187,8 @@ def run_mode(tmp: Path, mode: str, args: argparse.Namespace) -> None:
                   + "  ".join(f"{b:.2f}/{a:.2f} s {a / b:.2f}x" for b, a in runs))
         print(f"{mode:<8} {'no-op pass':<26} library {noop_s:6.3f} s   CLI process "
               f"{cli_s:6.3f} s  (goal < 1 s)")
-        ws = Path(json.loads(config.read_text())["memories"][1]["workspace"])
+        ws = Path(next(m["workspace"] for m in json.loads(config.read_text())["memories"]
+                       if m["name"] == "apart"))
         for debounce in (None, 200):
             cfg = config
             if debounce is not None:
