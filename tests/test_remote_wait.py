@@ -42,5 +42,5 @@ def test_a_long_job_is_left_to_the_usual_pace(tmp_path: Path, make_settings) -> 
     started = time.monotonic()
     assert memory.ended_soon("m:j", within_s=0.5) is False
     assert 0.5 <= time.monotonic() - started < 0.8
-    assert memory.looks <= 20
+    assert memory.looks <= 25  # ~10 looks at 20 ms, then ~10 at a tenth of the wait
     assert QUICK_JOB_S <= 2.0  # the quick pace is short: its looks stay few
