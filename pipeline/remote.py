@@ -47,7 +47,7 @@ from pipeline.local import (
 )
 from pipeline.messages import IndexRequest, QueryRequest
 from pipeline.outcome import VectorOutcome, WithoutVector
-from pipeline.polling import Poll
+from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
 from pipeline.routing import control_queue, new_job_id
 
@@ -55,6 +55,11 @@ if TYPE_CHECKING:
     from pipeline.fleet.job_log import JobLog
 
 __all__ = ["RemoteMemory", "ShardReader", "unwrap"]
+
+#: How long a pass waits for its job at the quick pace (:meth:`RemoteMemory.ended_soon`).
+QUICK_JOB_S = 2.0
+#: The quick pace's shortest wait between two looks at a job.
+QUICK_POLL_S = 0.02
 
 
 class RemoteMemory:
@@ -284,6 +289,7 @@ class RemoteMemory:
                        f"the store is on shard {self.shard}'s host: {sent}",
                        job_id=job_id, vectors=VECTORS_QUEUED)
         if wait and job_id is not None:
+            self.ended_soon(job_id)
             job = self.follow_job(job_id, on_progress=on_progress, warn=warn)
             if job.state != "done":
                 raise FleetError(f"job {job_id} {job.state}: {job.error}")
@@ -402,6 +408,21 @@ class RemoteMemory:
             if check:
                 check()
             poll.wait()
+
+    def ended_soon(self, job_id: str, within_s: float = QUICK_JOB_S) -> bool:
+        """Whether job ``job_id`` ended within ``within_s``, asked about after a tenth of the
+        time waited so far (at least every :data:`QUICK_POLL_S`, at most every
+        :data:`~pipeline.polling.POLL_S`): a job of a fraction of a second is seen ending a
+        few hundredths of a second after it does, a longer one is left to the usual pace."""
+        started = time.monotonic()
+        while True:
+            job = self.job(job_id)
+            if job is not None and not job.running:
+                return True
+            waited = time.monotonic() - started
+            if waited >= within_s:
+                return False
+            time.sleep(min(max(waited / 10, QUICK_POLL_S), POLL_S, within_s - waited))
 
     def wait_ended(self, job_id: str, timeout_s: float) -> bool:
         """Wait until job ``job_id`` ended on the shard's host (at most ``timeout_s``)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
-from pipeline.ingest.admission import refused_path
+from pipeline.ingest.admission import Admission
 from pipeline.ingest.multimodal import MediaFile, check_media, classify
 from pipeline.ingest.producer import (
     MAX_FILE_BYTES,
@@ -192,9 +192,10 @@ def apply_changes(db: Database, settings: Settings, choice: ProviderChoice,
     max_input = choice.provider.max_input_bytes if choice.provider else None
     known = reads.known_files(db)
     media: dict[str, MediaFile] = {}
+    admission = Admission(settings)
     with schema.WriteBatch(db) as batch:
         for change in changes:
-            why = refused_path(settings, change.path, change.source)
+            why = admission.refused(change.path, change.source)
             raw = change.raw()
             if why is None and raw is not None and hashlib.sha256(raw).hexdigest() != change.hash:
                 why = "its bytes do not match their hash"
