@@ -340,6 +340,7 @@ KEYS: tuple[Key, ...] = (
     Key("query.hybrid.mmr.lambda", UNIT, attr="query.hybrid.mmr.lambda_"),
     Key("query.hybrid.temporalDecay.enabled", BOOL),
     Key("query.hybrid.temporalDecay.halfLifeDays", _int(1)),
+    Key("query.hybrid.temporalDecay.minFactor", UNIT),  # memq's own floor on the factor
     Key("query.timeoutMs", _int(100)),
     # memq's own (OpenClaw has no reranker): memory.search.rerank.* in an openclaw.json
     Key("rerank.enabled", BOOL),

@@ -104,10 +104,12 @@ class MmrSettings(_Validated):
 @dataclass(frozen=True)
 class TemporalDecaySettings(_Validated):
     """``query.hybrid.temporalDecay.*``: exponential decay by note age (on by default, as in
-    OpenClaw 2026.9)."""
+    OpenClaw 2026.9). ``min_factor`` (memq's own) is a floor on the decay factor; 0 is
+    OpenClaw's decay."""
 
     enabled: bool = True
     half_life_days: int = 30
+    min_factor: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,11 @@
 """Temporal decay: older notes count less, evergreen notes not at all.
 
 multiplier = exp(−ln 2 / halfLife × age in days), so a note one half-life old keeps half its
-score. Which notes age, and from when, is OpenClaw 2026.9.6's ``extractTimestamp``
+score. memq's ``minFactor`` (``query.hybrid.temporalDecay.minFactor``, default 0: OpenClaw's
+decay) puts a floor under it: ``minFactor + (1 − minFactor) × exp(…)``, so a newer note still
+wins a near tie while an old note that alone answers keeps at least ``minFactor`` of its score.
+
+Which notes age, and from when, is OpenClaw 2026.9.6's ``extractTimestamp``
 (extensions/memory-core/src/memory/temporal-decay.ts), exactly:
 
 - a path with a ``memory/`` folder followed by ``(dir/)*YYYY-MM-DD(-slug)?.md`` (case-sensitive,
@@ -65,15 +69,19 @@ def note_time(path: str, mtime_ns: int | None) -> float | None:
     return None if mtime_ns is None else mtime_ns / 1e9
 
 
-def multiplier(written_at: float | None, now: float, half_life_days: float) -> float:
+def multiplier(written_at: float | None, now: float, half_life_days: float,
+               min_factor: float = 0.0) -> float:
+    """The decay factor of a note written at ``written_at`` (None: evergreen, 1), never below
+    ``min_factor`` (0: OpenClaw's decay)."""
     if written_at is None:
         return 1.0
     age_days = max(0.0, (now - written_at) / DAY_S)
-    return math.exp(-math.log(2) / half_life_days * age_days)
+    decayed = math.exp(-math.log(2) / half_life_days * age_days)
+    return decayed if min_factor <= 0 else min_factor + (1.0 - min_factor) * decayed
 
 
-def multipliers(db: Database, rowids: Sequence[int], now: float, half_life_days: float
-                ) -> dict[int, float]:
-    """Decay multiplier per chunk rowid."""
-    return {r: multiplier(note_time(path, mtime), now, half_life_days)
+def multipliers(db: Database, rowids: Sequence[int], now: float, half_life_days: float,
+                min_factor: float = 0.0) -> dict[int, float]:
+    """Decay multiplier per chunk rowid (see :func:`multiplier`)."""
+    return {r: multiplier(note_time(path, mtime), now, half_life_days, min_factor)
             for r, path, mtime in reads.chunk_files(db, rowids)}

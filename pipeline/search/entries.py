@@ -61,15 +61,16 @@ def _specificities(db: Database, matches: Sequence[PathMatch],
 
 def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
           decay_days: float | None, now: float, projects: Sequence[str] | None,
-          paths: Sequence[PathMatch] | None = None) -> Weighed:
-    """Temporal decay (``decay_days``: the half-life, None when off), importance, project
+          paths: Sequence[PathMatch] | None = None, decay_floor: float = 0.0) -> Weighed:
+    """Temporal decay (``decay_days``: the half-life, None when off; ``decay_floor``: its
+    ``minFactor``), importance, project
     ranking and exact-path order over the fused ``ranked`` candidates (see module doc).
     ``paths``: the files the query names (:func:`pipeline.search.paths.path_matches`), looked
     up here (exact matches only) when None."""
     if paths is None:
         paths = path_matches(db, query, 0, sources)
     specific = _specificities(db, paths, ranked)
-    factors = (decay.multipliers(db, [c.rowid for c in ranked], now, decay_days)
+    factors = (decay.multipliers(db, [c.rowid for c in ranked], now, decay_days, decay_floor)
                if decay_days is not None and ranked else {})
     values = reads.entry_values(db, [c.rowid for c in ranked])
     active = weights.active_keys(projects)

@@ -215,7 +215,7 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
                             decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
                             now=time.time() if now is None else now, projects=projects,
-                            paths=found.paths)
+                            paths=found.paths, decay_floor=hybrid.temporal_decay.min_factor)
     ranked, exact = weighed.rest, weighed.exact
     # Scores are what a hit shows (6 decimals) before they are compared: a hit shown as 0.35
     # is kept at minScore 0.35, and equal shown scores go by rowid on every path.
