@@ -100,15 +100,17 @@ def timed(call: Callable[[], Any]) -> float:
 
 
 def throughput(search: Callable[[str], Any], queries: list[str], callers: int,
-               seconds: float) -> float:
-    """Searches per second ``callers`` threads complete in ``seconds``."""
+               seconds: float) -> tuple[float, list[float]]:
+    """Searches per second ``callers`` threads complete in ``seconds``, and each search's
+    milliseconds."""
     done = [0] * callers
+    ms: list[float] = []
     stop = time.monotonic() + seconds
 
     def caller(i: int) -> None:
         n = i
         while time.monotonic() < stop:
-            search(queries[n % len(queries)])
+            ms.append(timed(lambda n=n: search(queries[n % len(queries)])))
             n += callers
             done[i] += 1
 
@@ -118,7 +120,7 @@ def throughput(search: Callable[[str], Any], queries: list[str], callers: int,
         t.start()
     for t in threads:
         t.join()
-    return sum(done) / (time.monotonic() - started)
+    return sum(done) / (time.monotonic() - started), ms
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{percentile(remote_ms, 50) - percentile(local_ms, 50):>8.1f} "
                       f"{percentile(remote_ms, 95) - percentile(local_ms, 95):>8.1f}")
 
+                stages(here, there, settings, queries)
+
                 rpc_ms, db_ms = reply_paths(tmp, broker.url, config, settings, queries, readers)
                 print(f"{'reply path':<28} {'p50 ms':>8} {'p95 ms':>8}")
                 for label, ms in (("rpc:// (pushed)", rpc_ms),
@@ -180,18 +184,51 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{label:<28} {percentile(ms, 50):>8.1f} {percentile(ms, 95):>8.1f}")
                 print(f"database / rpc p50: {percentile(db_ms, 50) / percentile(rpc_ms, 50):.2f}x")
 
-                local_qps = throughput(lambda q: here.search(q), queries, args.callers,
-                                       args.seconds)
-                remote_qps = throughput(lambda q: there.search(q), queries, args.callers,
-                                        args.seconds)
+                local_qps, many_local = throughput(lambda q: here.search(q), queries,
+                                                   args.callers, args.seconds)
+                remote_qps, many_remote = throughput(lambda q: there.search(q), queries,
+                                                     args.callers, args.seconds)
                 print(f"{args.callers} callers, {args.seconds:g} s: in-process "
                       f"{local_qps:.1f} q/s, through one reader {remote_qps:.1f} q/s "
                       f"({remote_qps / local_qps:.2f}x)")
+                print(f"{'latency with them':<28} {'p50 ms':>8} {'p95 ms':>8}")
+                for label, ms in (("in the store's process", many_local),
+                                  ("through the reader (rpc)", many_remote)):
+                    print(f"{label:<28} {percentile(ms, 50):>8.1f} {percentile(ms, 95):>8.1f}")
+                print(f"{'overhead (remote - local)':<28} "
+                      f"{percentile(many_remote, 50) - percentile(many_local, 50):>8.1f} "
+                      f"{percentile(many_remote, 95) - percentile(many_local, 95):>8.1f}")
         finally:
             for reader in readers:
                 reader.stop(kill=True)
             broker.close()
     return 0
+
+
+def stages(here: Memory, there: Memory, settings: Any, queries: list[str]) -> None:
+    """Where a remote search's time goes, stage by stage (p50/p95, measured here): the same
+    searches without the files check (``sync=False``: the query, the broker hops, the reader's
+    embedding and search, the reply) in the store's process and through the reader, then the
+    files check's two halves: the caller's stat of its files and their digest (sent with the
+    request) and the store's digest the reader computes beside its search."""
+    from pipeline.ingest.transfer import disk_stats, stats_digest
+    from workers.shard_side import files_digest
+
+    local_ms, remote_ms, stat_ms, digest_ms = [], [], [], []
+    for q in queries:
+        local_ms.append(timed(lambda q=q: here.search(q, sync=False)))
+        remote_ms.append(timed(lambda q=q: there.search(q, sync=False)))
+        stat_ms.append(timed(lambda: stats_digest(disk_stats(settings) or {})))
+        digest_ms.append(timed(lambda: files_digest(here.local)))
+    print(f"{'stage (sync off: no files check)':<34} {'p50 ms':>8} {'p95 ms':>8}")
+    for label, ms in (("search in the store's process", local_ms),
+                      ("search through the reader", remote_ms),
+                      ("caller: stat files + digest", stat_ms),
+                      ("reader: store's files digest", digest_ms)):
+        print(f"{label:<34} {percentile(ms, 50):>8.1f} {percentile(ms, 95):>8.1f}")
+    print(f"{'read path overhead (sync off)':<34} "
+          f"{percentile(remote_ms, 50) - percentile(local_ms, 50):>8.1f} "
+          f"{percentile(remote_ms, 95) - percentile(local_ms, 95):>8.1f}")
 
 
 def reply_paths(tmp: Path, broker: str, config: Path, settings: Any, queries: list[str],
