@@ -111,3 +111,18 @@ def test_idle_embed_worker_and_writer_have_not_loaded_sqlalchemy(
     jobs = json.loads(listed.stdout)["jobs"]
     assert any(job["state"] == "done" for job in jobs), (report, jobs)
     assert "sqlalchemy" in _imported(tmp_path / "writer-0.imports")
+
+
+def test_celery_finds_the_app_after_its_module_was_imported() -> None:
+    """``celery -A workers`` finds the app whether or not :mod:`workers.app` was imported
+    first (then the package's ``app`` attribute is that submodule, and Celery looks for
+    ``workers.celery``): a launcher that imports it before Celery's CLI still starts."""
+    import subprocess
+    import sys
+
+    probe = ("import workers.app, workers\n"
+             "from celery.app.utils import find_app\n"
+             "print(find_app('workers') is workers.app.app)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == "True", done.stderr

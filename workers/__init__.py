@@ -16,8 +16,11 @@ __all__ = ["app"]
 
 
 def __getattr__(name: str) -> Any:
-    """``workers.app``, the Celery application, imported on first use (PEP 562)."""
-    if name == "app":
+    """``workers.app``, the Celery application, imported on first use (PEP 562). Also as
+    ``workers.celery``, Celery's second guess: once the submodule :mod:`workers.app` has been
+    imported, the package's ``app`` attribute is that module, and ``celery -A workers`` then
+    looks for ``celery``."""
+    if name in ("app", "celery"):
         from workers.app import app
 
         return app
