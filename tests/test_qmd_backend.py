@@ -113,7 +113,9 @@ def test_results_outside_the_workspace_are_qmd_urls(booted: QmdBackend) -> None:
     results = booted.search("kubernetes hetzner")
     assert [r.path for r in results] == ["qmd://notes-main/ops.md"]
     got = booted.get("qmd://notes-main/ops.md")
-    assert got.text == (booted.settings.workspace.parent / "notes" / "ops.md").read_text()
+    whole = (booted.settings.workspace.parent / "notes" / "ops.md").read_text()
+    # OpenClaw's memory_get window: the whole short file, its last newline not a line
+    assert (got.text, got.status, got.truncated) == (whole.removesuffix("\n"), "ok", False)
     hit = results[0]
     window = booted.get(hit.path, hit.start_line, hit.end_line - hit.start_line + 1)
     assert "kubernetes on hetzner" in window.text
@@ -146,8 +148,11 @@ def test_get_refuses_what_no_collection_covers(booted: QmdBackend, path: str) ->
 def test_get_reads_workspace_memory_and_missing_files(booted: QmdBackend) -> None:
     ws = booted.settings.workspace
     got = booted.get("memory/2026-11-03.md", 3, 2)
-    assert got == MemoryText("memory/2026-11-03.md", _lines(ws / "memory/2026-11-03.md", 3, 4),
-                             3, 2)
+    # OpenClaw's memory_get: a window with more lines after it says where to go on
+    assert got == MemoryText("memory/2026-11-03.md",
+                             _lines(ws / "memory/2026-11-03.md", 3, 4)
+                             + "\n\n[More content available. Use from=5 to continue.]",
+                             3, 2, status="ok", truncated=True, next_from=5)
     assert booted.get(str(ws / "MEMORY.md")).path == "MEMORY.md"
     assert booted.get("memory/2099-01-01.md") == MemoryText("memory/2099-01-01.md", "")
 
