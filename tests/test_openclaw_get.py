@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from pipeline.errors import MemoryPathError
 from pipeline.memory import Memory
 from pipeline.results import GET_LINES, GET_MAX_CHARS, MemoryText
 from tests.conftest import run_memq
+from tests.tools import run_oracle
 
 ORACLE = Path(__file__).with_name("openclaw_get.mjs")
 
@@ -31,27 +31,15 @@ ROW = "- {:04d} " + "x" * 93
 ASTRAL = "\U0001F600"
 
 
-@cache
-def _paths() -> tuple[str, str]:
-    from tests.tools import tool, tools_dir
-
-    node = tool("node")
-    tool("openclaw")
-    return str(node), str(tools_dir() / "openclaw/node_modules/openclaw")
-
-
 def openclaw(workspace: Path, extra: list[str], calls: list[dict[str, Any]],
              scratch: Path) -> list[tuple[dict[str, Any], str]]:
     """OpenClaw's memory_get answers (structured, text) to ``calls`` on ``workspace``."""
-    node, package = _paths()
     scratch.mkdir(exist_ok=True)
     env = {"HOME": str(scratch), "OPENCLAW_STATE_DIR": str(scratch / "state"),
            "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([node, str(ORACLE), package], input=json.dumps(
-        {"workspace": str(workspace), "extraPaths": extra, "calls": calls}),
-        capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr
-    return [(details, text) for details, text in json.loads(done.stdout)]
+    answers = run_oracle(ORACLE, {"workspace": str(workspace), "extraPaths": extra,
+                                  "calls": calls}, env=env)
+    return [(details, text) for details, text in answers]  # type: ignore[attr-defined]
 
 
 def _files(ws: Path, shared: Path) -> None:

@@ -9,9 +9,6 @@ package (``tests/openclaw_search_fields.mjs``), then end to end.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +32,14 @@ from pipeline.store.engine import connect
 from tests.fakes.provider_doubles import Fault, ProviderDouble
 from tests.searchkit import QueryVector, build
 from tests.secrets_scan import SENTINEL
+from tests.tools import run_oracle
 
 ORACLE = Path(__file__).with_name("openclaw_search_fields.mjs")
 
 
-@cache
-def _paths() -> tuple[str, str]:
-    from tests.tools import tool, tools_dir
-
-    node = tool("node")
-    tool("openclaw")
-    return str(node), str(tools_dir() / "openclaw/node_modules/openclaw")
-
-
 def openclaw(cases: dict[str, Any]) -> dict[str, Any]:
     """OpenClaw's answers to ``cases`` (see the script's header)."""
-    node, package = _paths()
-    done = subprocess.run([node, str(ORACLE), package], input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return run_oracle(ORACLE, cases)  # type: ignore[return-value]
 
 
 # --- OpenClaw's answers that need no store: one Node run for the module -------------------------

@@ -73,3 +73,19 @@ def node_env(env: dict[str, str] | None = None) -> dict[str, str]:
     node_bin = str(tool("node").parent)
     base["PATH"] = node_bin + os.pathsep + base.get("PATH", "")
     return base
+
+
+def run_oracle(script: Path, payload: object, *, env: dict[str, str] | None = None,
+               timeout: float = 120) -> object:
+    """Run a ``tests/openclaw_*.mjs`` script under Node against the installed OpenClaw
+    package (its folder as the script's argument, ``payload`` as JSON on stdin); the JSON it
+    prints. Fails the test with Node's stderr when the script fails."""
+    import json
+
+    tool("openclaw")
+    package = tools_dir() / "openclaw/node_modules/openclaw"
+    done = subprocess.run([str(tool("node")), str(script), str(package)],
+                          input=json.dumps(payload), capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
