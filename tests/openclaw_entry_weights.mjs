@@ -10,24 +10,14 @@
 // project-ranking.ts) are read from their regions of manager-runtime.js.
 import { readdirSync, readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
+import * as openclawDist from "./openclaw_dist.mjs";
 
 const pkg = process.argv[2];
 const dist = `${pkg}/dist`;
 
-async function exported(prefix, name) {
-  for (const file of readdirSync(dist).filter((f) => f.startsWith(prefix) && f.endsWith(".mjs"))) {
-    const alias = new RegExp(`\\b${name} as (\\w+)`).exec(readFileSync(`${dist}/${file}`, "utf8"));
-    if (alias) return (await import(pathToFileURL(`${dist}/${file}`).href))[alias[1]];
-  }
-  throw new Error(`no chunk ${prefix}* exports ${name}`);
-}
+const exported = (prefix, name) => openclawDist.exported(dist, prefix, name);
 
-function region(name) {
-  const text = readFileSync(`${dist}/extensions/memory-core/manager-runtime.js`, "utf8");
-  const start = text.indexOf(`//#region extensions/memory-core/src/memory/${name}`);
-  if (start < 0) throw new Error(`no region ${name}`);
-  return text.slice(start, text.indexOf("//#endregion", start));
-}
+const region = (name) => openclawDist.region(dist, name);
 
 const prepare = await exported("manager-index-preparation-", "prepareMemoryIndexChunks");
 const exactPath = await exported("manager-search-", "prepareExactPathMatcher");

@@ -16,17 +16,12 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
+import * as openclawDist from "./openclaw_dist.mjs";
 
 const pkg = process.argv[2];
 const dist = `${pkg}/dist`;
 
-async function exported(prefix, name) {
-  for (const file of readdirSync(dist).filter((f) => f.startsWith(prefix) && f.endsWith(".mjs"))) {
-    const alias = new RegExp(`\\b${name} as (\\w+)`).exec(readFileSync(`${dist}/${file}`, "utf8"));
-    if (alias) return (await import(pathToFileURL(`${dist}/${file}`).href))[alias[1]];
-  }
-  throw new Error(`no chunk ${prefix}* exports ${name}`);
-}
+const exported = (prefix, name) => openclawDist.exported(dist, prefix, name);
 
 function region(text, name) {
   const start = text.indexOf(`//#region extensions/memory-core/src/${name}`);
