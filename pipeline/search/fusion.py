@@ -7,9 +7,7 @@ candidate that has no vector at all (still pending, or failed) is scored by its 
 alone, so a strong keyword hit is not capped at wT (0.3, under minScore 0.35: OpenClaw #25183).
 A third fixes the ranking: the text score is the hit's BM25 as a share of the query's best
 (:func:`share_of_best`), not OpenClaw's saturating r/(1+r), which gave every hit nearly the
-same text score (nDCG@10 on SciFact train: 0.746 against 0.702; docs/search.md); the share of a
-chunk that is not a ``MEMORY.md``/``USER.md`` entry is of the best such chunk, so one-line
-entries do not push the notes under ``minScore`` (issue 36).
+same text score (nDCG@10 on SciFact train: 0.746 against 0.702; docs/search.md).
 
 ``rrf`` is weighted reciprocal rank fusion: Σ wᵢ / (k + rankᵢ), scaled by (k + 1) so a chunk
 ranked first by every retriever scores 1.0 and minScore keeps a meaning.
@@ -17,7 +15,6 @@ ranked first by every retriever scores 1.0 and minScore keeps a meaning.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from pipeline.search.fts import bm25_to_score
@@ -77,30 +74,15 @@ def text_scores(ranks: dict[int, float]) -> dict[int, float]:
     return {rowid: bm25_to_score(rank) for rowid, rank in ranks.items()}
 
 
-def share_of_best(ranks: dict[int, float], entries: Collection[int] = frozenset()
-                  ) -> dict[int, float]:
-    """Each hit's BM25 magnitude as a share of the query's best hit's (the best scores 1.0);
-    a hit that is not one of the ``entries`` (``MEMORY.md``/``USER.md`` entry chunks) as a
-    share of the best hit that is not one either.
+def share_of_best(ranks: dict[int, float]) -> dict[int, float]:
+    """Each hit's BM25 magnitude as a share of the query's best hit's (the best scores 1.0).
 
     The weighted merge's keyword score. r/(1+r) saturates: on a real corpus BM25 magnitudes
     run from about 5 to 30, so the tenth hit kept 0.97 of the best's score and BM25's order
     barely moved the fused ranking (hybrid under keyword-only on SciFact). A share of the best
     keeps BM25's proportions, and, being relative, does not depend on the corpus's size.
-
-    Entries are held apart because BM25 favours short rows: a one-line entry holding the
-    query's words outscores any paragraph, and the paragraphs' shares of it fell under
-    ``minScore`` when entries became their own chunks (issue 36: an answering daily note
-    0.389 → 0.321). Against the best non-entry hit they keep the score they had without the
-    entries; an entry still scores against the best hit of all. With no entry among the hits
-    this is the plain share of the best.
     """
     best = min(ranks.values(), default=0.0)  # FTS5 ranks: the most negative is the best
     if best >= 0:  # not a BM25 magnitude (a rank function other than bm25): fall back
         return relative(text_scores(ranks))
-    if not entries:
-        return {rowid: rank / best for rowid, rank in ranks.items()}
-    others = min((rank for rowid, rank in ranks.items() if rowid not in entries), default=0.0)
-    notes = others if others < 0 else best
-    return {rowid: rank / (best if rowid in entries else notes)
-            for rowid, rank in ranks.items()}
+    return {rowid: rank / best for rowid, rank in ranks.items()}
