@@ -7,18 +7,12 @@
 // argv[2]: the package's dist folder. stdin: {"files": [absolute paths], "configs":
 // [openclaw.json objects], "policies": [{configuredSources, rememberAcrossConversations,
 // configuredSessionMemory}]}. stdout: {"paths": [...], "remember": [...], "policies": [...]}.
-import { readdirSync, readFileSync } from "node:fs";
-import { pathToFileURL } from "node:url";
+import { readFileSync } from "node:fs";
+import * as openclawDist from "./openclaw_dist.mjs";
 
 const dist = process.argv[2];
 
-async function exported(prefix, name) {
-  for (const file of readdirSync(dist).filter((f) => f.startsWith(prefix) && f.endsWith(".mjs"))) {
-    const alias = new RegExp(`\\b${name} as (\\w+)`).exec(readFileSync(`${dist}/${file}`, "utf8"));
-    if (alias) return (await import(pathToFileURL(`${dist}/${file}`).href))[alias[1]];
-  }
-  throw new Error(`no chunk ${prefix}* exports ${name}`);
-}
+const exported = (prefix, name) => openclawDist.exported(dist, prefix, name);
 
 const sessionPathForFile = await exported("session-files-", "sessionPathForFile");
 const remember = await exported("legacy-", "resolveRememberAcrossConversations");

@@ -5,18 +5,12 @@
 // file prefix and export alias, as tests/openclaw_chunking.mjs does.
 // argv[2]: the package's dist folder. stdin: {"files": [absolute .jsonl paths], "texts": [...]}.
 // stdout: {"patterns": [...], "redacted": [...], "sessions": [{"content", "lineMap"} or null]}.
-import { readdirSync, readFileSync } from "node:fs";
-import { pathToFileURL } from "node:url";
+import { readFileSync } from "node:fs";
+import * as openclawDist from "./openclaw_dist.mjs";
 
 const dist = process.argv[2];
 
-async function exported(prefix, name) {
-  for (const file of readdirSync(dist).filter((f) => f.startsWith(prefix) && f.endsWith(".mjs"))) {
-    const alias = new RegExp(`\\b${name} as (\\w+)`).exec(readFileSync(`${dist}/${file}`, "utf8"));
-    if (alias) return (await import(pathToFileURL(`${dist}/${file}`).href))[alias[1]];
-  }
-  throw new Error(`no chunk ${prefix}* exports ${name}`);
-}
+const exported = (prefix, name) => openclawDist.exported(dist, prefix, name);
 
 const buildSessionEntryInProcess = await exported("session-files-", "buildSessionEntryInProcess");
 const redactSensitiveText = await exported("redact-", "redactSensitiveText");
