@@ -365,6 +365,10 @@ class LocalMemory:
                 min_score: float | None, sync: bool | None, citations: str,
                 sources: tuple[str, ...] | None, projects: Sequence[str] | None = None
                 ) -> SearchResults:
+        # Built (imported, the first time) before the deadline starts and the query is
+        # embedded: a one-shot search imports the ranking while its local model loads on
+        # another thread.
+        part = self.search_part()
         deadline = Deadline(self.settings.query.timeout_ms)
         spec = schema.index_spec(db)
         provider, warning = None, None
@@ -389,9 +393,8 @@ class LocalMemory:
                 provider, cut = self._query_vector(provider, spec, query, deadline)
             except EmbeddingError as exc:
                 provider, warning = None, f"query embedding failed, keyword results only: {exc}"
-        from pipeline.search.hybrid import search  # loaded by search_part() already
+        from pipeline.search.hybrid import search  # imported by search_part() above
 
-        part = self.search_part()
         answer = search(db, self.settings, query, max_results=max_results, min_score=min_score,
                         provider=provider, held=part.held, reranker=part.reranker,
                         sources=sources, projects=projects)
