@@ -100,3 +100,24 @@ def test_a_workers_reader_is_closed_when_the_worker_stops(indexed: Settings) -> 
     assert not any(t.is_alive() for t in started)
     assert runtime.reader() is not reader
     runtime.close_reader()
+
+
+def test_a_reader_builds_its_reader_at_start_and_other_roles_do_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Celery's ``worker_init``: a worker consuming a query queue builds its reader (what a
+    read imports is loaded before the first read), an embed worker or a writer does not."""
+    from types import SimpleNamespace
+
+    import workers.reading as reading
+    from workers.runtime import WorkerRuntime
+
+    def started(*queues: str) -> WorkerRuntime:
+        own = WorkerRuntime()
+        monkeypatch.setattr(reading, "runtime", own)
+        reading.load_reader(SimpleNamespace(app=SimpleNamespace(amqp=SimpleNamespace(
+            queues=SimpleNamespace(consume_from=dict.fromkeys(queues))))))
+        return own
+
+    assert started("query.1")._reader is not None
+    assert started("embed.local")._reader is None
+    assert started("store.0", "control.0")._reader is None

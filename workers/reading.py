@@ -60,6 +60,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@worker_init.connect
+def load_reader(sender: Any = None, **_: Any) -> None:
+    """A worker that serves a shard's reads builds its :class:`~workers.reader.Reader` at
+    start, importing what answers a read (the memory's search, NumPy, pydantic: 1.5-2 s on a
+    loaded machine) before its first read rather than during it; no other role does."""
+    if sender is not None and served_shards(list(sender.app.amqp.queues.consume_from))["reader"]:
+        runtime.reader()
+
+
 @worker_shutdown.connect
 def close_reader(**_: Any) -> None:
     """The worker stops: its reader's digest threads stop with it."""
