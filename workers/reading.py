@@ -4,11 +4,11 @@
 N's stores and answers any host's searches, reads, status and job questions about the
 shard's memories (:class:`~pipeline.messages.QueryRequest`), from warm
 :class:`~memq.Memory` objects (:class:`~workers.runtime.WarmMemories`), by the worker's
-:class:`~workers.reader.Reader` (built, with what it imports, by the first read). It runs
-Celery's thread pool: a read waits on SQLite, NumPy or the model, which release the GIL, and
-the warm memories are shared by the threads. Answers go back on Celery's ``rpc://`` result backend,
-straight to the asking client's reply queue; the app's own result backend (the job log) is
-for jobs.
+:class:`~workers.reader.Reader` (built, with what it imports, when the worker starts:
+:func:`load_reader`; no other role imports it). It runs Celery's thread pool: a read waits on
+SQLite, NumPy or the model, which release the GIL, and the warm memories are shared by the
+threads. Answers go back on Celery's ``rpc://`` result backend, straight to the asking
+client's reply queue; the app's own result backend (the job log) is for jobs.
 
 A reader answers only for memories its configuration lists and that belong to the shard the
 message came in on (:meth:`~workers.runtime.WorkerRuntime.readable`); paths are checked as
