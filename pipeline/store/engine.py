@@ -15,6 +15,7 @@ authorizer), as such a build would: an internal switch for tests of that path.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -50,6 +51,13 @@ class Database:
     #: Whether this SQLite has FTS5 (keyword search); when not, why.
     fts_ok: bool = True
     fts_error: str | None = None
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The store file's resolved path, which names the copies a process holds of it
+        (:mod:`pipeline.store.snapshots`); resolved once, as the connection stays on the file
+        it opened."""
+        return str(self.path.resolve())
 
     @property
     def operational_error(self) -> type[Exception]:
