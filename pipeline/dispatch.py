@@ -21,7 +21,8 @@ from typing import Protocol, runtime_checkable
 from pipeline.batch.workflow import BatchRouting
 from pipeline.config import BatchSettings, Settings
 from pipeline.embeddings.providers import ProviderPool
-from pipeline.embeddings.runner import MAX_RETRIES, embed_job, retry_delay
+from pipeline.embeddings.retries import MAX_RETRIES, retry_delay
+from pipeline.embeddings.runner import embed_job
 from pipeline.errors import (
     EmbeddingError,
     ProviderRefused,

@@ -54,15 +54,15 @@ from pipeline.search.deadline import (
     timed_out_message,
     within,
 )
-from pipeline.search.hybrid import HeldCopies, search
-from pipeline.search.rerank import build_reranker
 from pipeline.store import batches, joblog, reads, schema
 from pipeline.store.engine import Database, as_store_error, connect
 from pipeline.store.owner import check_owner, owner_of
 from pipeline.store.reads import rebuild_info
 
 # A one-shot search (``memq search``) imports this module: what only indexing, appending,
-# transcripts, the QMD backend or the fleet need is imported where it is used.
+# transcripts, the QMD backend or the fleet need is imported where it is used. So does an
+# index pass: the hybrid ranking (NumPy) and the reranker load with the first search
+# (:meth:`LocalMemory.search_part`).
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
@@ -74,6 +74,8 @@ if TYPE_CHECKING:
     from pipeline.messages import ProviderSpec
     from pipeline.qmd import QmdBackend
     from pipeline.qmd.jobs import QmdJobs
+    from pipeline.search.hybrid import HeldCopies
+    from pipeline.search.rerank import Reranker
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,24 @@ def wait_for_submission(db: Database, *, check: Callable[[], None] | None = None
         time.sleep(POLL_S)
 
 
+@dataclass
+class SearchPart:
+    """What a :class:`LocalMemory` searches with, built on its first search
+    (:meth:`LocalMemory.search_part`): the in-memory copies of its stores (``held``; None:
+    each search reads the store) and the ``rerank.*`` cross-encoder stage with its outage
+    state (``reranker``; None when off)."""
+
+    held: HeldCopies | None
+    reranker: Reranker | None
+
+    def close(self) -> None:
+        """Drop the copies and close the reranker."""
+        if self.held is not None:
+            self.held.close()
+        if self.reranker is not None:
+            self.reranker.close()
+
+
 def check_enabled(settings: Settings) -> None:
     """Raise :class:`~pipeline.errors.MemoryDisabled` when ``enabled = false``: OpenClaw then
     has no memory tools and indexes nothing, and neither does memq."""
@@ -219,9 +239,8 @@ class LocalMemory:
         self.settings = settings
         self._own_providers = providers is None
         self._providers = ProviderPool() if providers is None else providers
-        self._held = HeldCopies() if in_memory else None
-        #: ``rerank.*``: the cross-encoder stage and its outage state (None when off).
-        self._reranker = build_reranker(self.settings.rerank, local=self.settings.local)
+        self._in_memory = in_memory
+        self._search_part: SearchPart | None = None  # built on first search
         #: The provider skipped after a search ran out of time (``query.timeoutMs``).
         self._cooldown = Cooldown()
         self._search_sync: Future[int] | None = None  # sync.onSearch's, when it outlasts one
@@ -237,6 +256,24 @@ class LocalMemory:
         self._qmd_jobs: QmdJobs | None = None  # where its update jobs go
         self._qmd_opened = False  # the boot job was asked for (update.onBoot)
         self._old_log_checked = False  # memq's old job log was looked for (once)
+
+    def search_part(self) -> SearchPart:
+        """The held copies and reranker searches use, built on the first call: an index pass,
+        which never searches, does not import the hybrid ranking (NumPy) at all."""
+        with self._lock:
+            if self._search_part is None:
+                from pipeline.search.hybrid import HeldCopies
+                from pipeline.search.rerank import build_reranker
+
+                self._search_part = SearchPart(
+                    HeldCopies() if self._in_memory else None,
+                    build_reranker(self.settings.rerank, local=self.settings.local))
+            return self._search_part
+
+    @property
+    def _held(self) -> HeldCopies | None:
+        """The in-memory copies of the store (:meth:`search_part`'s; tests wait for them)."""
+        return self.search_part().held
 
     @property
     def name(self) -> str:
@@ -328,6 +365,10 @@ class LocalMemory:
                 min_score: float | None, sync: bool | None, citations: str,
                 sources: tuple[str, ...] | None, projects: Sequence[str] | None = None
                 ) -> SearchResults:
+        # Built (imported, the first time) before the deadline starts and the query is
+        # embedded: a one-shot search imports the ranking while its local model loads on
+        # another thread.
+        part = self.search_part()
         deadline = Deadline(self.settings.query.timeout_ms)
         spec = schema.index_spec(db)
         provider, warning = None, None
@@ -352,8 +393,10 @@ class LocalMemory:
                 provider, cut = self._query_vector(provider, spec, query, deadline)
             except EmbeddingError as exc:
                 provider, warning = None, f"query embedding failed, keyword results only: {exc}"
+        from pipeline.search.hybrid import search  # imported by search_part() above
+
         answer = search(db, self.settings, query, max_results=max_results, min_score=min_score,
-                        provider=provider, held=self._held, reranker=self._reranker,
+                        provider=provider, held=part.held, reranker=part.reranker,
                         sources=sources, projects=projects)
         hits = answer.hits
         warning = "; ".join(filter(None, [warning, cut]))
@@ -917,10 +960,10 @@ class LocalMemory:
                 part.close()
         if self._own_providers:
             self._providers.close()
-        if self._held is not None:
-            self._held.close()
-        if self._reranker is not None:
-            self._reranker.close()
+        with self._lock:
+            searched = self._search_part
+        if searched is not None:
+            searched.close()
 
     def __enter__(self) -> LocalMemory:
         return self

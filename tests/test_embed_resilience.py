@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipeline.embeddings import retries as policy
 from pipeline.embeddings import runner
 from pipeline.embeddings.ollama import OllamaProvider
 from pipeline.errors import EmbeddingError, InputTooLong, ProviderRetryable
@@ -16,16 +17,16 @@ from tests.fakes.provider_doubles import Fault, ProviderDouble
 
 def test_backoff_schedule() -> None:
     for retries, low in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 8.0)]:
-        delays = [runner.retry_delay(retries) for _ in range(200)]
+        delays = [policy.retry_delay(retries) for _ in range(200)]
         assert low <= min(delays) and max(delays) <= low * 1.2
         assert max(delays) > min(delays)  # jitter
-    assert runner.retry_delay(0, retry_after=20) == 20
-    assert runner.retry_delay(4, retry_after=0.1) >= 8.0  # never sooner than the schedule
-    assert runner.retry_delay(0, retry_after=86400) == runner.MAX_RETRY_AFTER_S
-    assert runner.MAX_RETRIES >= 3
-    assert runner.max_retries({}) == 8 and runner.max_retries({"MEMQ_EMBED_MAX_RETRIES": "0"}) == 0
+    assert policy.retry_delay(0, retry_after=20) == 20
+    assert policy.retry_delay(4, retry_after=0.1) >= 8.0  # never sooner than the schedule
+    assert policy.retry_delay(0, retry_after=86400) == policy.MAX_RETRY_AFTER_S
+    assert policy.MAX_RETRIES >= 3
+    assert policy.max_retries({}) == 8 and policy.max_retries({"MEMQ_EMBED_MAX_RETRIES": "0"}) == 0
     with pytest.raises(ValueError, match="MEMQ_EMBED_MAX_RETRIES"):
-        runner.max_retries({"MEMQ_EMBED_MAX_RETRIES": "-1"})
+        policy.max_retries({"MEMQ_EMBED_MAX_RETRIES": "-1"})
 
 
 def test_context_length_splits_down_to_the_long_chunk() -> None:

@@ -309,12 +309,13 @@ def test_a_shards_reader_takes_active_projects_in_a_query_message(weighed: Memor
     """A search from another host carries the keys (checked like every message field)."""
     from pipeline.errors import MessageRefused
     from pipeline.messages import QueryRequest
-    from workers.reading import answer
+    from workers.reader import Reader
 
     sent = QueryRequest(weighed.name, "search", {"query": "release builds toolchain",
                                                  "minScore": 0,
                                                  "projects": ["github.com/acme/beta"]}, 0)
-    out = answer(weighed, QueryRequest.from_json(sent.to_json()))
+    with Reader() as reader:
+        out = reader.answer(weighed, QueryRequest.from_json(sent.to_json()))
     hits = [h for h in out["results"] if "Release" in h["snippet"]]
     assert hits[0]["projectKey"] == "github.com/acme/beta"
     for bad in ("github.com/acme/beta", [1], ["k"] * 65):

@@ -41,6 +41,16 @@ NOT_FOR_A_SEARCH = ("gguf", "redis", "celery", "kombu", "httpx", "sqlalchemy", "
                     "pipeline.ingest.reindex", "pipeline.qmd", "pipeline.store.writer",
                     "pipeline.fleet.broker", "pipeline.remote", "pipeline.fleet.job_log",
                     "pipeline.ingest.session_text", "pipeline.ingest.redaction")
+#: What a keyword-only ``memq index`` with nothing to do must not import: NumPy (the vector
+#: codec, the chunker's weights, the hybrid ranking), pydantic and the message classes, the
+#: batch workflow, the search side, the ``sqlite_vec`` package (its ``__init__`` imports
+#: ``numpy.typing``; its library is found without it), and the broker and job-log stacks.
+NOT_FOR_A_NOOP_INDEX = ("numpy", "pydantic", "pydantic_core", "pipeline.messages",
+                        "pipeline.batch.workflow", "pipeline.batch.api", "pipeline.dispatch",
+                        "pipeline.search.hybrid", "pipeline.search.rerank",
+                        "pipeline.search.retrievers", "pipeline.store.matrix", "sqlite_vec",
+                        "celery", "kombu", "redis", "sqlalchemy", "workers.app",
+                        "workers.embedded", "pipeline.fleet.broker")
 
 
 def _write_gguf(path: Path, *, context: int | None = 256, vocab: int = 2000,
@@ -193,6 +203,30 @@ def test_a_one_shot_memq_search_imports_only_what_it_uses(
     assert proc.returncode == 0, proc.stderr[-2000:]
     answer = json.loads(proc.stdout)
     assert answer["mode"] == "hybrid" and answer["results"]  # the model did embed the query
+    seen = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert seen == {"status": 0, "loaded": []}
+
+
+def test_a_noop_keyword_only_memq_index_imports_only_what_it_uses(
+        keyword_settings: Settings) -> None:
+    # The fixture indexed the workspace once; this second pass, in a fresh process as the
+    # `memq` script runs it, finds nothing changed. What it imported is read once it is done.
+    code = ("import json, sys\n"
+            "import memq.cli\n"
+            "sys.argv = ['memq', 'index', '--json', '--workspace', sys.argv[1], '--config',"
+            " sys.argv[2]]\n"
+            "status = memq.cli.main()\n"
+            f"heavy = {NOT_FOR_A_NOOP_INDEX!r}\n"
+            "loaded = sorted(m for m in sys.modules\n"
+            "                if any(m == h or m.startswith(h + '.') for h in heavy))\n"
+            "print(json.dumps({'status': status, 'loaded': loaded}), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(keyword_settings.workspace),
+                           str(keyword_settings.config_file)], capture_output=True, text=True,
+                          timeout=120, cwd=keyword_settings.workspace)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = json.loads(proc.stdout)
+    assert answer["mode"] == "keyword-only" and answer["files"] > 0
+    assert answer["changed"] == answer["deleted"] == 0  # a pass with nothing to do
     seen = json.loads(proc.stderr.strip().splitlines()[-1])
     assert seen == {"status": 0, "loaded": []}
 

@@ -1,17 +1,22 @@
-"""A reader's search answer (:func:`workers.reading.search_answer`): the files check the asking
-host sends (``filesDigest``) is answered alongside the hits, computed beside the search."""
+"""A reader's search answer (:meth:`workers.reading.Reader.search_answer`): the files check the
+asking host sends (``filesDigest``) is answered alongside the hits, computed beside the search
+by threads the reader owns: started by the first search that asks for a digest, stopped when
+the reader closes (the worker's stop)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
 
 import pytest
+from celery.signals import worker_shutdown
 
 from pipeline.config.settings import Settings
 from pipeline.ingest.transfer import disk_stats, stats_digest
 from pipeline.memory import Memory
-from workers.reading import search_answer
+from workers.reader import Reader
 
 
 @pytest.fixture
@@ -23,31 +28,96 @@ def indexed(workspace: Path, make_settings: Callable[..., Settings]) -> Settings
     return settings
 
 
+def _digest_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("memq-digest")]
+
+
 def test_files_match_when_the_digest_is_the_stores_and_not_otherwise(indexed: Settings) -> None:
     """The same hits with or without the check; ``filesMatch`` is true for the digest of the
     files the store reflects, false after a file changed, and absent when none was sent."""
-    with Memory(settings=indexed) as memory:
-        plain = search_answer(memory, {"query": "Zigbee"})
+    with Memory(settings=indexed) as memory, Reader() as reader:
+        plain = reader.search_answer(memory, {"query": "Zigbee"})
         assert "filesMatch" not in plain and plain["results"]
         here = stats_digest(disk_stats(indexed) or {})
-        checked = search_answer(memory, {"query": "Zigbee", "filesDigest": here})
+        checked = reader.search_answer(memory, {"query": "Zigbee", "filesDigest": here})
         assert checked.pop("filesMatch") is True
         assert checked["results"] == plain["results"]
         note = next((indexed.workspace / "memory").glob("*.md"))
         note.write_text(note.read_text() + "\nOne more line.\n")
         changed = stats_digest(disk_stats(indexed) or {})
-        assert search_answer(memory, {"query": "Zigbee",
-                                      "filesDigest": changed})["filesMatch"] is False
+        assert reader.search_answer(memory, {"query": "Zigbee",
+                                             "filesDigest": changed})["filesMatch"] is False
 
 
 def test_a_failed_search_still_fails_with_the_digest_asked(indexed: Settings,
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
     """A search that raises raises to the reply (never a filesMatch without hits)."""
-    with Memory(settings=indexed) as memory:
+    with Memory(settings=indexed) as memory, Reader() as reader:
         def broken(*_: object, **__: object) -> None:
             raise RuntimeError("disk gone")
 
         monkeypatch.setattr(memory, "search", broken)
         with pytest.raises(RuntimeError, match="disk gone"):
-            search_answer(memory, {"query": "Zigbee", "filesDigest": "0" * 64})
+            reader.search_answer(memory, {"query": "Zigbee", "filesDigest": "0" * 64})
+
+
+def test_the_digest_threads_start_with_the_first_check_and_stop_with_the_reader(
+        indexed: Settings) -> None:
+    """No thread until a search asks for a digest; none left once the reader is closed."""
+    import workers.reading
+
+    # the module itself holds no pool: importing it (every worker does) builds none
+    assert [n for n, v in vars(workers.reading).items() if isinstance(v, Executor)] == []
+    before = _digest_threads()
+    here = stats_digest(disk_stats(indexed) or {})
+    with Memory(settings=indexed) as memory:
+        reader = Reader()
+        reader.search_answer(memory, {"query": "Zigbee"})
+        assert _digest_threads() == before
+        assert reader.search_answer(memory, {"query": "Zigbee", "filesDigest": here})[
+            "filesMatch"] is True
+        started = [t for t in _digest_threads() if t not in before]
+        assert started and all(t.is_alive() for t in started)
+        reader.close()
+        assert not any(t.is_alive() for t in started)
+
+
+def test_a_workers_reader_is_closed_when_the_worker_stops(indexed: Settings) -> None:
+    """The worker's reader (:meth:`WorkerRuntime.reader`) is built on first use and its
+    threads stop at Celery's ``worker_shutdown``; the next read builds another."""
+    from workers.runtime import WorkerRuntime, runtime
+
+    assert WorkerRuntime()._reader is None  # a worker serves no read: no reader
+    reader = runtime.reader()
+    assert runtime.reader() is reader
+    here = stats_digest(disk_stats(indexed) or {})
+    with Memory(settings=indexed) as memory:
+        reader.search_answer(memory, {"query": "Zigbee", "filesDigest": here})
+    started = _digest_threads()
+    assert started
+    worker_shutdown.send(sender=None)
+    assert not any(t.is_alive() for t in started)
+    assert runtime.reader() is not reader
+    runtime.close_reader()
+
+
+def test_a_reader_builds_its_reader_at_start_and_other_roles_do_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Celery's ``worker_init``: a worker consuming a query queue builds its reader (what a
+    read imports is loaded before the first read), an embed worker or a writer does not."""
+    from types import SimpleNamespace
+
+    import workers.reading as reading
+    from workers.runtime import WorkerRuntime
+
+    def started(*queues: str) -> WorkerRuntime:
+        own = WorkerRuntime()
+        monkeypatch.setattr(reading, "runtime", own)
+        reading.load_reader(SimpleNamespace(app=SimpleNamespace(amqp=SimpleNamespace(
+            queues=SimpleNamespace(consume_from=dict.fromkeys(queues))))))
+        return own
+
+    assert started("query.1")._reader is not None
+    assert started("embed.local")._reader is None
+    assert started("store.0", "control.0")._reader is None

@@ -1,13 +1,15 @@
 """Workers import and build only what their role uses: an idle embed worker and an idle
 writer (``memq worker --role embed|writer``, real processes, prefork pool) have not imported
-SQLAlchemy nor Celery's database result backend. Their tasks ignore results; the writer's
-job log (:mod:`pipeline.fleet.job_log`) loads SQLAlchemy when a job arrives, and still records it.
+SQLAlchemy nor Celery's database result backend, nor what their tasks run (NumPy, pydantic,
+the messages, the store, the search, QMD, the producer, the batch workflow, the reader): each
+task imports it when it first runs. Their tasks ignore results; the writer's job log
+(:mod:`pipeline.fleet.job_log`) loads SQLAlchemy when a job arrives, and still records it.
 
 How it is seen, with no hook in memq's code: the workers run with a test-only
 ``sitecustomize`` (tests/import_trace) that records every module each process of the tree
 loads (the pool process forked after start included; a child the writer forks at start to
 look for its predecessor's cut-off jobs in the job log, and waits for, is gone), and every
-process of the tree is checked for SQLAlchemy's compiled extensions in
+process of the tree is checked for SQLAlchemy's and NumPy's compiled extensions in
 ``/proc/<pid>/maps``.
 """
 
@@ -27,8 +29,14 @@ from tests.hostkit import Host, SimulatedFleet, two_memories, wait_until
 pytestmark = pytest.mark.integration
 
 TRACE = Path(__file__).parent / "import_trace"
-#: What a worker whose tasks ignore results must not load while it waits for work.
-UNWANTED = ("sqlalchemy", "celery.backends.database")
+#: What a worker must not load while it waits for work: the job log's database (its tasks
+#: ignore results) and what its tasks run (loaded by the first task that runs it).
+UNWANTED = ("sqlalchemy", "celery.backends.database", "numpy", "pydantic", "pipeline.messages",
+            "pipeline.memory", "pipeline.local", "pipeline.store.results", "pipeline.qmd.backend",
+            "pipeline.ingest.producer", "pipeline.batch.workflow", "pipeline.embeddings.runner",
+            "workers.reader", "workers.shard_side")
+#: Packages whose compiled extensions an idle worker must not have mapped.
+UNMAPPED = ("sqlalchemy", "numpy")
 IDLE_S = 3.0
 
 
@@ -72,19 +80,20 @@ def _unwanted(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if any(m == u or m.startswith(f"{u}.") for u in UNWANTED))
 
 
-def _mapped_sqlalchemy(procs: list[psutil.Process]) -> dict[int, list[str]]:
-    """Per process, the SQLAlchemy files mapped in its memory (its compiled extensions)."""
+def _mapped(procs: list[psutil.Process]) -> dict[int, list[str]]:
+    """Per process, the files of :data:`UNMAPPED` packages mapped in its memory (their compiled
+    extensions)."""
     found = {}
     for proc in procs:
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         files = sorted({line.split()[-1] for line in maps.splitlines()
-                        if "/sqlalchemy/" in line})
+                        if any(f"/{name}/" in line for name in UNMAPPED)})
         if files:
             found[proc.pid] = files
     return found
 
 
-def test_idle_embed_worker_and_writer_have_not_loaded_sqlalchemy(
+def test_idle_embed_worker_and_writer_have_not_loaded_what_their_tasks_run(
         host: tuple[SimulatedFleet, Host], tmp_path: Path) -> None:
     fleet, h = host
     for label in ("writer-0", "embed"):
@@ -100,7 +109,7 @@ def test_idle_embed_worker_and_writer_have_not_loaded_sqlalchemy(
         # the trace works: the worker's own modules are in it
         assert {"celery.apps.worker", "workers.app", "workers.runtime"} <= modules, label
         assert _unwanted(modules) == [], f"{label} imported them while idle"
-        assert _mapped_sqlalchemy(procs) == {}, f"{label} mapped SQLAlchemy while idle"
+        assert _mapped(procs) == {}, f"{label} mapped them while idle"
 
     # the writer still records the job it runs (its job log loads SQLAlchemy for it)
     done = h.memq("index", "--agent", "alpha", "--json")
@@ -110,7 +119,9 @@ def test_idle_embed_worker_and_writer_have_not_loaded_sqlalchemy(
     assert listed.returncode == 0, listed.stderr
     jobs = json.loads(listed.stdout)["jobs"]
     assert any(job["state"] == "done" for job in jobs), (report, jobs)
-    assert "sqlalchemy" in _imported(tmp_path / "writer-0.imports")
+    writer = _imported(tmp_path / "writer-0.imports")
+    assert {"sqlalchemy", "numpy", "pipeline.messages", "pipeline.store.results"} <= writer
+    assert {"numpy", "pipeline.embeddings.runner"} <= _imported(tmp_path / "embed.imports")
 
 
 def test_celery_finds_the_app_after_its_module_was_imported() -> None:

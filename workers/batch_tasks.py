@@ -6,23 +6,22 @@ poll never sleeps: it asks once and sends the next poll as a new message with a 
 Each job's message chain holds a lease in the broker's Redis
 (:class:`pipeline.fleet.broker.RedisLeases`), so the chain a reconcile starts for a job whose
 messages died is the only one polling it.
+
+Every worker imports this module at start: a task imports the batch workflow and the messages
+(NumPy, pydantic) when it first runs.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from celery.signals import worker_ready
 
-from pipeline.batch import workflow
-from pipeline.batch.api import batch_api_for
-from pipeline.embeddings.runner import retry_delay
+from pipeline.embeddings.retries import retry_delay
 from pipeline.errors import EmbeddingError, MessageRefused, ProviderRetryable, StoreBusy
 from pipeline.fleet.broker import POLL_GRACE_S, SUBMIT_LEASE_S
-from pipeline.ingest.producer import queue_pending
-from pipeline.messages import BatchPoll, BatchSubmit, BatchUpdate, Route
 from pipeline.routing import (
     BATCH_POLL_TASK,
     BATCH_SUBMIT_TASK,
@@ -35,11 +34,17 @@ from workers.runtime import arrival_shard, runtime
 from workers.single_writer import consumed_shards
 from workers.tasks import WRITE_RETRIES, refused
 
+if TYPE_CHECKING:
+    from pipeline.batch import workflow
+    from pipeline.messages import BatchUpdate
+
 log = logging.getLogger(__name__)
 SUBMIT_RETRIES = 5
 
 
 def _send(step: workflow.Step) -> None:
+    from pipeline.batch import workflow
+
     fleet = runtime.fleet()
     for update in step.updates:
         fleet.batch_update(update)
@@ -79,6 +84,10 @@ def resume_on_writer_start(sender: Any = None, **_: Any) -> None:
 @app.task(name=BATCH_SUBMIT_TASK, bind=True, max_retries=SUBMIT_RETRIES)
 def batch_submit(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """Upload a job's chunks and create the remote job, then start polling it."""
+    from pipeline.batch import workflow
+    from pipeline.batch.api import batch_api_for
+    from pipeline.messages import BatchSubmit
+
     try:
         msg = BatchSubmit.from_json(message)
     except MessageRefused as exc:
@@ -107,6 +116,10 @@ def batch_submit(self: Task, message: dict[str, Any]) -> dict[str, Any]:
 @app.task(name=BATCH_POLL_TASK)
 def batch_poll(message: dict[str, Any]) -> dict[str, Any]:
     """Ask for a job's state once; collect its output once it stopped."""
+    from pipeline.batch import workflow
+    from pipeline.batch.api import batch_api_for
+    from pipeline.messages import BatchPoll
+
     try:
         msg = BatchPoll.from_json(message)
     except MessageRefused as exc:
@@ -132,6 +145,9 @@ def batch_poll(message: dict[str, Any]) -> dict[str, Any]:
 def batch_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """The writer's side of a batch job: states, vectors, and the hand-off of what the job
     did not embed to the sync path; a finished job makes room for the next one."""
+    from pipeline.batch import workflow
+    from pipeline.messages import BatchUpdate
+
     try:
         update = BatchUpdate.from_json(message)
         settings = runtime.settings_for(update.memory)
@@ -160,6 +176,10 @@ def batch_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
 def _top_up(db: Database, update: BatchUpdate, *, use_cache: bool = True) -> None:
     """Queue the chunks left waiting for a free batch slot (same index model only);
     ``use_cache`` is ``cache.enabled``."""
+    from pipeline.batch import workflow
+    from pipeline.ingest.producer import queue_pending
+    from pipeline.messages import Route
+
     spec = update.spec
     index = schema.get_meta(db, "index") or {}
     if (index.get("provider"), index.get("model"), index.get("provider_key")) != (

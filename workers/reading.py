@@ -3,11 +3,12 @@
 ``memq worker --role reader --shard N`` consumes ``query.<N>`` on the host that holds shard
 N's stores and answers any host's searches, reads, status and job questions about the
 shard's memories (:class:`~pipeline.messages.QueryRequest`), from warm
-:class:`~memq.Memory` objects (:class:`~workers.runtime.WarmMemories`). It runs Celery's
-thread pool: a read waits on SQLite, NumPy or the model, which release the GIL, and the warm
-memories are shared by the threads. Answers go back on Celery's ``rpc://`` result backend,
-straight to the asking client's reply queue; the app's own result backend (the job log) is
-for jobs.
+:class:`~memq.Memory` objects (:class:`~workers.runtime.WarmMemories`), by the worker's
+:class:`~workers.reader.Reader` (built, with what it imports, when the worker starts:
+:func:`load_reader`; no other role imports it). It runs Celery's thread pool: a read waits on
+SQLite, NumPy or the model, which release the GIL, and the warm memories are shared by the
+threads. Answers go back on Celery's ``rpc://`` result backend, straight to the asking
+client's reply queue; the app's own result backend (the job log) is for jobs.
 
 A reader answers only for memories its configuration lists and that belong to the shard the
 message came in on (:meth:`~workers.runtime.WorkerRuntime.readable`); paths are checked as
@@ -29,27 +30,17 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Task, states
 from celery.backends.rpc import RPCBackend
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_shutdown
 
 from pipeline.config.paths import data_dir
-from pipeline.errors import (
-    AppendError,
-    MemoryDisabled,
-    MemoryPathError,
-    MessageRefused,
-    WorkspaceMissing,
-)
+from pipeline.errors import MessageRefused
 from pipeline.fleet.broker import queue_consumers
 from pipeline.fleet.placement import CLAIMS_FOLDER, claim_in, claim_nodes, unclaim_in
-from pipeline.fleet.shard_copy import export_step
-from pipeline.memory import Memory
-from pipeline.messages import QueryReply, QueryRequest
 from pipeline.routing import (
     QUERY_PREFIX,
     QUERY_TASK,
@@ -62,84 +53,26 @@ from pipeline.routing import (
 from workers.app import app
 from workers.orphans import BROKER_DIR_ENV
 from workers.runtime import arrival_shard, in_child_process, runtime
-from workers.shard_side import files_digest, manifest
+
+if TYPE_CHECKING:
+    from pipeline.messages import QueryReply
 
 log = logging.getLogger(__name__)
 
-#: The errors a reply carries by kind (the asking side raises the same error again).
-_KINDS: tuple[tuple[type[Exception], str], ...] = (
-    (MemoryPathError, "path"), (AppendError, "append"), (MemoryDisabled, "disabled"),
-    (WorkspaceMissing, "workspace"))
+
+@worker_init.connect
+def load_reader(sender: Any = None, **_: Any) -> None:
+    """A worker that serves a shard's reads builds its :class:`~workers.reader.Reader` at
+    start, importing what answers a read (the memory's search, NumPy, pydantic: 1.5-2 s on a
+    loaded machine) before its first read rather than during it; no other role does."""
+    if sender is not None and served_shards(list(sender.app.amqp.queues.consume_from))["reader"]:
+        runtime.reader()
 
 
-#: Threads that compute a search's files digest while the search runs (a store read of every
-#: file's stats and a hash: ~4 ms for 3,000 files, more under load, on the search's path when
-#: done after it). Shared by the reader's threads; a digest waits for a free one.
-_DIGESTS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memq-digest")
-
-
-def search_answer(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
-    """The reply to a search: the hits, ``dirty`` when asked (``stale``) and the files are
-    here, and ``filesMatch`` when the asking host sent the digest of its files. The digest is
-    computed beside the search (its own store connection), never after it; both are done
-    before this returns (the warm memory is held until then)."""
-    digest: Future[str] | None = None
-    if args.get("filesDigest") is not None:  # the asking host has the files: in step?
-        digest = _DIGESTS.submit(files_digest, memory.local)
-    try:
-        results = memory.search(args["query"], max_results=args.get("maxResults"),
-                                min_score=args.get("minScore"), citations=args.get("citations"),
-                                corpus=args.get("corpus"), projects=args.get("projects"),
-                                sync=False)  # never write in a read: a sync is a job
-        if args.get("stale") and memory.workspace.is_dir():  # files elsewhere: not known here
-            results.dirty = len(memory.stale_files())
-        reply = results.to_dict()
-        if digest is not None:
-            reply["filesMatch"] = digest.result() == args["filesDigest"]
-        return reply
-    finally:
-        if digest is not None and not digest.done():  # the search failed: wait, then drop
-            digest.cancel() or digest.exception()
-
-
-def answer(memory: Memory, request: QueryRequest) -> Any:
-    """What ``memory`` (local to this host) answers to ``request``, in the JSON shape the
-    asking host rebuilds its result from."""
-    args = request.args
-    if request.op == "search":
-        return search_answer(memory, args)
-    if request.op == "get":
-        return memory.get(args["path"], args.get("from"), args.get("lines")).to_dict()
-    if request.op == "status":
-        return memory.status()
-    if request.op == "stale":  # none known here when the files are not here
-        return memory.stale_files() if memory.workspace.is_dir() else []
-    if request.op == "manifest":
-        return {path: list(row) for path, row in manifest(memory.local).items()}
-    if request.op == "export":
-        return export_step(memory.settings, dict(args))
-    if request.op == "append":
-        return memory.append(args["text"], args.get("target", "daily")).to_dict()
-    if request.op == "jobs":
-        if args.get("id"):
-            job = memory.jobs.get(args["id"])
-            return [job.to_dict()] if job is not None and job.memory == memory.name else []
-        return [job.to_dict() for job in memory.recent_jobs(args.get("limit") or 20)]
-    raise MessageRefused(f"query: unknown operation {request.op!r}")  # from_json checked it
-
-
-def reply_to(memory: Memory, request: QueryRequest, node: str | None) -> QueryReply:
-    """:func:`answer` as a reply: a refusal a local call would raise travels as its kind."""
-    try:
-        return QueryReply(answer=answer(memory, request), node=node)
-    except MessageRefused as exc:
-        return QueryReply(error=str(exc), kind="refused", node=node)
-    except Exception as exc:
-        for error, kind in _KINDS:
-            if isinstance(exc, error):
-                return QueryReply(error=str(exc), kind=kind, node=node)
-        log.exception("query %s of memory %s failed", request.op, request.memory)
-        return QueryReply(error=f"{type(exc).__name__}: {exc}", kind="failed", node=node)
+@worker_shutdown.connect
+def close_reader(**_: Any) -> None:
+    """The worker stops: its reader's digest threads stop with it."""
+    runtime.close_reader()
 
 
 @app.task(name=QUERY_TASK, bind=True, ignore_result=True, acks_late=False,
@@ -152,6 +85,8 @@ def answer_query(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     :func:`reply_summary` (counts and ids), all that Celery logs ("succeeded in …") and puts
     in the task-succeeded event Flower shows.
     """
+    from pipeline.messages import QueryReply, QueryRequest
+
     node = self.request.hostname
     try:
         request = QueryRequest.from_json(message)
@@ -163,7 +98,7 @@ def answer_query(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     else:
         op = request.op
         with runtime.warm(request.memory, settings) as memory:
-            reply = reply_to(memory, request, node)
+            reply = runtime.reader().reply_to(memory, request, node)
     self.backend.store_result(self.request.id, reply.to_json(), states.SUCCESS,
                               request=self.request)
     return reply_summary(op, reply)

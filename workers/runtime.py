@@ -4,7 +4,10 @@ serves, the embedding providers it built, the stores it writes, and its clients 
 Celery's tasks are module-level functions, so they reach it through :data:`runtime`, the one
 instance per process (as they reach the app through ``workers.app.app``). Its parts are built on
 first use in the process that uses them, and thrown away in a freshly forked pool process
-(a connection or a native model must never be shared across a fork).
+(a connection or a native model must never be shared across a fork). What builds them (the
+providers, the stores, :class:`~memq.Memory`: NumPy, pydantic, the search) is imported then
+too: every worker imports this module at start, and an idle worker and its pool process keep
+none of it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from celery import Task
@@ -27,18 +30,20 @@ from celery.signals import worker_process_init
 
 from pipeline.config import Settings, load_settings, read_roster
 from pipeline.config.roster import Stamp, stamp_of, stamps_changed
-from pipeline.embeddings.base import EmbeddingProvider
-from pipeline.embeddings.providers import ProviderPool
 from pipeline.errors import MessageRefused
 from pipeline.fleet.broker import FleetDispatcher, redis_client
 from pipeline.fleet.job_log import JobLog, store_key
-from pipeline.ingest.reindex import is_generation_of
-from pipeline.memory import Memory
-from pipeline.messages import ProviderSpec
 from pipeline.routing import shard_of_queue
 from pipeline.store.engine import Database
-from pipeline.store.results import MAX_OPEN_STORES, StorePool
 from workers.app import app
+
+if TYPE_CHECKING:  # imported where they are built (see above)
+    from pipeline.embeddings.base import EmbeddingProvider
+    from pipeline.embeddings.providers import ProviderPool
+    from pipeline.memory import Memory
+    from pipeline.messages import ProviderSpec
+    from pipeline.store.results import StorePool
+    from workers.reader import Reader
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +60,13 @@ class WorkerRuntime:
         self._own: Settings | None = None
         self._roster: list[str] | None = None
         self._stamps: tuple[Stamp, ...] = ()
-        self._providers = ProviderPool()
+        self._providers: ProviderPool | None = None
         self._stores: StorePool | None = None
         self._fleet: FleetDispatcher | None = None
         self._redis: redis.Redis | None = None
         self._redis_known = False
         self._warm: WarmMemories | None = None
+        self._reader: Reader | None = None
         self._jobs: dict[tuple[str, str | None], JobLog] = {}
 
     def settings_for(self, memory: str) -> Settings:
@@ -127,12 +133,19 @@ class WorkerRuntime:
 
     def provider(self, spec: ProviderSpec, settings: Settings) -> EmbeddingProvider:
         """The provider ``spec`` names, built once per process with this host's settings."""
+        with self._lock:
+            if self._providers is None:
+                from pipeline.embeddings.providers import ProviderPool
+
+                self._providers = ProviderPool()
         return self._providers.get(spec, settings)
 
     def store(self, path: str, settings: Settings) -> Database | None:
         """The open store at ``path`` (None when that generation is gone)."""
         with self._lock:
             if self._stores is None:
+                from pipeline.store.results import StorePool
+
                 self._stores = StorePool(want_vectors=settings.store.want_vectors)
         return self._stores.get(path)
 
@@ -145,11 +158,31 @@ class WorkerRuntime:
     def warm(self, memory: str, settings: Settings) -> WarmMemory:
         """A reader's warm :class:`~memq.Memory` of ``memory`` (``with`` it while using
         it): kept open between reads, the least recently used closed first."""
+        from pipeline.memory import Memory
+
         with self._lock:
             if self._warm is None:
                 self._warm = WarmMemories(lambda s: Memory(settings=s, dispatcher=self.fleet(),
                                                            local=True, jobs=self.jobs(s)))
         return self._warm.use(memory, settings)
+
+    def reader(self) -> Reader:
+        """This process's :class:`~workers.reader.Reader` (built on first use: a worker
+        that serves no read has none)."""
+        from workers.reader import Reader
+
+        with self._lock:
+            if self._reader is None:
+                self._reader = Reader()
+            return self._reader
+
+    def close_reader(self) -> None:
+        """Stop this process's reader's threads (the worker stops); a later read builds
+        another."""
+        with self._lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
 
     def jobs(self, settings: Settings, *, scoped: bool = True) -> JobLog:
         """The job log of this host (``settings.result_backend``), kept open: of the jobs of
@@ -203,6 +236,8 @@ class WorkerRuntime:
         settings = self.served(memory, shard)
         # With one memory there is no other memory's file to protect (and a writer started
         # without the producer's store path still writes where the producer indexed).
+        from pipeline.ingest.reindex import is_generation_of
+
         if self._roster and not is_generation_of(settings.store.path, store):
             raise MessageRefused(f"{store} is not a store of memory {memory!r}")
         return self.store(store, settings)
@@ -232,6 +267,8 @@ class WorkerRuntime:
         """A :class:`~memq.Memory` for an index job of ``name`` on this host (which holds
         its store), sending its work to the fleet and recording it in this host's job log
         (the caller closes it)."""
+        from pipeline.memory import Memory
+
         settings = self.settings_for(name)
         return Memory(settings=settings, dispatcher=self.fleet(), in_memory=False, local=True,
                       jobs=self.jobs(settings))
@@ -239,11 +276,13 @@ class WorkerRuntime:
     def close(self) -> None:
         """Free native models and connections (at process exit; llama.cpp's finalizer fails
         after interpreter teardown)."""
-        self._providers.close()
+        if self._providers is not None:
+            self._providers.close()
         if self._stores is not None:
             self._stores.close()
         if self._warm is not None:
             self._warm.close()
+        self.close_reader()
         for log in self._jobs.values():
             log.close()
 
@@ -276,10 +315,13 @@ class WarmMemories:
     used idle one is closed first; one whose settings changed (the config was edited) is
     replaced; one still in use by another thread is closed when its last user is done."""
 
-    def __init__(self, build: Callable[[Settings], Memory],
-                 max_open: int = MAX_OPEN_STORES) -> None:
+    def __init__(self, build: Callable[[Settings], Memory], max_open: int | None = None
+                 ) -> None:
+        """``max_open``: :data:`pipeline.store.results.MAX_OPEN_STORES` when not given."""
+        from pipeline.store.results import MAX_OPEN_STORES
+
         self.build = build
-        self.max_open = max(1, max_open)
+        self.max_open = max(1, MAX_OPEN_STORES if max_open is None else max_open)
         self._open: OrderedDict[str, list[Any]] = OrderedDict()  # name -> [memory, users, gone]
         self._lock = threading.Lock()
 

@@ -1,5 +1,11 @@
 """Celery tasks of embedding and indexing: thin wrappers that read a message, call the plain
-functions of :mod:`pipeline`, and pass the outcome on through the fleet."""
+functions of :mod:`pipeline`, and pass the outcome on through the fleet.
+
+Every worker imports this module at start (the app includes it), so each task imports what it
+runs (the messages, the embedding runner, the store, QMD: NumPy and pydantic among them) when
+it first runs: an idle worker and its pool process hold none of it
+(``tests/test_worker_imports.py``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import logging
 import re
 import signal
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import redis
 from celery import Task
@@ -15,8 +21,7 @@ from celery.exceptions import SoftTimeLimitExceeded, WorkerLostError
 from celery.worker import state as worker_state
 from celery.worker.state import task_ready
 
-from pipeline.embeddings.registry import choose_provider
-from pipeline.embeddings.runner import MAX_RETRIES, after_crash, embed_yielding, retry_delay
+from pipeline.embeddings.retries import MAX_RETRIES, retry_delay
 from pipeline.errors import (
     EmbeddingError,
     JobRefused,
@@ -27,10 +32,6 @@ from pipeline.errors import (
     StoreBusy,
 )
 from pipeline.fleet.job_log import RecordedJob
-from pipeline.ingest.reindex import rebuild_step
-from pipeline.messages import EmbedJob, EmbedResult, FileChanges, IndexRequest, QmdJobRequest
-from pipeline.qmd import QmdBackend
-from pipeline.qmd.jobs import run_due
 from pipeline.routing import (
     APPLY_TASK,
     EMBED_TASK,
@@ -41,10 +42,11 @@ from pipeline.routing import (
     embed_queue,
     memory_of_job,
 )
-from pipeline.store.results import apply_result, gone
-from workers import shard_side
 from workers.app import DescribedRequest, app
 from workers.runtime import arrival_shard, runtime
+
+if TYPE_CHECKING:
+    from pipeline.messages import EmbedJob
 
 log = logging.getLogger(__name__)
 WRITE_RETRIES = 20
@@ -120,6 +122,9 @@ class EmbedRequest(DescribedRequest):
     def _split_after_crash(self) -> bool:
         """Queue the crashed job's parts (or its chunk's failure); False when that could not
         be done (Celery then requeues the message whole)."""
+        from pipeline.embeddings.runner import after_crash
+        from pipeline.messages import EmbedJob
+
         try:
             job = EmbedJob.from_json(self.args[0])
         except (MessageRefused, IndexError):  # (IndexError: a request without arguments)
@@ -144,6 +149,9 @@ class EmbedRequest(DescribedRequest):
 def embed_chunks(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """Embed a group of chunks and send the vectors to the memory's writer (a job that
     crashes its worker process is split by :class:`EmbedRequest`)."""
+    from pipeline.embeddings.runner import embed_yielding
+    from pipeline.messages import EmbedJob
+
     try:
         job = EmbedJob.from_json(message)
     except MessageRefused as exc:
@@ -213,6 +221,9 @@ def write_vectors(self: Task, message: dict[str, Any]) -> dict[str, object]:
     A store locked by another process past the busy timeout is retried with backoff rather
     than dropping the vectors.
     """
+    from pipeline.messages import EmbedResult
+    from pipeline.store.results import apply_result, gone
+
     try:
         result = EmbedResult.from_json(message)
     except MessageRefused as exc:
@@ -240,6 +251,10 @@ def reindex_step(self: Task, message: dict[str, Any]) -> dict[str, object]:
     Each step is a producer pass over the new generation; no task ever waits for the queues,
     so the single store consumer is never blocked by the rebuild it serves.
     """
+    from pipeline.embeddings.registry import choose_provider
+    from pipeline.ingest.reindex import rebuild_step
+    from pipeline.messages import IndexRequest
+
     try:
         request = IndexRequest.from_json(message)
         settings = runtime.served(request.memory, arrival_shard(self))
@@ -262,6 +277,8 @@ def index_memory(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     The task id is the job id; the job log (:mod:`pipeline.fleet.job_log`) records its state,
     progress and result, with this task's worker and queue.
     """
+    from pipeline.messages import IndexRequest
+
     try:
         request = IndexRequest.from_json(message)
         runtime.served(request.memory, arrival_shard(self))
@@ -281,6 +298,9 @@ def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     writer host that holds its store (``control.<shard>``): applied as a local pass would
     (:func:`workers.shard_side.apply_changes`); every path is checked against the memory's own
     sources there."""
+    from pipeline.messages import FileChanges
+    from workers import shard_side
+
     try:
         changes = FileChanges.from_json(message)
     except MessageRefused as exc:
@@ -299,6 +319,10 @@ def qmd_update(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     """A QMD backend's update job (:func:`pipeline.qmd.jobs.run_due`), run by the host that
     owns the memory, on its ``control.<shard>`` queue; the home's write lock keeps two from
     overlapping. Recorded in the job log (kind ``qmd-<reason>``) as index jobs are."""
+    from pipeline.messages import QmdJobRequest
+    from pipeline.qmd import QmdBackend
+    from pipeline.qmd.jobs import run_due
+
     try:
         request = QmdJobRequest.from_json(message)
         settings = runtime.served(request.memory, arrival_shard(self))

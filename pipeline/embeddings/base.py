@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import numpy as np
+# NumPy is only in this interface's annotations: a pass that embeds nothing (keyword-only)
+# imports the interface without it.
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class EmbeddingProvider(Protocol):
 
 def l2_normalise(vectors: np.ndarray) -> np.ndarray:
     """NaN/Inf to 0, then unit length per row (zero rows stay zero), as float32."""
+    import numpy as np
+
     v = np.nan_to_num(np.asarray(vectors, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
     norms = np.linalg.norm(v, axis=-1, keepdims=True)
     return np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)

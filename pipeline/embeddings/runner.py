@@ -5,17 +5,16 @@ is then split into single-chunk jobs, and a single chunk that keeps crashing is 
 failed instead of killing workers forever (:func:`after_crash`).
 
 Provider failures: a :class:`~pipeline.errors.ProviderRetryable` error (429, 5xx, timeout) is
-retried by the task after :func:`retry_delay`; :class:`~pipeline.errors.InputTooLong` on
-several chunks splits them in halves until the one chunk that is too long is isolated and
-marked failed, the others embedded; a 429 waits in place (:func:`embed_paced`).
+retried by the task after :func:`~pipeline.embeddings.retries.retry_delay`;
+:class:`~pipeline.errors.InputTooLong` on several chunks splits them in halves until the one
+chunk that is too long is isolated and marked failed, the others embedded; a 429 waits in
+place (:func:`embed_paced`).
 """
 
 from __future__ import annotations
 
-import os
-import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,36 +25,8 @@ from pipeline.errors import EmbeddingError, InputTooLong, ProviderThrottled
 from pipeline.messages import ChunkVector, EmbedJob, EmbedResult, replace
 
 MAX_DELIVERIES = 3
-
-
-def max_retries(env: Mapping[str, str] = os.environ) -> int:
-    """``MEMQ_EMBED_MAX_RETRIES``: retries of a retryable provider error before a job's chunks
-    are marked failed (default 8: with a 30% error rate the chance of 9 failures in a row is
-    2e-5 per job)."""
-    raw = env.get("MEMQ_EMBED_MAX_RETRIES", "").strip()
-    if not raw:
-        return 8
-    if not raw.isdigit():
-        raise ValueError(f"MEMQ_EMBED_MAX_RETRIES must be a whole number >= 0; got {raw!r}")
-    return int(raw)
-
-
-MAX_RETRIES = max_retries()
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 8.0
-#: The longest provider-requested wait honoured (a daily-quota Retry-After is not retried).
-MAX_RETRY_AFTER_S = 300.0
 THROTTLE_BUDGET_S = 60.0  # waiting in place on 429s per attempt; then the task's retry policy
 THROTTLE_DEFAULT_S = 1.0  # a 429 that did not say how long
-
-
-def retry_delay(retries: int, retry_after: float | None = None) -> float:
-    """Seconds before retry number ``retries + 1``: about 0.5 s doubling to an 8 s cap with up
-    to 20% jitter (OpenClaw's schedule), but never sooner than the provider asked."""
-    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**retries) * (1 + random.random() * 0.2)
-    if retry_after is not None:
-        delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_S))
-    return delay
 
 
 def embed_splitting(provider: EmbeddingProvider, texts: Sequence[DocumentInput]

@@ -15,7 +15,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
@@ -25,21 +25,9 @@ from celery import Celery
 from kombu import Connection, Queue
 from kombu.exceptions import OperationalError
 
-from pipeline.batch import workflow
 from pipeline.config import BatchSettings, redact_url
 from pipeline.errors import BrokerUnreachable, FleetError, ShardUnreachable
 from pipeline.fleet.kombu_repairs import harden_kombu_redis
-from pipeline.messages import (
-    BatchPoll,
-    BatchSubmit,
-    BatchUpdate,
-    EmbedJob,
-    EmbedResult,
-    FileChanges,
-    IndexRequest,
-    QmdJobRequest,
-    Route,
-)
 from pipeline.routing import (
     APPLY_TASK,
     BATCH_POLL_TASK,
@@ -61,6 +49,19 @@ from pipeline.routing import (
 )
 from pipeline.store import batches
 from pipeline.store.engine import Database
+
+if TYPE_CHECKING:  # a worker imports this module at start: numpy and pydantic wait for a task
+    from pipeline.batch import workflow
+    from pipeline.messages import (
+        BatchPoll,
+        BatchSubmit,
+        BatchUpdate,
+        EmbedJob,
+        EmbedResult,
+        FileChanges,
+        IndexRequest,
+        Route,
+    )
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_TIMEOUT_S = 1.0
@@ -365,6 +366,8 @@ class FleetDispatcher:
 
     def rebuild_later(self, memory: str, countdown: float = 0.0, *, shard: int = 0) -> bool:
         """Queue the next step of a rebuild on the writer's queue."""
+        from pipeline.messages import IndexRequest
+
         self._send(REINDEX_STEP_TASK, IndexRequest(memory, shard=shard).to_json(),
                    store_queue(shard), countdown)
         return True
@@ -372,6 +375,8 @@ class FleetDispatcher:
     def qmd_job(self, memory: str, reason: str, *, shard: int = 0) -> bool:
         """Queue a QMD update job on the memory's ``control.<shard>`` queue (the host that
         owns the memory runs it, one at a time)."""
+        from pipeline.messages import QmdJobRequest
+
         self._send(QMD_JOB_TASK, QmdJobRequest(memory, reason, shard).to_json(),
                    control_queue(shard), task_id=new_job_id(memory))
         return True
@@ -391,6 +396,8 @@ class FleetDispatcher:
         self._send(BATCH_UPDATE_TASK, update.to_json(), store_queue(update.route.shard))
 
     def batch_routing(self, settings: BatchSettings) -> workflow.BatchRouting | None:
+        from pipeline.batch import workflow
+
         return workflow.routing_for(settings, self.batch_submit)
 
     # -- batch jobs' leases and resumption ---------------------------------------------------
@@ -408,6 +415,9 @@ class FleetDispatcher:
         bindings, without which a process that declared a queue before publishes into the void,
         so while batch jobs are live the fleet's queues are declared again first (a few SADDs).
         """
+        from pipeline.batch import workflow
+        from pipeline.messages import Route
+
         providers = {job["provider"] for job in batches.live_jobs(db)}
         if not providers:
             return 0

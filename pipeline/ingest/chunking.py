@@ -41,12 +41,16 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from pipeline.ingest.annotations import strip_memory_annotation_carriers
 from pipeline.ingest.entry_metadata import chunk_metadata
 from pipeline.ingest.weights import code_point_weights, estimate_string_chars, is_plain
+
+# NumPy only searches the prefix sums of a long non-plain line (imported there, as in
+# :mod:`pipeline.ingest.weights`): a pass that chunks nothing never loads it.
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["CHUNKING_VERSION", "PER_ENTRY_PATHS", "Chunk", "chunk_markdown",
            "enforce_input_limit", "hash_text", "js_trim", "memory_chunks"]
@@ -96,6 +100,8 @@ def js_trim(text: str) -> str:
 
 def _prefix(values: np.ndarray) -> np.ndarray:
     """Prefix sums with a leading 0: ``out[k]`` is the sum of the first ``k`` values."""
+    import numpy as np
+
     out = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(values, out=out[1:])
     return out
@@ -120,6 +126,8 @@ def _segments(line: str, max_chars: int) -> Iterator[tuple[str, int]]:
     if len(line) <= max_chars // 16:  # fits however heavy its characters (16 at most)
         yield line, estimate_string_chars(line)
         return
+    import numpy as np
+
     units, weights = code_point_weights(line)
     u, w = _prefix(units), _prefix(weights)
     start, n = 0, len(line)
@@ -141,6 +149,8 @@ def _weighted_tail(text: str, budget: int) -> str:
         return ""
     if is_plain(text):
         return text[-budget:]
+    import numpy as np
+
     _, weights = code_point_weights(text)
     from_end = np.cumsum(weights[::-1])
     k = int(np.searchsorted(from_end, budget, side="right"))

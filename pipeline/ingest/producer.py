@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
-from pipeline.batch import workflow
 from pipeline.config import Settings
 from pipeline.embeddings.limits import HARD_MAX_INPUT_BYTES
 from pipeline.embeddings.registry import ProviderChoice
@@ -65,19 +64,17 @@ from pipeline.ingest.transcripts import (
     needs_sync,
     transcript_chunks,
 )
-from pipeline.messages import (
-    DEFAULT_ROUTE,
-    JOB_MAX_BYTES,
-    ChunkText,
-    EmbedJob,
-    ProviderSpec,
-    Route,
-    embed_jobs,
-)
+from pipeline.message_fields import DEFAULT_ROUTE, ProviderSpec, Route
 from pipeline.store import cache, reads, schema, writer
 from pipeline.store.engine import Database
 from pipeline.store.session_paths import move_session_rows
 from pipeline.store.vectors import drop_vectors
+
+# A pass with nothing to embed (keyword-only, or no file changed) imports neither the message
+# classes (pydantic, NumPy) nor the batch workflow: :func:`queue_pending` does, when it runs.
+if TYPE_CHECKING:
+    from pipeline.batch.workflow import BatchRouting
+    from pipeline.messages import EmbedJob
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 #: A remote provider's job is one HTTP request's worth (OpenClaw's 8000-byte request budget), so
@@ -88,7 +85,7 @@ REQUEUE_AFTER_S = 3600.0  # a pending chunk queued longer ago than this is presu
 #: used, primary or fallback, and the extra HTTP headers (the endpoint has its own option).
 VECTOR_NEUTRAL_OPTIONS = frozenset({"rate_limit", "auth", "role", "headers"})
 
-Submit = Callable[[EmbedJob], None]
+Submit = Callable[["EmbedJob"], None]
 
 
 @dataclass
@@ -469,7 +466,7 @@ def _with_live(on_disk: list[SourceFile], hidden: set[str], live: LiveScan | Non
 def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: str,
                   retry_failed: bool = False, report: IndexReport | None = None,
                   requeue_after_s: float = REQUEUE_AFTER_S, media: MediaParts | None = None,
-                  batch: workflow.BatchRouting | None = None, route: Route = DEFAULT_ROUTE,
+                  batch: BatchRouting | None = None, route: Route = DEFAULT_ROUTE,
                   use_cache: bool = True) -> IndexReport:
     """Serve pending chunks from the cache and submit the rest as embedding jobs of ``memory``.
 
@@ -495,6 +492,9 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
     report.chunks_requeued += sum(1 for row in rows if row.queued)
     if not pending:
         return report
+    from pipeline.batch import workflow  # with chunks to embed only (see the imports above)
+    from pipeline.messages import JOB_MAX_BYTES, ChunkText, EmbedJob, embed_jobs
+
     hits = (cache.get_cached(db, spec.name, spec.model, spec.provider_key,
                              (p.hash for p in pending)) if use_cache else {})
     remaining = writer.attach_cached(db, pending, hits)
@@ -532,7 +532,7 @@ def queue_pending(db: Database, spec: ProviderSpec, submit: Submit, *, memory: s
 def index_once(db: Database, settings: Settings, choice: ProviderChoice,
                submit: Submit | None, *, retry_failed: bool = False,
                paths: Iterable[Path] | None = None, requeue_after_s: float = REQUEUE_AFTER_S,
-               batch: workflow.BatchRouting | None = None, interactive: bool | None = None,
+               batch: BatchRouting | None = None, interactive: bool | None = None,
                allow_deletions: bool = False, files_here: bool = False) -> IndexReport:
     """One producer pass: sync chunk rows, then (with a provider) queue what needs vectors.
 

@@ -23,13 +23,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.producer import (
     REQUEUE_AFTER_S,
-    EmbedJob,
     IndexReport,
     index_fingerprint,
     index_identity,
@@ -38,6 +37,9 @@ from pipeline.ingest.producer import (
 from pipeline.store import cache, reads, schema
 from pipeline.store.engine import Database, connect
 from pipeline.store.reads import REINDEX_META, rebuild_info
+
+if TYPE_CHECKING:
+    from pipeline.messages import EmbedJob  # pydantic: for the pass that builds one
 
 SIDE_FILES = ("-wal", "-shm")
 

@@ -27,8 +27,12 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import TYPE_CHECKING
 
-import numpy as np
+# NumPy weighs only the long lines of non-plain text (imported there): a pass that chunks
+# nothing, or only plain text, never loads it.
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["code_point_weights", "estimate_string_chars", "is_plain", "utf16_len"]
 
@@ -66,6 +70,8 @@ def _patterns() -> tuple[re.Pattern[str], tuple[tuple[int, re.Pattern[str]], ...
 @functools.cache
 def _surcharges() -> np.ndarray:
     """Surcharge by code point, for the vectorised weights of long lines."""
+    import numpy as np
+
     table = np.zeros(_TABLE_SIZE, dtype=np.int64)
     for surcharge, ranges in _BUCKETS:
         for a, b in ranges:
@@ -102,6 +108,8 @@ def is_plain(text: str) -> bool:
 
 def code_point_weights(text: str) -> tuple[np.ndarray, np.ndarray]:
     """(UTF-16 units, weight) of each code point of ``text`` (no lone surrogates)."""
+    import numpy as np
+
     cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)
     units = 1 + (cps > 0xFFFF)
     return units, units + _surcharges()[np.minimum(cps, _TABLE_SIZE - 1)]

@@ -25,11 +25,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, TypeVar
 
 from pipeline.embeddings.base import EmbeddingProvider
+
+# Vectors are only passed through here: an index pass builds a memory (and imports this
+# module) without NumPy.
+if TYPE_CHECKING:
+    import numpy as np
 
 T = TypeVar("T")
 

@@ -42,21 +42,18 @@ class Weighed:
     #: Decay × importance × project multiplier per candidate of ``rest`` (what a reranker's
     #: relevance is multiplied by in place of the fused score).
     factors: dict[int, float] = field(default_factory=dict)
+    #: (path, its file's mtime_ns or None) per candidate read.
+    files: dict[int, tuple[str, int | None]] = field(default_factory=dict)
 
 
-def _specificities(db: Database, matches: Sequence[PathMatch],
-                   ranked: list[Candidate]) -> dict[int, int]:
-    """Specificity per candidate rowid of a file the query names exactly (``matches``:
-    :func:`pipeline.search.paths.path_matches`); path-only candidates (the first chunk of a
-    named file) are appended to ``ranked`` with a content score of 0."""
+def _with_named(matches: Sequence[PathMatch], ranked: list[Candidate]) -> dict[str, int]:
+    """Specificity per path the query names exactly (``matches``:
+    :func:`pipeline.search.paths.path_matches`); each such file's first chunk not yet among
+    ``ranked`` is appended to it (a path-only candidate, content score 0)."""
     levels = {m.path: (m.rowid, m.specificity) for m in matches if m.specificity > 0}
-    if not levels:
-        return {}
-    have = {c.rowid for c in ranked}
+    have = {c.rowid for c in ranked} if levels else set()
     ranked.extend(Candidate(rowid) for rowid, _ in levels.values() if rowid not in have)
-    return {rowid: levels[path][1]
-            for rowid, path, _ in reads.chunk_files(db, [c.rowid for c in ranked])
-            if path in levels}
+    return {path: level for path, (_, level) in levels.items()}
 
 
 def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
@@ -69,12 +66,16 @@ def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequenc
     up here (exact matches only) when None."""
     if paths is None:
         paths = path_matches(db, query, 0, sources)
-    specific = _specificities(db, paths, ranked)
-    factors = (decay.multipliers(db, [c.rowid for c in ranked], now, decay_days, decay_floor)
-               if decay_days is not None and ranked else {})
-    values = reads.entry_values(db, [c.rowid for c in ranked])
+    named = _with_named(paths, ranked)
+    rows = reads.chunk_weights(db, [c.rowid for c in ranked])
+    specific = {r: named[path] for r, path, *_ in rows if path in named}
+    files = {r: (path, mtime) for r, path, mtime, *_ in rows}
+    factors = (decay.multipliers([row[:3] for row in rows], now, decay_days, decay_floor)
+               if decay_days is not None else {})
+    values = {r: (i, t, p) for r, _, _, i, t, p in rows
+              if i is not None or t is not None or p is not None}
     active = weights.active_keys(projects)
-    out = Weighed(values=values)
+    out = Weighed(values=values, files=files)
     tiers: dict[int, list[tuple[float, bool, Candidate]]] = {3: [], 2: [], 1: []}
     for c in ranked:
         importance, _, project = values.get(c.rowid, (None, None, None))

@@ -240,7 +240,8 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
                            [rows[c.rowid][3] for c in picked[:head]],
                            hybrid.mmr.lambda_, limit=max_results - len(exact)) + picked[head:]
     shown = (exact + picked + fill)[:max_results]
-    origins = provenances(db, {c.rowid: (rows[c.rowid][0], rows[c.rowid][4]) for c in shown})
+    origins = provenances({c.rowid: (rows[c.rowid][0], rows[c.rowid][4]) for c in shown},
+                          weighed.files)
     return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid), found,
                         origins.get(c.rowid)) for c in shown], note)
 

@@ -44,6 +44,7 @@ __all__ = ["EXACT_PATH_LIMIT", "PathMatch", "exact_path_specificity", "path_matc
 EXACT_PATH_LIMIT = 200
 #: OpenClaw's ``KEYWORD_FALLBACK_SEARCH_TERM_LIMIT``: keywords searched one by one.
 KEYWORD_LIMIT = 6
+_ASCII_WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ def exact_path_specificity(query: str, path: str) -> int:
 
 def _words(text: str, marks: bool) -> list[str]:
     """``text.match(/[\\p{L}\\p{N}_]+/gu)`` (with ``\\p{M}`` too when ``marks``)."""
+    if text.isascii():  # ASCII has letters and digits only where [A-Za-z0-9] says, no marks
+        return _ASCII_WORD.findall(text)
     classes = "LMN" if marks else "LN"
     out, current = [], []
     for ch in text:
@@ -106,6 +109,8 @@ def path_plans(query: str) -> list[Plan]:
     then, for its NFC and NFD forms, the AND of its ASCII words with its other words as
     substrings (when it has any)."""
     plans = [Plan(_match(_words(query, marks=False)))]
+    if query.isascii():  # its NFC and NFD forms are itself, and all its words ASCII
+        return [p for p in plans if p.match is not None]
     for form in dict.fromkeys((unicodedata.normalize("NFC", query),
                                unicodedata.normalize("NFD", query))):
         words = _words(form, marks=True)

@@ -20,11 +20,9 @@ labels a transcript chunk from its lines' origins (memq labels every transcript 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 from pipeline.results import Provenance
-from pipeline.store import reads
-from pipeline.store.engine import Database
 
 _CURATED = ("MEMORY.md", "memory.md", "USER.md")
 _USER_FILE = re.compile(r"^users/[a-zA-Z0-9][a-zA-Z0-9_-]{0,127}/USER\.md$")
@@ -45,12 +43,16 @@ def origin_class(path: str, source: str) -> str:
     return "agent" if workspace_memory else "untrusted"
 
 
-def provenances(db: Database, rows: dict[int, tuple[str, str]]) -> dict[int, Provenance]:
-    """The provenance of each chunk in ``rows`` (rowid -> (path, source))."""
-    wanted: Sequence[int] = list(rows)
+def provenances(rows: Mapping[int, tuple[str, str]],
+                files: Mapping[int, tuple[str, int | None]]) -> dict[int, Provenance]:
+    """The provenance of each chunk in ``rows`` (rowid -> (path, source)) that ``files`` holds
+    (rowid -> (path, its file's mtime_ns or None), as :func:`pipeline.store.reads.chunk_weights`
+    reads them)."""
     out: dict[int, Provenance] = {}
-    for rowid, path, mtime_ns in reads.chunk_files(db, wanted):
-        source = rows[rowid][1]
+    for rowid, (_, source) in rows.items():
+        if rowid not in files:
+            continue
+        path, mtime_ns = files[rowid]
         observed = max(0, int(mtime_ns // 1_000_000)) if mtime_ns is not None else 0
         out[rowid] = Provenance(origin_class(path, source), "unknown", observed)
     return out

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from pipeline.store.engine import Database
 from pipeline.store.schema import set_meta, transaction
 from pipeline.store.vectors import from_blob, to_blob
+
+# Pruning needs no NumPy (an index pass with nothing to embed prunes); storing does, through
+# the vector codec (:func:`~pipeline.store.vectors.to_blob`), which imports it when it runs.
+if TYPE_CHECKING:
+    import numpy as np
 
 LOOKUP_BATCH = 400
 
@@ -61,6 +64,8 @@ def put_cached(
     db: Database, provider: str, model: str, provider_key: str, vectors: Mapping[str, np.ndarray]
 ) -> None:
     """Upsert vectors by text hash; ``updated_at`` and ``last_used`` become now."""
+    import numpy as np
+
     now = time.time()
     db.conn.executemany(
         "INSERT INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, "

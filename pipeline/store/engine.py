@@ -15,7 +15,9 @@ authorizer), as such a build would: an internal switch for tests of that path.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import os
 import time
 from dataclasses import dataclass, field
@@ -50,6 +52,13 @@ class Database:
     fts_ok: bool = True
     fts_error: str | None = None
 
+    @functools.cached_property
+    def key(self) -> str:
+        """The store file's resolved path, which names the copies a process holds of it
+        (:mod:`pipeline.store.snapshots`); resolved once, as the connection stays on the file
+        it opened."""
+        return str(self.path.resolve())
+
     @property
     def operational_error(self) -> type[Exception]:
         return self._module.OperationalError  # type: ignore[union-attr]
@@ -62,13 +71,22 @@ class Database:
         self.conn.close()
 
 
+def sqlite_vec_library() -> str:
+    """The ``sqlite_vec`` package's own library, as its ``loadable_path()`` names it, found
+    without importing the package: its ``__init__`` imports ``numpy.typing`` (0.1-0.3 s),
+    which a store opened by a keyword-only index pass has no use for. Raises
+    ModuleNotFoundError, as the import would, when the package is not installed."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'sqlite_vec'", name="sqlite_vec")
+    return os.path.normpath(os.path.join(spec.submodule_search_locations[0], "vec0"))
+
+
 def _load_vec(conn: Any, path: str | None = None) -> None:
     """Load sqlite-vec into ``conn``: from ``path`` when given, else the ``sqlite_vec``
-    package's own library."""
+    package's own library (:func:`sqlite_vec_library`)."""
     if path is None:
-        import sqlite_vec
-
-        path = sqlite_vec.loadable_path()
+        path = sqlite_vec_library()
     conn.enable_load_extension(True)
     try:
         conn.load_extension(path)

@@ -36,7 +36,7 @@ from pipeline.store.snapshots import MAX_STORES, SnapshotCache
 
 K1, B = 1.2, 0.75  # FTS5's bm25() constants
 IDF_FLOOR = 1e-6  # FTS5 floors a term's IDF here when it is in half the rows or more
-MAX_POSTINGS = 16_000_000  # postings held per store (8 bytes each); least recently used go first
+MAX_POSTINGS = 16_000_000  # postings held per store (12 bytes each); least recently used go first
 MAX_TOKENIZED = 50_000  # query phrases whose tokens are remembered
 _FETCH = 8192
 _QUOTED = re.compile(r'^"((?:[^"]|"")*)"$')
@@ -73,10 +73,11 @@ def fts_tokenizer(db: Database) -> str:
 
 @dataclass(frozen=True)
 class Posting:
-    """One term's rows, as positions into :attr:`TextStats.ids`, and its count in each."""
+    """One term's rows, as positions into :attr:`TextStats.ids`, and the term's part of each
+    row's ``bm25()`` (:meth:`TextStats.weights`): a search only adds them up."""
 
     at: np.ndarray
-    tf: np.ndarray
+    weight: np.ndarray
 
     @property
     def size(self) -> int:
@@ -103,6 +104,12 @@ class TextStats:
         idf = math.log((self.rows - hits + 0.5) / (hits + 0.5))
         return idf if idf > 0.0 else IDF_FLOOR
 
+    def weights(self, at: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """A term's part of the ``bm25()`` of each row it is in (rows ``at``, ``counts`` times
+        each): ``idf·tf·(k1 + 1) / (tf + norm)``, as FTS5 computes it."""
+        tf = counts.astype(np.float64)
+        return self.idf(len(at)) * ((tf * (K1 + 1.0)) / (tf + self.norm[at]))
+
     def top(self, db: Database, phrases: Sequence[str], k: int,
             among: Sequence[int] | None = None) -> list[tuple[int, float]] | None:
         """The ``k`` best rows for the OR of the quoted ``phrases`` as (rowid, −bm25), best
@@ -119,9 +126,7 @@ class TextStats:
         for posting in postings:  # FTS5's order of phrases, so the sums round the same way
             if not posting.size:
                 continue
-            tf = posting.tf.astype(np.float64)
-            scores[posting.at] += self.idf(posting.size) * (
-                (tf * (K1 + 1.0)) / (tf + self.norm[posting.at]))
+            scores[posting.at] += posting.weight
             matched[posting.at] = True
         if among is not None:
             matched &= np.isin(self.ids, np.asarray(among, dtype=np.int64))
@@ -163,7 +168,8 @@ class TextStats:
                                     "WHERE term = ? GROUP BY doc", (term,)).fetchall()
                 docs = np.fromiter((d for d, _ in rows), dtype=np.int64, count=len(rows))
                 counts = np.fromiter((c for _, c in rows), dtype=np.int32, count=len(rows))
-                loaded[term] = Posting(np.searchsorted(self.ids, docs).astype(np.int32), counts)
+                at = np.searchsorted(self.ids, docs).astype(np.int32)
+                loaded[term] = Posting(at, self.weights(at, counts))
         finally:
             if own:
                 conn.execute("COMMIT")

@@ -188,26 +188,18 @@ def bm25_ranks(db: Database, match: str | None, limit: int, sources: Sequence[st
     return {int(r): float(rank) for r, rank in rows}
 
 
-def chunk_files(db: Database, rowids: Sequence[int]) -> list[tuple[int, str, int | None]]:
-    """(rowid, path, its file's mtime_ns or None) per chunk."""
+def chunk_weights(db: Database, rowids: Sequence[int]
+                  ) -> list[tuple[int, str, int | None, int | None, str | None, str | None]]:
+    """(rowid, path, its file's mtime_ns or None, importance, triggers, project_key) per chunk
+    still in the store: what a search weighs its candidates by (decay, entry weights, exact
+    paths) and labels its hits with (provenance), in one read."""
     if not rowids:
         return []
     marks = ",".join("?" * len(rowids))
-    return [(int(r), path, mtime) for r, path, mtime in db.conn.execute(
-        f"SELECT c.rowid, c.path, f.mtime_ns FROM chunks c LEFT JOIN files f ON f.path = c.path "
-        f"WHERE c.rowid IN ({marks})", [int(r) for r in rowids])]
-
-
-def entry_values(db: Database, rowids: Sequence[int]
-                 ) -> dict[int, tuple[int | None, str | None, str | None]]:
-    """(importance, triggers, project_key) per chunk rowid that has any of them."""
-    if not rowids:
-        return {}
-    marks = ",".join("?" * len(rowids))
-    return {int(r): (i, t, p) for r, i, t, p in db.conn.execute(
-        f"SELECT rowid, importance, triggers, project_key FROM chunks WHERE rowid IN ({marks}) "
-        f"AND (importance IS NOT NULL OR triggers IS NOT NULL OR project_key IS NOT NULL)",
-        [int(r) for r in rowids])}
+    return [(int(r), path, mtime, i, t, p) for r, path, mtime, i, t, p in db.conn.execute(
+        f"SELECT c.rowid, c.path, f.mtime_ns, c.importance, c.triggers, c.project_key "
+        f"FROM chunks c LEFT JOIN files f ON f.path = c.path WHERE c.rowid IN ({marks})",
+        [int(r) for r in rowids])]
 
 
 def first_chunks_named(db: Database, key: str, sources: Sequence[str] | None,

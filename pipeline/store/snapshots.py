@@ -67,7 +67,7 @@ class SnapshotCache(Generic[S]):
     def get(self, db: Database) -> S | None:
         """The store's copy as of now: the held one if current, else a fresh load (waited
         for; tests, benchmarks and callers that would rather wait than ask SQLite)."""
-        key = str(db.path.resolve())
+        key = db.key
         held = self._current(key, self.version_of(db))
         if held is not None:
             return held
@@ -83,7 +83,7 @@ class SnapshotCache(Generic[S]):
         version = self.version_of(db)
         if version is None:
             return None
-        key = str(db.path.resolve())
+        key = db.key
         held = self._current(key, version)
         if held is None:
             with self._lock:

@@ -65,4 +65,6 @@ def query_text(text: str) -> str:
 
 def words(text: str) -> list[str]:
     """Word tokens of ``text`` (any script), lower-cased, CJK runs as bigrams."""
+    if text.isascii():  # lower-casing ASCII maps letter to letter: the same tokens, one call
+        return _WORD.findall(text.lower())
     return [w.lower() for w in _WORD.findall(query_text(text))]

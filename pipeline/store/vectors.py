@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from pipeline.errors import DimensionMismatch
 from pipeline.store.engine import Database
 from pipeline.store.schema import get_meta, set_meta
+
+# NumPy is imported by the functions that encode, decode or rank vectors, not here: the
+# store's writer imports this module for its bookkeeping (dimensions, deletions), and an index
+# pass with no vector to write (keyword-only, or nothing changed) then never loads NumPy.
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_KNN_K = 4096  # sqlite-vec's hard limit on k
 _BATCH = 500  # rowids per IN (...) list
@@ -28,10 +33,14 @@ VERSION_KEY = "vectors_version"
 
 
 def to_blob(vector: np.ndarray) -> bytes:
+    import numpy as np
+
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
 def from_blob(blob: bytes) -> np.ndarray:
+    import numpy as np
+
     return np.frombuffer(blob, dtype="<f4")
 
 
@@ -83,6 +92,8 @@ def vector_table_exists(db: Database) -> bool:
 
 def put_vectors(db: Database, rowids: Sequence[int], vectors: np.ndarray) -> None:
     """Store vectors for chunk rowids, replacing any old ones. Call inside a transaction."""
+    import numpy as np
+
     if not len(rowids):
         return
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -121,6 +132,8 @@ def drop_vectors(db: Database) -> None:
 
 def knn(db: Database, query: np.ndarray, k: int) -> list[tuple[int, float]]:
     """The ``k`` nearest chunk rowids to ``query`` as (rowid, cosine distance), nearest first."""
+    import numpy as np
+
     dims = vector_dims(db)
     if dims is None or k <= 0 or not vector_table_exists(db):
         return []
@@ -145,6 +158,8 @@ def _knn_numpy(db: Database, query: np.ndarray, k: int) -> list[tuple[int, float
 def _nearest(rows: Sequence[tuple[int, bytes]], query: np.ndarray, k: int
              ) -> list[tuple[int, float]]:
     """Exact cosine k-NN over (rowid, blob) rows, nearest first, ties by row order."""
+    import numpy as np
+
     if not rows:
         return []
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -155,6 +170,8 @@ def _nearest(rows: Sequence[tuple[int, bytes]], query: np.ndarray, k: int
 def unit_rows(matrix: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``matrix`` with every row scaled to length 1 (all-zero rows stay zero), as float32;
     ``out=matrix`` scales it in place."""
+    import numpy as np
+
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     if out is None:
         out = np.zeros(matrix.shape, np.float32)
@@ -171,6 +188,8 @@ SINGLE_THREAD_ROWS = 32_768
 
 def cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row of ``unit`` (unit-length rows) to ``query``."""
+    import numpy as np
+
     query = np.asarray(query, dtype=np.float32)
     query = query / (float(np.linalg.norm(query)) or 1.0)
     if len(unit) <= SINGLE_THREAD_ROWS:
@@ -183,6 +202,8 @@ def exact_cosines(unit: np.ndarray, query: np.ndarray) -> np.ndarray:
     way memq reports it: in float64, each row summed on its own. A row's score never depends
     on which other rows were scored with it, nor on who found it (vec0, or the matrix held in
     memory), so a query gives the same scores on every path and every host."""
+    import numpy as np
+
     q = np.asarray(query, dtype=np.float64)
     q = q / (float(np.linalg.norm(q)) or 1.0)
     return (np.asarray(unit, dtype=np.float64) * q).sum(axis=1)
@@ -196,6 +217,8 @@ def nearest_unit(ids: np.ndarray, unit: np.ndarray, query: np.ndarray, k: int
     One matrix-vector product and a partial sort: the cost of a brute-force scan of the
     vectors in memory, nothing more.
     """
+    import numpy as np
+
     if not len(ids) or k <= 0:
         return []
     sims = cosines(unit, query)
@@ -217,6 +240,8 @@ def knn_among(db: Database, query: np.ndarray, k: int, rowids: Sequence[int]
     vec0 cannot filter on chunk columns inside its KNN, and filtering its top k afterwards
     starves the results when the wanted source is small; scanning the allowed vectors is exact.
     """
+    import numpy as np
+
     dims = vector_dims(db)
     if dims is None or k <= 0 or not rowids or not vector_table_exists(db):
         return []

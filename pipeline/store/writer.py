@@ -11,15 +11,18 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from pipeline.store.cache import put_cached
 from pipeline.store.engine import Database
 from pipeline.store.path_keys import name_keys
 from pipeline.store.schema import get_meta, transaction
 from pipeline.store.vectors import delete_vectors, put_vectors, vector_dims
+
+# Files and chunk rows are written without NumPy: only the functions that attach vectors
+# import it, so an index pass that writes no vector (keyword-only) never loads it.
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Chunk(Protocol):
@@ -171,6 +174,8 @@ def write_vectors(
     Refuses the whole message when it was embedded by another model than the index's (vectors
     of two models never mix); drops items whose chunk is gone or already changed.
     """
+    import numpy as np
+
     index = get_meta(db, "index") or {}
     if (index.get("provider"), index.get("model"), index.get("provider_key")) != (
         provider, model, provider_key
@@ -207,6 +212,8 @@ def write_vectors(
 def attach_cached(db: Database, pending: Sequence[PendingChunk], cached: dict[str, np.ndarray]
                   ) -> list[PendingChunk]:
     """Give pending chunks their cached vectors; return the ones the cache could not serve."""
+    import numpy as np
+
     hits = [p for p in pending if p.hash in cached]
     if hits:
         with transaction(db) as conn:
