@@ -77,8 +77,6 @@ class Quick:
 QUICK: dict[str, Quick] = {
     "batch_requests": Quick((), ("sync", "batch", "batch mode sends")),
     "broker_restarts": Quick((), ("memq (kombu repaired)", "kombu as shipped"), slow=True),
-    "calibration_variants": Quick((), ("best ", "floor1 ", "pair ", "entries ", "clamp ",
-                                       "sat ", "second ")),
     "chunking_versions": Quick((), ("scifact test:", "before", "version 2", "after/before:"),
                                slow=True, data=True),
     "eval_retrieval": Quick((), ("| keyword (FTS5 BM25) |", "| vector |", "| hybrid, weighted |",

@@ -236,14 +236,13 @@ def _openclaw_inputs(db: Any, query: str, candidates: int) -> tuple[list, list]:
     score when its text matched, else its path score, 1 for an exact name). The vector hits
     include the cosines memq looks up for keyword hits the vector side did not return (memq's
     documented difference: OpenClaw scores their vector side 0)."""
-    from pipeline.search import calibration, retrievers
+    from pipeline.search import fusion, retrievers
     from pipeline.store import reads
 
     query_vector = QueryVector().embed_query(query)
     vector = retrievers.rescored(db, retrievers.vector_hits(db, query_vector, candidates, None),
                                  query_vector)
-    body = calibration.keyword_scores(db, query,
-                                      retrievers.keyword_hits(db, query, candidates, None))
+    body = fusion.share_of_best(retrievers.keyword_hits(db, query, candidates, None))
     named = {m.rowid: m for m in paths.path_matches(db, query, candidates, None)}
     vector.update(retrievers.cosine_for(db, [r for r in body.keys() | named.keys()
                                              if r not in vector], query_vector))

@@ -159,9 +159,7 @@ def test_free_slots_are_filled_with_keyword_only_matches_below_min_score(
     """OpenClaw 2026.9 (selectHybridSearchResults): what clears minScore first, then free slots
     filled with keyword matches the vector side did not return, even below minScore; a chunk
     the vector side returned with a low score is not a filler."""
-    # log.md says "boats" once, b.md six times: measured at log.md's length (issue 36 item 2)
-    # b.md still leads it by more than 1/0.35.
-    notes = {**NOTES, "memory/b.md": "bravo boats boats boats about boats boats boats",
+    notes = {**NOTES, "memory/b.md": "bravo boats boats boats about boats",
              "memory/log.md": "a long log " + "of many unrelated words " * 40 + "boats",
              "memory/d.md": "delta note about boats once and gardens"}
     scores = {**SCORES, "memory/d.md": 0.01}  # log.md has no vector: keyword-only

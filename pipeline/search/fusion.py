@@ -7,9 +7,7 @@ candidate that has no vector at all (still pending, or failed) is scored by its 
 alone, so a strong keyword hit is not capped at wT (0.3, under minScore 0.35: OpenClaw #25183).
 A third fixes the ranking: the text score is the hit's BM25 as a share of the query's best
 (:func:`share_of_best`), not OpenClaw's saturating r/(1+r), which gave every hit nearly the
-same text score (nDCG@10 on SciFact train: 0.746 against 0.702; docs/search.md). Since
-issue 36 item 2 each hit's share is of the best BM25 any hit would have at its length or longer
-(:mod:`pipeline.search.calibration`), so one-line entries no longer scale every paragraph down.
+same text score (nDCG@10 on SciFact train: 0.746 against 0.702; docs/search.md).
 
 ``rrf`` is weighted reciprocal rank fusion: Σ wᵢ / (k + rankᵢ), scaled by (k + 1) so a chunk
 ranked first by every retriever scores 1.0 and minScore keeps a meaning.
