@@ -283,6 +283,48 @@ def test_tiny_long_input_is_windowed_not_truncated(tiny_provider: LocalProvider,
     assert cosine(vec, _unit(ref.pooled(head))) < 0.999
 
 
+def decode_calls(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The token count of every llama.cpp call ``provider`` makes from now on."""
+    calls: list[int] = []
+    ctx = provider._llm._ctx
+    real = ctx.decode
+
+    def counted(batch):  # type: ignore[no-untyped-def]
+        calls.append(batch.n_tokens())
+        return real(batch)
+
+    monkeypatch.setattr(ctx, "decode", counted)
+    return calls
+
+
+def assert_packed_like_one_by_one(provider: LocalProvider, texts: list[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``embed_documents`` packs ``texts`` (and a long one's windows) several to a call, never
+    more tokens than the context, and each vector is the one its text gets decoded alone (the
+    query path: one sequence per call) to float noise. (MiniLM's vectors come out bit for bit
+    the same, except the empty text's, [CLS] [SEP]: 1 - cosine 6e-7, one element 1.5e-4 off.)"""
+    one_by_one = np.stack([provider.embed_query(t) for t in texts])
+    sequences = sum(len(provider._pieces(t)) for t in texts)
+    calls = decode_calls(provider, monkeypatch)
+    packed = provider.embed_documents(texts)
+    assert len(calls) < sequences, (calls, sequences)
+    assert max(calls) <= provider.context_tokens
+    assert float(np.min(np.sum(packed * one_by_one, axis=1))) > 0.99999
+    np.testing.assert_allclose(packed, one_by_one, atol=1e-3)
+
+
+def test_tiny_documents_are_packed_with_the_vectors_they_get_alone(
+        tiny_provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    words = ["the", "cat", "sat", "on", "mat", "dog", "memory", "token", "zebra", "quux"]
+    long = " ".join(rng.choice(words, size=150))  # three windows
+    near_full = " ".join(rng.choice(words, size=55))
+    texts = ["the cat sat", long, "", "a dog runs fast", near_full, "memory", "zebra quux",
+             " ".join(rng.choice(words, size=20)), "on the mat"]
+    assert tiny_provider.count_tokens(long) > 2 * (TINY_CTX - 2)
+    assert_packed_like_one_by_one(tiny_provider, texts, monkeypatch)
+
+
 def test_split_windows() -> None:
     assert split_windows(0, 5) == []
     assert split_windows(5, 5) == [(0, 5)]
@@ -535,7 +577,9 @@ def test_minilm_semantic_sanity(minilm: LocalProvider) -> None:
     assert float(q @ kitten) > float(q @ revenue)
 
 
-def test_minilm_dense_1600_char_chunk_is_windowed(minilm, minilm_reference) -> None:
+def dense_1600_chars() -> str:
+    """1,600 characters of dense scientific notation: more WordPiece tokens than MiniLM's
+    context."""
     rng = np.random.default_rng(7)
     pool = [
         "NF-κB",
@@ -556,12 +600,22 @@ def test_minilm_dense_1600_char_chunk_is_windowed(minilm, minilm_reference) -> N
     text = ""
     while len(text) < 1600:
         text += str(rng.choice(pool)) + " "
-    text = text[:1600]
+    return text[:1600]
+
+
+def test_minilm_dense_1600_char_chunk_is_windowed(minilm, minilm_reference) -> None:
+    text = dense_1600_chars()
     n = minilm.count_tokens(text)
     assert n > 510, n  # the point of the test: longer than the model's context
     vec = minilm.embed_query(text)
     assert vec.shape == (384,) and abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
     assert cosine(vec, minilm_reference.embed_windowed(text, 510)) > 0.999
+
+
+def test_minilm_documents_are_packed_with_the_vectors_they_get_alone(
+        minilm: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [*SENTENCES, dense_1600_chars(), "", "The cat sits on the mat. " * 40]
+    assert_packed_like_one_by_one(minilm, texts, monkeypatch)
 
 
 def test_duplicate_vocab_lines_do_not_abort_llama_cpp(tmp_path: Path, tiny_files: dict) -> None:

@@ -34,22 +34,24 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from pipeline.embeddings.base import l2_normalise
 from pipeline.embeddings.default_model import DEFAULT_MODEL_ID, default_model_path
 from pipeline.embeddings.llama_import import import_llama_cpp
-from pipeline.embeddings.llama_model import MAX_CONTEXT, ModelFile, decode_pooled, load_llama
+from pipeline.embeddings.llama_model import MAX_CONTEXT, ModelFile, decode_sequences, load_llama
 from pipeline.errors import EmbeddingError, ProviderUnavailable
 
-__all__ = ["MAX_CONTEXT", "LocalProvider", "split_windows"]
+__all__ = ["MAX_CONTEXT", "LocalProvider", "pack", "split_windows"]
 
 # Queries of at most this many tokens are decoded on one thread (see the module docstring).
 QUERY_ONE_THREAD_TOKENS = 64
+_T = TypeVar("_T")
 
 
 def split_windows(n_tokens: int, max_len: int) -> list[tuple[int, int]]:
@@ -68,6 +70,32 @@ def split_windows(n_tokens: int, max_len: int) -> list[tuple[int, int]]:
         windows.append((start, end))
         start = end
     return windows
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One sequence to decode (a whole text, or one window of a long one) and its weight: the
+    text's own tokens in it (a long text's windows are averaged by it)."""
+
+    ids: list[int]
+    weight: int
+
+
+def pack(items: Iterable[_T], budget: int, most: int, size: Callable[[_T], int]
+         ) -> Iterator[list[_T]]:
+    """``items`` in order, in groups of at most ``most`` items and ``budget`` tokens
+    (``size``; an item alone may be larger, and is then a group of its own)."""
+    group: list[_T] = []
+    used = 0
+    for item in items:
+        n = size(item)
+        if group and (len(group) >= most or used + n > budget):
+            yield group
+            group, used = [], 0
+        group.append(item)
+        used += n
+    if group:
+        yield group
 
 
 class LocalProvider:
@@ -105,6 +133,7 @@ class LocalProvider:
         self._pid = os.getpid()
         self._llm: Any = None
         self._ctx_threads = 0
+        self._max_seqs = 1
         self._dims = 0
         self._n_ctx = 0
         self._prefix: list[int] = []
@@ -148,47 +177,68 @@ class LocalProvider:
             raise ProviderUnavailable(f"{path}: context of {self._n_ctx} tokens is too small")
         self._llm = llm
         self._ctx_threads = self._threads
+        self._max_seqs = max(1, int(llama_cpp.llama_n_seq_max(llm._ctx.ctx)))
         return llm
 
     # -- embedding ---------------------------------------------------------------------------
 
-    def _decode(self, ids: list[int]) -> np.ndarray:
-        """Run one sequence (at most n_ctx tokens) and return its pooled, unnormalised vector."""
+    def _decode(self, seqs: list[list[int]]) -> list[np.ndarray]:
+        """Run sequences (together at most n_ctx tokens) in one llama.cpp call and return
+        their pooled, unnormalised vectors."""
         import llama_cpp
 
-        pooled = decode_pooled(self._llm, ids, self._dims)
+        pooled = decode_sequences(self._llm, seqs, self._dims)
         if pooled is not None:
             return pooled
         ptr = llama_cpp.llama_get_embeddings(self._llm._ctx.ctx)
         if not ptr:
             raise EmbeddingError("llama.cpp returned no token embeddings")
-        tokens = np.ctypeslib.as_array(ptr, shape=(len(ids), self._dims))
-        return tokens.mean(axis=0, dtype=np.float64).astype(np.float32)
+        tokens = np.ctypeslib.as_array(ptr, shape=(sum(len(s) for s in seqs), self._dims))
+        out, start = [], 0
+        for seq in seqs:
+            out.append(tokens[start:start + len(seq)].mean(axis=0, dtype=np.float64)
+                       .astype(np.float32))
+            start += len(seq)
+        return out
 
     def _use_threads(self, n: int) -> None:
         if n != self._ctx_threads:
             self._llm._ctx.set_n_threads(n, n)
             self._ctx_threads = n
 
-    def _embed_one(self, text: str, *, query: bool = False) -> np.ndarray:
+    def _pieces(self, text: str) -> list[_Piece]:
+        """The sequences ``text`` is decoded as: one, or one per window when it is longer than
+        the context (none only for empty text and a model that adds no special tokens)."""
+        data = text.encode("utf-8", errors="replace")  # lone surrogates cannot crash us
+        ids = list(self._llm.tokenize(data, add_bos=False, special=False)) \
+            if data.strip() else []
+        room = self._n_ctx - len(self._prefix) - len(self._suffix)
+        if len(ids) <= room:
+            seq = self._prefix + ids + self._suffix
+            return [_Piece(seq, max(len(ids), 1))] if seq else []
+        return [_Piece(self._prefix + ids[start:end] + self._suffix, end - start)
+                for start, end in split_windows(len(ids), room)]
+
+    def _embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+        """Unit vectors for ``texts``, float32 (len(texts), dims). Documents are packed, in
+        order, several sequences to a call up to the context's length; a query is decoded one
+        sequence per call (on one thread when short)."""
         self._check_fork()
         with self._lock:
-            llm = self._ensure_loaded()
-            data = text.encode("utf-8", errors="replace")  # lone surrogates cannot crash us
-            ids = list(llm.tokenize(data, add_bos=False, special=False)) if data.strip() else []
-            short_query = query and len(ids) <= QUERY_ONE_THREAD_TOKENS
+            self._ensure_loaded()
+            pieces = [(i, piece) for i, text in enumerate(texts) for piece in self._pieces(text)]
+            short_query = query and sum(len(p.ids) for _, p in pieces) <= \
+                QUERY_ONE_THREAD_TOKENS + len(self._prefix) + len(self._suffix)
             self._use_threads(1 if short_query else self._threads)
-            room = self._n_ctx - len(self._prefix) - len(self._suffix)
-            if len(ids) <= room:
-                seq = self._prefix + ids + self._suffix
-                if not seq:
-                    return np.zeros(self._dims, dtype=np.float32)
-                return l2_normalise(self._decode(seq))
-            total = np.zeros(self._dims, dtype=np.float64)
-            for start, end in split_windows(len(ids), room):
-                vec = self._decode(self._prefix + ids[start:end] + self._suffix)
-                total += (end - start) * vec.astype(np.float64)
-            return l2_normalise(total / len(ids))
+            total = np.zeros((len(texts), self._dims), dtype=np.float64)
+            weight = np.zeros(len(texts), dtype=np.float64)
+            most = 1 if query else self._max_seqs
+            for group in pack(pieces, self._n_ctx, most, lambda item: len(item[1].ids)):
+                for (i, piece), vec in zip(group, self._decode([p.ids for _, p in group]),
+                                           strict=True):
+                    total[i] += piece.weight * vec.astype(np.float64)
+                    weight[i] += piece.weight
+            return l2_normalise(total / np.maximum(weight, 1.0)[:, None])
 
     def warm(self) -> None:
         """Start loading the model on another thread; the first embedding waits for it.
@@ -237,17 +287,18 @@ class LocalProvider:
             return len(llm.tokenize(data, add_bos=False, special=False)) if data.strip() else 0
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """Float32 (len(texts), dims), L2-normalised; one llama.cpp call per text or window."""
+        """Float32 (len(texts), dims), L2-normalised. The texts (and the windows of a long
+        one) are packed in order into llama.cpp calls of at most the context's length."""
         if isinstance(texts, str):
             raise TypeError("embed_documents takes a sequence of strings, not a string")
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        return np.stack([self._embed_one(t) for t in texts]).astype(np.float32, copy=False)
+        return self._embed(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Float32 (dims,), L2-normalised. Long queries are windowed, never truncated; short
-        ones are decoded on one thread (``QUERY_ONE_THREAD_TOKENS``)."""
-        return self._embed_one(text, query=True)
+        """Float32 (dims,), L2-normalised. Long queries are windowed, never truncated, one
+        window per call; short ones are decoded on one thread (``QUERY_ONE_THREAD_TOKENS``)."""
+        return self._embed([text], query=True)[0]
 
     def close(self) -> None:
         """Free the llama.cpp model; the next embedding loads it again."""
