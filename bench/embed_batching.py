@@ -6,7 +6,7 @@ memory file (``chunk_markdown``, OpenClaw's 400/80 tokens), the first ``--chunks
 the same texts are embedded by:
 
 (a) memq: ``LocalProvider.embed_documents(texts)`` (tokenising included), the path an embed
-    worker runs;
+    worker runs (its calls counted);
 (b) bare, one sequence per call: llama.cpp's own context (the model's trained context), the
     texts tokenised beforehand (not timed), one ``llama_decode`` per chunk (per window for a
     chunk longer than the context);
@@ -18,8 +18,10 @@ the same texts are embedded by:
 A chunk longer than the context is split into windows as memq splits it
 (``pipeline.embeddings.local.split_windows``) and its window vectors averaged by token count,
 in every run, so every run yields one unit vector per chunk. Each run is timed ``--rounds``
-times (the order rotated between rounds; the best time is reported, the machine is shared) and
-its vectors are compared with (b)'s: "max 1-cos" is the largest 1 - cosine over all chunks.
+times (the order rotated between rounds; the best time is reported, the machine is shared);
+"cpu s" is the process's CPU time (both threads; ggml's threads spin while they wait for each
+other, so a loaded machine inflates it too). Its vectors are compared with (b)'s: "max 1-cos"
+is the largest 1 - cosine over all chunks.
 BERT-type models have no KV cache: llama.cpp encodes a batch in one graph whose attention
 spans every token of the batch (other sequences masked out), so packing trades fewer calls and
 larger matrix products for attention work that grows with the square of the batch's tokens.
@@ -149,6 +151,7 @@ class Run:
     calls: int
     tokens: int
     seconds: float = float("inf")
+    cpu: float = float("inf")
     vectors: np.ndarray | None = None
 
 
@@ -193,8 +196,19 @@ def main() -> None:
         return Run(label, lambda: ctx.embed(seqs, len(texts)),
                    sum(1 for _ in ctx.groups(seqs)), tokens)
 
-    runs = [Run("(a) memq LocalProvider", lambda: memq.embed_documents(texts), len(seqs),
-                tokens),
+    memq_calls: list[int] = []
+
+    def memq_run() -> np.ndarray:
+        ctx = memq._llm._ctx
+        real = ctx.decode
+        ctx.decode = lambda batch: (memq_calls.append(1), real(batch))[1]
+        try:
+            return memq.embed_documents(texts)
+        finally:
+            del ctx.decode  # the class's method again
+
+    memq_row = Run("(a) memq LocalProvider", memq_run, 0, tokens)
+    runs = [memq_row,
             packed_run("(b) bare, 1 sequence/call", 1, n_ctx)]
     for k in ks:
         for budget in args.budgets.split(","):
@@ -206,10 +220,12 @@ def main() -> None:
     for r in range(args.rounds):
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         for run in order:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             vectors = run.embed()
             run.seconds = min(run.seconds, time.perf_counter() - t0)
+            run.cpu = min(run.cpu, time.process_time() - c0)
             run.vectors = vectors
+    memq_row.calls = len(memq_calls) // args.rounds
     memq.close()
     for ctx in contexts:
         ctx.close()
@@ -229,14 +245,15 @@ def report(args: argparse.Namespace, texts: list[str], seqs: list[Piece], n_ctx:
           f"max {lengths.max()}")
     print()
     base = runs[1]
-    print(f"{'run':<34}{'calls':>7}{'seconds':>9}{'texts/s':>9}{'tokens/s':>10}"
-          f"{'vs (b)':>8}{'max 1-cos':>11}")
+    print(f"{'run':<30}{'calls':>6}{'seconds':>9}{'texts/s':>9}{'tokens/s':>10}"
+          f"{'vs (b)':>8}{'cpu s':>8}{'cpu vs (b)':>11}{'max 1-cos':>11}")
     for run in runs:
         assert run.vectors is not None and base.vectors is not None
         dev = float(np.max(1.0 - np.sum(run.vectors.astype(np.float64) * base.vectors, axis=1)))
-        print(f"{run.label:<34}{run.calls:>7}{run.seconds:>9.2f}"
+        print(f"{run.label:<30}{run.calls:>6}{run.seconds:>9.2f}"
               f"{len(texts) / run.seconds:>9.1f}{run.tokens / run.seconds:>10.0f}"
-              f"{base.seconds / run.seconds:>7.2f}x{dev:>11.1e}")
+              f"{base.seconds / run.seconds:>7.2f}x{run.cpu:>8.2f}{base.cpu / run.cpu:>10.2f}x"
+              f"{dev:>11.1e}")
 
 
 if __name__ == "__main__":

@@ -2,13 +2,29 @@
 
 Facts this module is built around (measured with llama-cpp-python 0.3.36 on CPU):
 
-* One text per llama.cpp call is far faster than many texts in one call (about 81 vs 13
-  texts/s for MiniLM), so texts are embedded one at a time.
-* Several sequences in one call with a context larger than the model's trained positions abort
-  the whole process with a GGML_ASSERT. So the context is the model's trained context
-  (``{arch}.context_length``, 512 for MiniLM, capped at ``MAX_CONTEXT``) and no call ever holds
-  more tokens than that. (Not ``Llama.n_ctx()``: llama.cpp pads the context up to a multiple of
-  256, e.g. 64 -> 256, which is more positions than a small model has.)
+* Documents are packed: the sequences of several texts (and the windows of a long one), in
+  order, go into one llama.cpp call of at most ``PACK_TOKENS`` (2,048) tokens, each its own
+  sequence id (positions from 0, at most the trained context each), pooled per sequence
+  (``llama_get_embeddings_seq``). A BERT has no KV cache: llama.cpp encodes the batch as one
+  graph with the other sequences masked out, so a text gets the vector it gets alone, to float
+  noise (MiniLM: 1 - cosine at most 6e-7, elements within 1.5e-4). What it buys depends on the
+  load: with the two cores busy, fewer calls mean fewer thread rendezvous (ggml's threads meet
+  after every graph node) and it ran up to 2x faster; on a quieter machine the work itself
+  dominates (bench/embed_batching.py, docs/BENCHMARKS.md "Index throughput, local model").
+  Packing gets the larger context only with flash attention (no tokens x tokens matrix);
+  without it a call holds one context. (``Llama.embed`` with many texts had measured far
+  slower than one text per call, about 13 vs 81 texts/s; that is not what is done here.) A
+  query is still decoded one sequence per call.
+* No sequence is longer than the model's trained positions: windows are cut to the trained
+  context (``{arch}.context_length``, 512 for MiniLM, capped at ``MAX_CONTEXT``). Several
+  sequences in one call with a context larger than the trained positions had aborted the
+  whole process with a GGML_ASSERT; what is known to abort (llama.cpp as llama-cpp-python
+  0.3.36 ships it): a context whose ubatch is not a multiple of ``n_seq_max`` (3 sequences of
+  512: ``ggml_can_mul_mat`` in the pooling graph, at context creation). A 2,048-token context
+  with llama-cpp-python's ``n_seq_max`` (256) and sequences of at most 512 positions runs
+  (tests/test_local_embeddings.py). (Not ``Llama.n_ctx()`` for the sequence length: llama.cpp
+  pads the context up to a multiple of 256, e.g. 64 -> 256, more positions than a small model
+  has.)
 * Flash attention makes 200-token chunks about 1.7x faster on CPU (MiniLM, 2 threads: ~25/s
   instead of ~15/s for 1,000-character texts) with the same vectors (cosine > 0.999 to a NumPy
   reference); a model or build that cannot use it is loaded without it.
@@ -51,6 +67,9 @@ __all__ = ["MAX_CONTEXT", "LocalProvider", "pack", "split_windows"]
 
 # Queries of at most this many tokens are decoded on one thread (see the module docstring).
 QUERY_ONE_THREAD_TOKENS = 64
+#: Tokens one call may hold when documents are packed (several sequences, each at most the
+#: trained context): 4 MiniLM contexts (see the module docstring).
+PACK_TOKENS = MAX_CONTEXT
 _T = TypeVar("_T")
 
 
@@ -134,6 +153,7 @@ class LocalProvider:
         self._llm: Any = None
         self._ctx_threads = 0
         self._max_seqs = 1
+        self._budget = 0
         self._dims = 0
         self._n_ctx = 0
         self._prefix: list[int] = []
@@ -162,7 +182,7 @@ class LocalProvider:
         if self._llm is not None:
             return self._llm
         path = self.model_file()
-        llm, n_ctx = load_llama(path, self._threads)
+        llm, n_ctx = load_llama(path, self._threads, batch_tokens=PACK_TOKENS)
         import llama_cpp  # load_llama has checked it is installed
 
         pooling = int(llm.pooling_type())
@@ -178,6 +198,7 @@ class LocalProvider:
         self._llm = llm
         self._ctx_threads = self._threads
         self._max_seqs = max(1, int(llama_cpp.llama_n_seq_max(llm._ctx.ctx)))
+        self._budget = max(n_ctx, int(llm.n_batch))
         return llm
 
     # -- embedding ---------------------------------------------------------------------------
@@ -233,7 +254,7 @@ class LocalProvider:
             total = np.zeros((len(texts), self._dims), dtype=np.float64)
             weight = np.zeros(len(texts), dtype=np.float64)
             most = 1 if query else self._max_seqs
-            for group in pack(pieces, self._n_ctx, most, lambda item: len(item[1].ids)):
+            for group in pack(pieces, self._budget, most, lambda item: len(item[1].ids)):
                 for (i, piece), vec in zip(group, self._decode([p.ids for _, p in group]),
                                            strict=True):
                     total[i] += piece.weight * vec.astype(np.float64)
@@ -272,7 +293,8 @@ class LocalProvider:
 
     @property
     def context_tokens(self) -> int:
-        """Tokens per llama.cpp call (the model's trained context, capped); loads the model."""
+        """The longest sequence one llama.cpp call decodes (the model's trained context,
+        capped); longer texts are windowed. Loads the model."""
         self._check_fork()
         with self._lock:
             self._ensure_loaded()
