@@ -3,16 +3,19 @@
 Facts this module is built around (measured with llama-cpp-python 0.3.36 on CPU):
 
 * Documents are packed: the sequences of several texts (and the windows of a long one), in
-  order, go into one llama.cpp call of at most ``PACK_TOKENS`` (2,048) tokens, each its own
-  sequence id (positions from 0, at most the trained context each), pooled per sequence
+  order, go into one llama.cpp call of at most one context (``PACK_TOKENS`` can make it up to
+  2,048 tokens), each its own sequence id (positions from 0, at most the trained context each),
+  pooled per sequence
   (``llama_get_embeddings_seq``). A BERT has no KV cache: llama.cpp encodes the batch as one
   graph with the other sequences masked out, so a text gets the vector it gets alone, to float
   noise (MiniLM: 1 - cosine at most 6e-7, elements within 1.5e-4). What it buys depends on the
   load: with the two cores busy, fewer calls mean fewer thread rendezvous (ggml's threads meet
-  after every graph node) and it ran up to 2x faster; on a quieter machine the work itself
+  after every graph node): 8 sequences in a 4,096-token call ran 2x faster, 2 in 1,024 1.4x,
+  packing within one context about 1.15x less CPU; on a quieter machine the work itself
   dominates (bench/embed_batching.py, docs/BENCHMARKS.md "Index throughput, local model").
-  Packing gets the larger context only with flash attention (no tokens x tokens matrix);
-  without it a call holds one context. (``Llama.embed`` with many texts had measured far
+  A larger call costs memory with the square of its tokens (the attention scores are
+  materialised, flash attention or not), hence one context by default; a larger one is
+  allocated only with flash attention. (``Llama.embed`` with many texts had measured far
   slower than one text per call, about 13 vs 81 texts/s; that is not what is done here.) A
   query is still decoded one sequence per call.
 * No sequence is longer than the model's trained positions: windows are cut to the trained
@@ -68,8 +71,10 @@ __all__ = ["MAX_CONTEXT", "LocalProvider", "pack", "split_windows"]
 # Queries of at most this many tokens are decoded on one thread (see the module docstring).
 QUERY_ONE_THREAD_TOKENS = 64
 #: Tokens one call may hold when documents are packed (several sequences, each at most the
-#: trained context): 4 MiniLM contexts (see the module docstring).
-PACK_TOKENS = MAX_CONTEXT
+#: trained context); 0: one trained context. A larger batch costs memory with the square of
+#: its tokens (MiniLM, peak RSS of a process embedding 32 chunks: 180 MiB at 512, 247 at
+#: 1,024, 393 at 2,048) and was faster only on a loaded machine (see the module docstring).
+PACK_TOKENS = 0
 _T = TypeVar("_T")
 
 
