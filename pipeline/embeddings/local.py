@@ -209,8 +209,8 @@ class LocalProvider:
     # -- embedding ---------------------------------------------------------------------------
 
     def _decode(self, seqs: list[list[int]]) -> list[np.ndarray]:
-        """Run sequences (together at most n_ctx tokens) in one llama.cpp call and return
-        their pooled, unnormalised vectors."""
+        """Run sequences (each at most the trained context, together at most the context
+        allocated) in one llama.cpp call and return their pooled, unnormalised vectors."""
         import llama_cpp
 
         pooled = decode_sequences(self._llm, seqs, self._dims)
@@ -247,8 +247,9 @@ class LocalProvider:
 
     def _embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
         """Unit vectors for ``texts``, float32 (len(texts), dims). Documents are packed, in
-        order, several sequences to a call up to the context's length; a query is decoded one
-        sequence per call (on one thread when short)."""
+        order, several sequences to a call up to the context allocated (``PACK_TOKENS``, else
+        one trained context); a query is decoded one sequence per call (on one thread when
+        short)."""
         self._check_fork()
         with self._lock:
             self._ensure_loaded()
