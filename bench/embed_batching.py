@@ -46,7 +46,7 @@ from memq.evaluation import beir
 from pipeline.embeddings.base import l2_normalise
 from pipeline.embeddings.default_model import default_model_path
 from pipeline.embeddings.llama_model import load_llama
-from pipeline.embeddings.local import LocalProvider, _special_affixes, pack, split_windows
+from pipeline.embeddings.local import LocalProvider, _special_affixes, split_windows
 from pipeline.ingest.chunking import chunk_markdown
 
 
@@ -124,8 +124,18 @@ class Packed:
         return l2_normalise(total / np.maximum(weights, 1)[:, None])
 
     def groups(self, seqs: list[Piece]) -> Iterator[list[Piece]]:
-        """``seqs`` in the groups one call decodes."""
-        return pack(seqs, self.budget, self.k, lambda p: len(p.ids))
+        """``seqs``, in order, in the groups one call decodes: at most K sequences and
+        ``budget`` tokens."""
+        group: list[Piece] = []
+        used = 0
+        for piece in seqs:
+            if group and (len(group) == self.k or used + len(piece.ids) > self.budget):
+                yield group
+                group, used = [], 0
+            group.append(piece)
+            used += len(piece.ids)
+        if group:
+            yield group
 
     def _decode(self, group: list[Piece]) -> list[np.ndarray]:
         import llama_cpp

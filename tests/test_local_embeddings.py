@@ -36,7 +36,6 @@ from pipeline.embeddings.default_model import (
     find_minilm_source,
 )
 from pipeline.embeddings.gguf_bert import convert_bert_to_gguf
-from pipeline.embeddings.llama_model import MAX_CONTEXT
 from pipeline.embeddings.local import LocalProvider, split_windows
 from pipeline.embeddings.model_source import model_source
 from pipeline.errors import BertConversionError, ProviderUnavailable
@@ -284,48 +283,6 @@ def test_tiny_long_input_is_windowed_not_truncated(tiny_provider: LocalProvider,
     assert cosine(vec, _unit(ref.pooled(head))) < 0.999
 
 
-def decode_calls(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The token count of every llama.cpp call ``provider`` makes from now on."""
-    calls: list[int] = []
-    ctx = provider._llm._ctx
-    real = ctx.decode
-
-    def counted(batch):  # type: ignore[no-untyped-def]
-        calls.append(batch.n_tokens())
-        return real(batch)
-
-    monkeypatch.setattr(ctx, "decode", counted)
-    return calls
-
-
-def assert_packed_like_one_by_one(provider: LocalProvider, texts: list[str],
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """``embed_documents`` packs ``texts`` (and a long one's windows) several to a call, never
-    more tokens than the context, and each vector is the one its text gets decoded alone (the
-    query path: one sequence per call) to float noise (MiniLM, measured: 1 - cosine at most
-    6e-7, elements within 1.5e-4)."""
-    one_by_one = np.stack([provider.embed_query(t) for t in texts])
-    sequences = sum(len(provider._pieces(t)) for t in texts)
-    calls = decode_calls(provider, monkeypatch)
-    packed = provider.embed_documents(texts)
-    assert len(calls) < sequences, (calls, sequences)
-    assert max(calls) <= MAX_CONTEXT
-    assert float(np.min(np.sum(packed * one_by_one, axis=1))) > 0.99999
-    np.testing.assert_allclose(packed, one_by_one, atol=1e-3)
-
-
-def test_tiny_documents_are_packed_with_the_vectors_they_get_alone(
-        tiny_provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(3)
-    words = ["the", "cat", "sat", "on", "mat", "dog", "memory", "token", "zebra", "quux"]
-    long = " ".join(rng.choice(words, size=150))  # three windows
-    near_full = " ".join(rng.choice(words, size=55))
-    texts = ["the cat sat", long, "", "a dog runs fast", near_full, "memory", "zebra quux",
-             " ".join(rng.choice(words, size=20)), "on the mat"]
-    assert tiny_provider.count_tokens(long) > 2 * (TINY_CTX - 2)
-    assert_packed_like_one_by_one(tiny_provider, texts, monkeypatch)
-
-
 def test_split_windows() -> None:
     assert split_windows(0, 5) == []
     assert split_windows(5, 5) == [(0, 5)]
@@ -358,9 +315,7 @@ def test_tiny_empty_and_odd_text(tiny_provider: LocalProvider, tiny_files) -> No
 
 def test_tiny_threads_share_one_model_safely(tiny_provider: LocalProvider) -> None:
     texts = [f"the cat {i} sat on mat {i * 7}" for i in range(24)]
-    # the same path as the threads below, one after the other (documents are packed: equal to
-    # float noise only, see test_tiny_documents_are_packed_with_the_vectors_they_get_alone)
-    want = np.stack([tiny_provider.embed_query(t) for t in texts])
+    want = tiny_provider.embed_documents(texts)
     got: dict[int, np.ndarray] = {}
     errors: list[BaseException] = []
 
@@ -580,9 +535,7 @@ def test_minilm_semantic_sanity(minilm: LocalProvider) -> None:
     assert float(q @ kitten) > float(q @ revenue)
 
 
-def dense_1600_chars() -> str:
-    """1,600 characters of dense scientific notation: more WordPiece tokens than MiniLM's
-    context."""
+def test_minilm_dense_1600_char_chunk_is_windowed(minilm, minilm_reference) -> None:
     rng = np.random.default_rng(7)
     pool = [
         "NF-κB",
@@ -603,22 +556,12 @@ def dense_1600_chars() -> str:
     text = ""
     while len(text) < 1600:
         text += str(rng.choice(pool)) + " "
-    return text[:1600]
-
-
-def test_minilm_dense_1600_char_chunk_is_windowed(minilm, minilm_reference) -> None:
-    text = dense_1600_chars()
+    text = text[:1600]
     n = minilm.count_tokens(text)
     assert n > 510, n  # the point of the test: longer than the model's context
     vec = minilm.embed_query(text)
     assert vec.shape == (384,) and abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
     assert cosine(vec, minilm_reference.embed_windowed(text, 510)) > 0.999
-
-
-def test_minilm_documents_are_packed_with_the_vectors_they_get_alone(
-        minilm: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
-    texts = [*SENTENCES, dense_1600_chars(), "", "The cat sits on the mat. " * 40]
-    assert_packed_like_one_by_one(minilm, texts, monkeypatch)
 
 
 def test_duplicate_vocab_lines_do_not_abort_llama_cpp(tmp_path: Path, tiny_files: dict) -> None:

@@ -9,13 +9,11 @@ share.
   flash attention when the build can use it, ``threads`` set explicitly, a vocabulary that
   would abort the process refused first (see :mod:`pipeline.embeddings.local` for why).
 * :func:`decode_pooled`: one sequence through the context, its pooled output (an embedding, or
-  with rank pooling the rank head's scores); :func:`decode_sequences`: several sequences in
-  one call, one pooled output each.
+  with rank pooling the rank head's scores).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +24,8 @@ from pipeline.embeddings.llama_import import import_llama_cpp
 from pipeline.embeddings.model_source import ModelSource, is_downloadable, model_source
 from pipeline.errors import EmbeddingError, ProviderUnavailable
 
-__all__ = ["FALLBACK_CONTEXT", "MAX_CONTEXT", "ModelFile", "decode_pooled", "decode_sequences",
-           "load_llama", "tokenizer_problem"]
+__all__ = ["FALLBACK_CONTEXT", "MAX_CONTEXT", "ModelFile", "decode_pooled", "load_llama",
+           "tokenizer_problem"]
 
 # Largest context ever allocated. Non-causal attention over n tokens costs O(n^2) memory per
 # head, and memq's chunks are at most 2048 bytes anyway; longer inputs are windowed.
@@ -72,16 +70,11 @@ class ModelFile:
         return fetch_model(self.source)
 
 
-def load_llama(path: Path, threads: int, *, pooling_type: int | None = None,
-               batch_tokens: int = 0) -> tuple[Any, int]:
-    """``path`` loaded by llama.cpp in an embedding context, and the longest sequence it may
-    be given (the trained context capped at ``MAX_CONTEXT``; not ``Llama.n_ctx()``, which
-    llama.cpp pads up past the position-embedding table). ``pooling_type`` forces a pooling
-    (e.g. ``LLAMA_POOLING_TYPE_RANK``); None keeps the GGUF's. ``batch_tokens``: tokens one
-    call may hold, several sequences of at most that length together (``Llama.n_batch``;
-    capped at ``MAX_CONTEXT``); given only with flash attention, whose attention needs no
-    tokens x tokens matrix; otherwise, and by default, one sequence's length. Raises
-    ProviderUnavailable."""
+def load_llama(path: Path, threads: int, *, pooling_type: int | None = None) -> tuple[Any, int]:
+    """``path`` loaded by llama.cpp in an embedding context, and the context's usable length
+    (the trained context capped at ``MAX_CONTEXT``; not ``Llama.n_ctx()``, which llama.cpp pads
+    up past the position-embedding table). ``pooling_type`` forces a pooling (e.g.
+    ``LLAMA_POOLING_TYPE_RANK``); None keeps the GGUF's. Raises ProviderUnavailable."""
     try:
         llama_cpp = import_llama_cpp()
     except ImportError as exc:
@@ -97,14 +90,13 @@ def load_llama(path: Path, threads: int, *, pooling_type: int | None = None,
     # Flash attention measured ~1.7x faster for 200-token chunks on CPU (same vectors to
     # cosine > 0.999); if this llama.cpp build or model cannot use it, load without.
     for flash in (True, False):
-        size = max(n_ctx, min(batch_tokens, MAX_CONTEXT)) if flash else n_ctx
         try:
             llm = llama_cpp.Llama(
                 model_path=str(path),
                 embedding=True,
-                n_ctx=size,
-                n_batch=size,
-                n_ubatch=size,
+                n_ctx=n_ctx,
+                n_batch=n_ctx,
+                n_ubatch=n_ctx,
                 n_threads=threads,
                 n_threads_batch=threads,
                 flash_attn=flash,
@@ -126,45 +118,24 @@ def decode_pooled(llm: Any, ids: list[int], width: int) -> np.ndarray | None:
     """Run one sequence (at most the context's length) through ``llm`` and return the first
     ``width`` floats of its pooled output (float32), or None when the context does not pool
     (the token vectors are then at ``llama_get_embeddings``). Raises EmbeddingError."""
-    pooled = decode_sequences(llm, [ids], width)
-    return None if pooled is None else pooled[0]
-
-
-def decode_sequences(llm: Any, seqs: Sequence[list[int]], width: int
-                     ) -> list[np.ndarray] | None:
-    """Run ``seqs`` through ``llm`` in one llama.cpp call, each its own sequence (positions
-    from 0; together at most the context's length and at most ``llama_n_seq_max`` of them),
-    and return the first ``width`` floats of each one's pooled output (float32), or None when
-    the context does not pool (the token vectors, sequence after sequence, are then at
-    ``llama_get_embeddings``). Raises EmbeddingError.
-
-    An encoder (BERT) has no KV cache: llama.cpp runs the batch as one graph whose attention
-    masks out the other sequences, so each vector is the one that sequence gets alone, to
-    float rounding."""
     import llama_cpp
 
     ctx, batch = llm._ctx, llm._batch  # the same objects Llama.embed() drives
     ctx.kv_cache_clear()
     batch.reset()
-    for seq_id, ids in enumerate(seqs):
-        batch.add_sequence(ids, seq_id, True)
-    n_tokens = sum(len(ids) for ids in seqs)
+    batch.add_sequence(ids, 0, True)
     try:
         ctx.decode(batch)
     except RuntimeError as exc:
-        raise EmbeddingError(f"llama.cpp failed to decode {n_tokens} tokens in {len(seqs)} "
-                             f"sequence(s): {exc}") from exc
+        raise EmbeddingError(f"llama.cpp failed to decode {len(ids)} tokens: {exc}") from exc
     finally:
         batch.reset()
     if int(llm.pooling_type()) == llama_cpp.LLAMA_POOLING_TYPE_NONE:
         return None
-    out = []
-    for seq_id in range(len(seqs)):
-        ptr = llama_cpp.llama_get_embeddings_seq(ctx.ctx, seq_id)
-        if not ptr:
-            raise EmbeddingError("llama.cpp returned no pooled output")
-        out.append(np.ctypeslib.as_array(ptr, shape=(width,)).astype(np.float32))
-    return out
+    ptr = llama_cpp.llama_get_embeddings_seq(ctx.ctx, 0)
+    if not ptr:
+        raise EmbeddingError("llama.cpp returned no pooled output")
+    return np.ctypeslib.as_array(ptr, shape=(width,)).astype(np.float32)
 
 
 def tokenizer_problem(llama_cpp: Any, llm: Any) -> str | None:
