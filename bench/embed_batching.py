@@ -1,0 +1,270 @@
+"""Benchmark: where local-model embedding time goes, and whether packing several chunks into one
+llama.cpp call beats one chunk per call (issue 37 item 4).
+
+Not a test. SciFact documents (file order) are cut into chunks exactly as ``memq index`` cuts a
+memory file (``chunk_markdown``, OpenClaw's 400/80 tokens), the first ``--chunks`` are kept, and
+the same texts are embedded by:
+
+(a) memq: ``LocalProvider.embed_documents(texts)`` (tokenising included), the path an embed
+    worker runs (its calls counted);
+(b) bare, one sequence per call: llama.cpp's own context (the model's trained context), the
+    texts tokenised beforehand (not timed), one ``llama_decode`` per chunk (per window for a
+    chunk longer than the context);
+(c) packed: a context of K sequences (``n_seq_max = K``), chunks packed in order into one
+    decode until K sequences or ``budget`` tokens, each sequence's pooled vector read with
+    ``llama_get_embeddings_seq``; for K in ``--ks``, with the budget K x the trained context
+    and with the budget of one context (``--budgets``).
+
+A chunk longer than the context is split into windows as memq splits it
+(``pipeline.embeddings.local.split_windows``) and its window vectors averaged by token count,
+in every run, so every run yields one unit vector per chunk. Each run is timed ``--rounds``
+times (the order rotated between rounds; the best time is reported, the machine is shared);
+"cpu s" is the process's CPU time (both threads; ggml's threads spin while they wait for each
+other, so a loaded machine inflates it too). Its vectors are compared with (b)'s: "max 1-cos"
+is the largest 1 - cosine over all chunks.
+BERT-type models have no KV cache: llama.cpp encodes a batch in one graph whose attention
+spans every token of the batch (other sequences masked out), so packing trades fewer calls and
+larger matrix products for attention work that grows with the square of the batch's tokens.
+
+    .venv/bin/python bench/embed_batching.py [--chunks 300] [--threads 2] [--ks 2,4,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from evalsets import add_data_arg
+from harness import add_common_args, add_quick_arg, header
+
+from memq.evaluation import beir
+from pipeline.embeddings.base import l2_normalise
+from pipeline.embeddings.default_model import default_model_path
+from pipeline.embeddings.llama_model import load_llama
+from pipeline.embeddings.local import LocalProvider, _special_affixes, split_windows
+from pipeline.ingest.chunking import chunk_markdown
+
+
+def scifact_chunks(data: Path, limit: int) -> list[str]:
+    """The first ``limit`` chunks of SciFact's documents in file order, cut as memq cuts a
+    memory file."""
+    collection = beir.load_collection(data / "scifact", "test")
+    files, _ = beir.memory_files(collection.corpus)
+    texts: list[str] = []
+    for content in files.values():
+        texts.extend(c.text for c in chunk_markdown(content))
+        if len(texts) >= limit:
+            break
+    return texts[:limit]
+
+
+@dataclass
+class Piece:
+    """One sequence to decode: a whole chunk or one window of it."""
+
+    chunk: int
+    ids: list[int]
+    weight: int  # the chunk's own tokens in this window (windows are averaged by it)
+
+
+def pieces(token_ids: list[list[int]], prefix: list[int], suffix: list[int],
+           n_ctx: int) -> list[Piece]:
+    """Every chunk as the sequences memq decodes for it (one, or one per window)."""
+    room = n_ctx - len(prefix) - len(suffix)
+    out: list[Piece] = []
+    for i, ids in enumerate(token_ids):
+        if len(ids) <= room:
+            out.append(Piece(i, prefix + ids + suffix, max(len(ids), 1)))
+        else:
+            out.extend(Piece(i, prefix + ids[s:e] + suffix, e - s)
+                       for s, e in split_windows(len(ids), room))
+    return out
+
+
+class Packed:
+    """A bare llama.cpp embedding context for up to ``k`` sequences of at most ``n_ctx``
+    tokens each, ``budget`` tokens per decode (one ubatch: an encoder cannot split one)."""
+
+    def __init__(self, path: Path, threads: int, n_ctx: int, k: int, budget: int) -> None:
+        import llama_cpp
+        from llama_cpp import _internals as internals
+
+        self.k, self.budget = k, budget
+        self._stack = contextlib.ExitStack()
+        mparams = llama_cpp.llama_model_default_params()
+        self.model = self._stack.enter_context(contextlib.closing(
+            internals.LlamaModel(path_model=str(path), params=mparams, verbose=False)))
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = max(budget, n_ctx)
+        cparams.n_batch = cparams.n_ubatch = budget
+        cparams.n_seq_max = k
+        cparams.kv_unified = False
+        cparams.embeddings = True
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        self.ctx = self._stack.enter_context(contextlib.closing(
+            internals.LlamaContext(model=self.model, params=cparams, verbose=False)))
+        self.batch = self._stack.enter_context(contextlib.closing(
+            internals.LlamaBatch(n_tokens=budget, embd=0, n_seq_max=1, verbose=False)))
+        self.dims = self.model.n_embd()
+
+    def embed(self, seqs: list[Piece], n_chunks: int) -> np.ndarray:
+        """Unit vectors, one per chunk, from ``seqs`` packed in order."""
+        total = np.zeros((n_chunks, self.dims), dtype=np.float64)
+        weights = np.zeros(n_chunks)
+        for group in self.groups(seqs):
+            for vec, piece in zip(self._decode(group), group, strict=True):
+                total[piece.chunk] += piece.weight * vec
+                weights[piece.chunk] += piece.weight
+        return l2_normalise(total / np.maximum(weights, 1)[:, None])
+
+    def groups(self, seqs: list[Piece]) -> Iterator[list[Piece]]:
+        """``seqs``, in order, in the groups one call decodes: at most K sequences and
+        ``budget`` tokens."""
+        group: list[Piece] = []
+        used = 0
+        for piece in seqs:
+            if group and (len(group) == self.k or used + len(piece.ids) > self.budget):
+                yield group
+                group, used = [], 0
+            group.append(piece)
+            used += len(piece.ids)
+        if group:
+            yield group
+
+    def _decode(self, group: list[Piece]) -> list[np.ndarray]:
+        import llama_cpp
+
+        self.batch.reset()
+        for s, piece in enumerate(group):
+            self.batch.add_sequence(piece.ids, s, True)
+        self.ctx.decode(self.batch)
+        out = []
+        for s in range(len(group)):
+            ptr = llama_cpp.llama_get_embeddings_seq(self.ctx.ctx, s)
+            out.append(np.ctypeslib.as_array(ptr, shape=(self.dims,)).astype(np.float64))
+        return out
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@dataclass
+class Run:
+    label: str
+    embed: Callable[[], np.ndarray]
+    calls: int
+    tokens: int
+    seconds: float = float("inf")
+    cpu: float = float("inf")
+    vectors: np.ndarray | None = None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chunks", type=int, default=300, help="SciFact chunks to embed (300)")
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads, every run (2)")
+    ap.add_argument("--ks", default="2,4,8", help="sequences per packed call (2,4,8)")
+    ap.add_argument("--budgets", default="k,ctx",
+                    help="token budgets per packed call: k (K x context), ctx (one context), "
+                         "or numbers (k,ctx)")
+    ap.add_argument("--rounds", type=int, default=2, help="timed rounds per run, best kept (2)")
+    ap.add_argument("--model", type=Path, default=None, help="GGUF (memq's default model)")
+    add_data_arg(ap)
+    add_common_args(ap)
+    add_quick_arg(ap, chunks=12, ks="2,4", rounds=1)
+    args = ap.parse_args()
+    if args.chunks < 1 or args.rounds < 1:
+        ap.error("--chunks and --rounds must be >= 1")
+    ks = [int(k) for k in args.ks.split(",")]
+    if min(ks) < 2:
+        ap.error("--ks: packing needs K >= 2")
+
+    texts = scifact_chunks(args.data, args.chunks)
+    path = args.model or default_model_path()
+    llm, n_ctx = load_llama(path, args.threads)  # the tokenizer, and memq's context length
+    prefix, suffix = _special_affixes(llm)
+    token_ids = [list(llm.tokenize(t.encode("utf-8"), add_bos=False, special=False))
+                 for t in texts]
+    llm.close()
+    seqs = pieces(token_ids, prefix, suffix, n_ctx)
+    tokens = sum(len(p.ids) for p in seqs)
+
+    memq = LocalProvider(path, threads=args.threads)
+    memq.embed_documents(["warm-up: load the model before timing"])
+    contexts: list[Packed] = []
+
+    def packed_run(label: str, k: int, budget: int) -> Run:
+        ctx = Packed(path, args.threads, n_ctx, k, budget)
+        contexts.append(ctx)
+        ctx.embed(seqs[:1], 1)  # warm-up: the first graph
+        return Run(label, lambda: ctx.embed(seqs, len(texts)),
+                   sum(1 for _ in ctx.groups(seqs)), tokens)
+
+    memq_calls: list[int] = []
+
+    def memq_run() -> np.ndarray:
+        ctx = memq._llm._ctx
+        real = ctx.decode
+        ctx.decode = lambda batch: (memq_calls.append(1), real(batch))[1]
+        try:
+            return memq.embed_documents(texts)
+        finally:
+            del ctx.decode  # the class's method again
+
+    memq_row = Run("(a) memq LocalProvider", memq_run, 0, tokens)
+    runs = [memq_row,
+            packed_run("(b) bare, 1 sequence/call", 1, n_ctx)]
+    for k in ks:
+        for budget in args.budgets.split(","):
+            size = k * n_ctx if budget == "k" else n_ctx if budget == "ctx" else int(budget)
+            if size % k:  # llama.cpp's graph reserve asserts (aborts) unless K divides it
+                continue
+            runs.append(packed_run(f"(c) packed K={k}, {size} tokens", k, size))
+
+    for r in range(args.rounds):
+        order = runs[r % len(runs):] + runs[:r % len(runs)]
+        for run in order:
+            t0, c0 = time.perf_counter(), time.process_time()
+            vectors = run.embed()
+            run.seconds = min(run.seconds, time.perf_counter() - t0)
+            run.cpu = min(run.cpu, time.process_time() - c0)
+            run.vectors = vectors
+    memq_row.calls = len(memq_calls) // args.rounds
+    memq.close()
+    for ctx in contexts:
+        ctx.close()
+
+    report(args, texts, seqs, n_ctx, runs)
+
+
+def report(args: argparse.Namespace, texts: list[str], seqs: list[Piece], n_ctx: int,
+           runs: list[Run]) -> None:
+    print(header("embed batching", threads=args.threads, chunks=len(texts), ks=args.ks,
+                 budgets=args.budgets, rounds=args.rounds))
+    lengths = np.array([len(p.ids) for p in seqs])
+    windowed = len(seqs) - len({p.chunk for p in seqs})
+    print(f"chunks: {len(texts)} (avg {np.mean([len(t) for t in texts]):.0f} chars), "
+          f"sequences: {len(seqs)} ({windowed} extra windows), context {n_ctx}, tokens per "
+          f"sequence: median {np.median(lengths):.0f}, p90 {np.percentile(lengths, 90):.0f}, "
+          f"max {lengths.max()}")
+    print()
+    base = runs[1]
+    print(f"{'run':<30}{'calls':>6}{'seconds':>9}{'texts/s':>9}{'tokens/s':>10}"
+          f"{'vs (b)':>8}{'cpu s':>8}{'cpu vs (b)':>11}{'max 1-cos':>11}")
+    for run in runs:
+        assert run.vectors is not None and base.vectors is not None
+        dev = float(np.max(1.0 - np.sum(run.vectors.astype(np.float64) * base.vectors, axis=1)))
+        print(f"{run.label:<30}{run.calls:>6}{run.seconds:>9.2f}"
+              f"{len(texts) / run.seconds:>9.1f}{run.tokens / run.seconds:>10.0f}"
+              f"{base.seconds / run.seconds:>7.2f}x{run.cpu:>8.2f}{base.cpu / run.cpu:>10.2f}x"
+              f"{dev:>11.1e}")
+
+
+if __name__ == "__main__":
+    main()
