@@ -205,7 +205,9 @@ class JobLogBackend:
         self.thread_safe = bool(app.conf.get("result_backend_thread_safe", False))
         self._kwargs = kwargs
         self._built: Any = None
-        self._build_lock = threading.Lock()
+        # re-entrant: building imports SQLAlchemy, and a garbage collection inside that import
+        # can run a dead AsyncResult's __del__, which asks this backend again on this thread
+        self._build_lock = threading.RLock()
 
     def as_uri(self, include_password: bool = False) -> str:
         """What the built backend's ``as_uri`` says: its URL (``db+`` taken off, as Celery
@@ -234,6 +236,13 @@ class JobLogBackend:
                 cls, url = by_url(self.url, self.app.loader)
                 self._built = cls(app=self.app, url=url, **self._kwargs)
             return self._built
+
+    def remove_pending_result(self, result: Any) -> Any:
+        """What ``AsyncResult.__del__`` calls: nothing can be pending on a backend not built
+        yet (and building one from a finaliser, in the middle of an import, is never wanted)."""
+        if self._built is None:
+            return result
+        return self._built.remove_pending_result(result)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_built", "_build_lock", "_kwargs"):
