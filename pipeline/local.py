@@ -271,11 +271,6 @@ class LocalMemory:
             return self._search_part
 
     @property
-    def _held(self) -> HeldCopies | None:
-        """The in-memory copies of the store (:meth:`search_part`'s; tests wait for them)."""
-        return self.search_part().held
-
-    @property
     def name(self) -> str:
         """As :attr:`memq.Memory.name`."""
         return self.settings.agent_id

@@ -242,7 +242,7 @@ def test_a_one_shot_search_loads_nothing_even_when_the_query_embedding_fails(
         assert loads == []
         with Memory(settings=settings) as memory:
             kept = memory.search("lantern", sync=False)
-            memory.local._held.wait()  # type: ignore[union-attr]
+            memory.local.search_part().held.wait()  # type: ignore[union-attr]
     assert out["mode"] == "keyword-only" and "query embedding failed" in out["warning"]
     assert [r["path"] for r in out["results"]] == ["memory/2026-01-02.md"]
     assert [h.path for h in kept] == ["memory/2026-01-02.md"] and loads == ["BM25"]

@@ -24,7 +24,7 @@ def test_held_and_stored_vectors_give_the_same_answers(tmp_path: Path, tiny_mode
     queries = [" ".join(rng.sample(words, rng.randint(1, 4))) for _ in range(60)]
     with Memory(settings=settings, in_memory=False) as stored, Memory(settings=settings) as held:
         held.search(queries[0])
-        held.local._held.wait(30)  # the copy is loaded in the background
+        held.local.search_part().held.wait(30)  # the copy is loaded in the background
         answers = [(stored.search(q).to_dict(), held.search(q).to_dict()) for q in queries]
     assert all(a == b for a, b in answers), next((a, b) for a, b in answers if a != b)
     assert sum(len(a["results"]) for a, _ in answers) > 100
