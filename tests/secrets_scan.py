@@ -144,12 +144,23 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _found(f"{report.nodeid}: failure text ({report.when})")
 
 
+#: Where a pytest-xdist worker leaves what it found, in its own temporary folder, which lies
+#: inside the controller's: the controller reads every such file at the end.
+WORKER_FINDINGS = "secrets-findings.txt"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     factory = getattr(session.config, "_tmp_path_factory", None)
     basetemp = getattr(factory, "_basetemp", None)
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller reports
+        if _findings and factory is not None:
+            (factory.getbasetemp() / WORKER_FINDINGS).write_text("\n".join(_findings) + "\n")
+        return
     if basetemp is not None:
         _findings.extend(f"file {p}" for p in leaks_in_files(Path(basetemp)))
+        for found in sorted(Path(basetemp).rglob(WORKER_FINDINGS)):
+            _findings.extend(line for line in found.read_text().splitlines() if line)
     if not _findings:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

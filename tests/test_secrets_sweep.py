@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -164,3 +165,32 @@ def leaks_everywhere(places: dict[str, str], root: Path, broker_url: str) -> lis
     finally:
         client.close()
     return leaks
+
+
+def test_the_session_scan_sees_what_parallel_workers_found(tmp_path: Path) -> None:
+    """Under pytest-xdist each worker's Redis findings and files reach the controller, which
+    fails the session: a finding is never left behind in a worker process."""
+    (tmp_path / "test_leaky.py").write_text(
+        "from tests.secrets_scan import SENTINEL, record_redis\n\n"
+        "class OneKeyRedis:\n"
+        "    def scan_iter(self, count):\n"
+        "        return [b'unacked']\n"
+        "    def type(self, key):\n"
+        "        return b'string'\n"
+        "    def get(self, key):\n"
+        "        return SENTINEL.encode()\n\n"
+        "def test_leaves_a_log(tmp_path):\n"
+        "    (tmp_path / 'worker.log').write_text(SENTINEL)\n\n"
+        "def test_leaves_a_redis_key():\n"
+        "    record_redis(OneKeyRedis(), 'test_leaky')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+         "tests.secrets_scan", "-n", "2", "--basetemp", str(tmp_path / "inner"),
+         "test_leaky.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
+    assert "2 passed" in done.stdout and "the sentinel API key leaked" in done.stdout
+    assert "test_leaky: Redis key unacked" in done.stdout
+    assert "worker.log" in done.stdout
+    for leaked in (tmp_path / "inner").rglob("worker.log"):  # planted: not a leak of memq's
+        leaked.unlink()
