@@ -20,7 +20,13 @@ from tests.conftest import REPO, redis_client, run_memq, write_config
 from tests.fakes.bedrock_double import BedrockDouble, TemporaryKey
 from tests.fakes.copilot_double import CopilotDouble
 from tests.fakes.provider_doubles import Fault, ProviderDouble
-from tests.secrets_scan import PROVIDER_KEY_VARS, SENTINEL, leaks_in_files, leaks_in_redis
+from tests.secrets_scan import (
+    PROVIDER_KEY_VARS,
+    SENTINEL,
+    WORKER_FINDINGS,
+    leaks_in_files,
+    leaks_in_redis,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -184,13 +190,17 @@ def test_the_session_scan_sees_what_parallel_workers_found(tmp_path: Path) -> No
         "def test_leaves_a_redis_key():\n"
         "    record_redis(OneKeyRedis(), 'test_leaky')\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-         "tests.secrets_scan", "-n", "2", "--basetemp", str(tmp_path / "inner"),
-         "test_leaky.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+             "tests.secrets_scan", "-n", "2", "--basetemp", str(tmp_path / "inner"),
+             "test_leaky.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=120)
+    finally:  # planted, not memq's: this session's own scan must not find them
+        for name in ("worker.log", WORKER_FINDINGS):
+            for planted in (tmp_path / "inner").rglob(name):
+                planted.unlink()
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
     assert "2 passed" in done.stdout and "the sentinel API key leaked" in done.stdout
     assert "test_leaky: Redis key unacked" in done.stdout
     assert "worker.log" in done.stdout
-    for leaked in (tmp_path / "inner").rglob("worker.log"):  # planted: not a leak of memq's
-        leaked.unlink()
