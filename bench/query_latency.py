@@ -12,6 +12,11 @@ one run times, over the same queries:
                      fusion, result rows): what the MCP server and library callers run
   memq hybrid, vec0  the same without ``held=HeldCopies()``: vec0 KNN and FTS5 instead of the
                      in-memory copies, what a one-shot ``memq search`` runs
+  keyword scores     the weighted merge's keyword score of the hybrid search's keyword hits
+                     alone (24 here): each hit at its length
+                     (:mod:`pipeline.search.calibration`, from the held statistics, and from
+                     FTS5's tables as the one-shot path reads them) beside the plain share of
+                     the best it replaced (issue 36 item 2)
   vec0 KNN alone     ``pipeline.store.vectors.knn`` (the k-nearest query vec0 answers)
   numpy brute force  ``matrix @ q`` + ``argpartition`` over the same vectors already in RAM,
                      one BLAS thread (SQLite uses one core too), and the same with
@@ -58,6 +63,7 @@ from harness import add_common_args, header, scratch
 from notes import bullet
 
 from pipeline.config import Settings, load_settings
+from pipeline.search import calibration, fusion
 from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.search.retrievers import keyword_hits
 from pipeline.store import schema
@@ -209,6 +215,7 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
     if {r for r, _ in knn(db, qvecs[0], k)} != exact:
         raise SystemExit("vec0 KNN and numpy disagree on the nearest chunks")
     q = args.queries
+    ranks = [keyword_hits(db, text, k, None, stats) for text in texts]
     rows = interleaved([
         ("memq vector-only",
          lambda i: search_store(db, vector_only, texts[i], provider=stub, held=held), q),
@@ -219,6 +226,12 @@ def run_size(tmp: Path, n: int, args: argparse.Namespace) -> list[tuple[str, np.
         ("memq hybrid", lambda i: search_store(db, hybrid, texts[i], provider=stub, held=held), q),
         ("memq hybrid, vec0 (one-shot CLI path)",
          lambda i: search_store(db, hybrid, texts[i], provider=stub), q),
+        ("keyword scores: at length, held",
+         lambda i: calibration.keyword_scores(db, texts[i], ranks[i], stats), q),
+        ("keyword scores: at length, FTS5",
+         lambda i: calibration.keyword_scores(db, texts[i], ranks[i]), q),
+        ("keyword scores: share of best", lambda i: fusion.share_of_best(ranks[i]),
+         q),
         ("vec0 KNN alone (knn)", lambda i: knn(db, qvecs[i], k), q),
         ("numpy brute force (in RAM)", lambda i: numpy_topk(matrix, qvecs[i], k), q),
         (ONE_THREAD, lambda i: numpy_topk(matrix, qvecs[i], k, one_thread=True), q),

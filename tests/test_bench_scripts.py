@@ -77,6 +77,7 @@ class Quick:
 QUICK: dict[str, Quick] = {
     "batch_requests": Quick((), ("sync", "batch", "batch mode sends")),
     "broker_restarts": Quick((), ("memq (kombu repaired)", "kombu as shipped"), slow=True),
+    "calibration_variants": Quick((), ("best ", "pair ", "sat ", "second ")),
     "chunking_versions": Quick((), ("scifact test:", "before", "version 2", "after/before:"),
                                slow=True, data=True),
     "embed_batching": Quick((), ("(a) memq LocalProvider", "(b) bare, 1 sequence/call",

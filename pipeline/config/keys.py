@@ -37,6 +37,9 @@ SOURCES: tuple[str, ...] = ("memory", "sessions")
 FTS_TOKENIZERS: tuple[str, ...] = ("unicode61", "trigram")
 CITATIONS: tuple[str, ...] = ("auto", "on", "off")
 FUSIONS: tuple[str, ...] = ("weighted", "rrf")
+#: ``query.hybrid.keywordScore``: the weighted merge's keyword score, a share of the best hit's
+#: BM25 or each hit at its length (:mod:`pipeline.search.calibration`, issue 36 item 2).
+KEYWORD_SCORES: tuple[str, ...] = ("best", "length")
 #: ``rerank.provider``: an HTTP ``/rerank`` endpoint (Jina, Cohere, Voyage, llama.cpp's server
 #: shape), or "local" (a GGUF cross-encoder run in process by llama.cpp).
 RERANK_PROVIDERS: tuple[str, ...] = ("http", "local")
@@ -336,6 +339,7 @@ KEYS: tuple[Key, ...] = (
     Key("query.hybrid.candidateMultiplier", _int(1)),
     Key("query.hybrid.fusion", _enum(FUSIONS)),
     Key("query.hybrid.rrfK", _int(1)),
+    Key("query.hybrid.keywordScore", _enum(KEYWORD_SCORES)),
     Key("query.hybrid.mmr.enabled", BOOL),
     Key("query.hybrid.mmr.lambda", UNIT, attr="query.hybrid.mmr.lambda_"),
     Key("query.hybrid.temporalDecay.enabled", BOOL),

@@ -127,6 +127,7 @@ class HybridSettings(_Validated):
     candidate_multiplier: int = 4
     fusion: str = "weighted"
     rrf_k: int = 60
+    keyword_score: str = "best"  # "length": each hit at its length (pipeline.search.calibration)
     mmr: MmrSettings = field(default_factory=MmrSettings)
     temporal_decay: TemporalDecaySettings = field(default_factory=TemporalDecaySettings)
 

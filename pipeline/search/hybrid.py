@@ -27,7 +27,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.results import Provenance, SearchHit
-from pipeline.search import entries, fusion
+from pipeline.search import calibration, entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.paths import PathMatch, path_matches
@@ -161,7 +161,8 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     if hybrid.fusion == "rrf":
         return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
                                   hybrid.rrf_k), text, vector_side, paths)
-    scores = _with_paths(fusion.share_of_best(text), paths)
+    scores = _with_paths(calibration.keyword_scores(db, query, text, stats, hybrid.keyword_score),
+                         paths)
     missing = cosine_for(db, [r for r in scores if r not in vector], query_vector, matrix)
     return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text, vector_side,
                    paths)

@@ -63,6 +63,74 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
+def idf(rows: int, hits: int) -> float:
+    """FTS5's IDF of a phrase ``hits`` of ``rows`` rows hold (floored at :data:`IDF_FLOOR`)."""
+    value = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return value if value > 0.0 else IDF_FLOOR
+
+
+def length_norm(length: np.ndarray, avgdl: float) -> np.ndarray:
+    """FTS5's length term ``k1·(1 − b + b·D/avgdl)`` of rows ``length`` tokens long."""
+    return K1 * ((1.0 - B) + (B * length) / avgdl)
+
+
+def _totals(db: Database) -> tuple[int, float]:
+    """The store's row count and average row length in tokens (FTS5's own totals)."""
+    averages = db.conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()
+    rows, *totals = _varints(averages[0]) if averages else (0,)
+    return rows, (float(sum(totals)) / float(rows) if rows else 1.0)
+
+
+def _row_length(size: bytes) -> int:
+    return size[0] if len(size) == 1 else sum(_varints(size))
+
+
+def row_norms(db: Database, rowids: Sequence[int]) -> tuple[int, dict[int, float]]:
+    """The store's row count and the length term of each of rows ``rowids``, from FTS5's own
+    tables (as :func:`load` computes them for every row)."""
+    rows, avgdl = _totals(db)
+    marks = ",".join("?" * len(rowids))
+    found = db.conn.execute(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({marks})",
+                            list(rowids)).fetchall()
+    norm = length_norm(np.array([_row_length(sz) for _, sz in found], dtype=np.float64), avgdl)
+    return rows, dict(zip((int(r) for r, _ in found), norm.tolist(), strict=True))
+
+
+def document_counts(db: Database, tokens: list[str]) -> dict[str, int]:
+    """How many rows hold each token (FTS5's ``fts5vocab`` row table, as ``bm25()`` counts)."""
+    db.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_fts_row "
+                    "USING fts5vocab(main, 'chunks_fts', 'row')")
+    unique = list(dict.fromkeys(tokens))
+    marks = ",".join("?" * len(unique))
+    return dict(db.conn.execute(
+        f"SELECT term, doc FROM temp.memq_fts_row WHERE term IN ({marks})", unique).fetchall())
+
+
+def row_counts(db: Database, tokenizer: str, rowids: list[int], tokens: list[str]
+                ) -> dict[tuple[int, str], int]:
+    """How often each of rows ``rowids``' indexed text holds each token: the texts run through
+    the store's tokenizer in a scratch table (as :func:`tokenize` does), cheaper for a few
+    rows than reading the tokens' whole postings."""
+    conn = db.conn
+    quoted = tokenizer.replace("'", "''")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_row_text "
+                 f"USING fts5(text, tokenize='{quoted}')")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_row_tokens "
+                 "USING fts5vocab(temp, 'memq_row_text', 'instance')")
+    conn.execute("DELETE FROM temp.memq_row_text")  # rows an interrupted call left
+    try:
+        rows = ",".join("?" * len(rowids))
+        conn.execute("INSERT INTO temp.memq_row_text(rowid, text) SELECT rowid, "
+                     f"memq_fts_text(text) FROM chunks WHERE rowid IN ({rows})", rowids)
+        unique = list(dict.fromkeys(tokens))
+        marks = ",".join("?" * len(unique))
+        found = conn.execute("SELECT doc, term, count(*) FROM temp.memq_row_tokens "
+                             f"WHERE term IN ({marks}) GROUP BY doc, term", unique).fetchall()
+    finally:
+        conn.execute("DELETE FROM temp.memq_row_text")
+    return {(int(doc), term): int(n) for doc, term, n in found}
+
+
 def fts_tokenizer(db: Database) -> str:
     """The ``tokenize=`` argument the store's ``chunks_fts`` table was created with."""
     row = db.conn.execute(
@@ -101,8 +169,7 @@ class TextStats:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def idf(self, hits: int) -> float:
-        idf = math.log((self.rows - hits + 0.5) / (hits + 0.5))
-        return idf if idf > 0.0 else IDF_FLOOR
+        return idf(self.rows, hits)
 
     def weights(self, at: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """A term's part of the ``bm25()`` of each row it is in (rows ``at``, ``counts`` times
@@ -136,6 +203,10 @@ class TextStats:
             at = at[scores[at] >= kth]  # every row tied with the k-th stays for the rowid order
         order = np.lexsort((self.ids[at], -scores[at]))[:max(k, 0)]
         return [(int(self.ids[i]), float(scores[i])) for i in at[order]]
+
+    def postings(self, db: Database, tokens: list[str]) -> list[Posting] | None:
+        """Each token's posting, loaded on first use (None: the store moved past this copy)."""
+        return self._postings_for(db, tokens)
 
     def _postings_for(self, db: Database, tokens: list[str]) -> list[Posting] | None:
         with self._lock:
@@ -252,21 +323,18 @@ def load(db: Database) -> TextStats | None:
         version = text_version(db)
         if version is None:
             return None
-        averages = db.conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()
-        rows, *totals = _varints(averages[0]) if averages else (0,)
+        rows, avgdl = _totals(db)
         cursor = db.conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id")
         ids, lengths = [], []
         while batch := cursor.fetchmany(_FETCH):
             for rowid, size in batch:
                 ids.append(rowid)
-                lengths.append(size[0] if len(size) == 1 else sum(_varints(size)))
+                lengths.append(_row_length(size))
         tokenizer = fts_tokenizer(db)
     finally:
         if own:
             db.conn.execute("COMMIT")
-    avgdl = float(sum(totals)) / float(rows) if rows else 1.0
-    length = np.asarray(lengths, dtype=np.float64)
-    norm = K1 * ((1.0 - B) + (B * length) / avgdl)
+    norm = length_norm(np.asarray(lengths, dtype=np.float64), avgdl)
     return TextStats(version, tokenizer, rows, np.asarray(ids, dtype=np.int64), norm)
 
 
