@@ -212,7 +212,7 @@ def test_the_held_copy_gives_the_scores_fts5_gives(tmp_path: Path, make_settings
         stats = postings.load(db)
         assert stats is not None
         for query in (QUERY, "hetzner", "cluster hetzner kubernetes", "backlog wiki day",
-                      "the the cluster"):
+                      "the the cluster", "Hetzner hetzner cluster"):
             ranks = keyword_hits(db, query, 200, None)
             assert len(ranks) > 1
             assert calibration.keyword_scores(db, query, ranks, stats) == \
