@@ -34,10 +34,10 @@ from pipeline.search.paths import PathMatch, path_matches
 from pipeline.search.provenance import provenances
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
+    best_first,
     cosine_for,
     keyword_hits,
     matrix_hits,
-    rescored,
     source_filter,
     vector_hits,
 )
@@ -80,7 +80,8 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
               sources: list[str] | None, use_text: bool, held: HeldCopies | None,
               stats: TextStats | None
               ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
-    """Both retrievers' hits (vector, text) and the in-memory vectors if used.
+    """Both retrievers' hits (vector, text) and the in-memory vectors if used. The vector
+    side's scores are the scan's own (:func:`_exact_sides` makes them exact).
 
     The in-memory scan needs no connection, so a large one (more than
     :data:`~pipeline.store.vectors.SINGLE_THREAD_ROWS` chunks) runs on another thread while the
@@ -90,8 +91,7 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     matrix = held.matrices.current(db) if held is not None else None
     if matrix is None or held is None:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
-        vector = vector_hits(db, query_vector, candidates, sources)
-        return rescored(db, vector, query_vector), text, None
+        return vector_hits(db, query_vector, candidates, sources), text, None
     among = None if sources is None else reads.allowed_rowids(db, sources)
     # A thread hop pays off only for a scan that takes longer than a wake-up: on a busy
     # machine the woken thread waits for a core (2.6 ms inline vs 4.7 ms with a hop at 10,000
@@ -99,10 +99,21 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     if not use_text or len(matrix.ids) <= SINGLE_THREAD_ROWS:
         vector = matrix_hits(matrix, query_vector, candidates, among)
         text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
-        return rescored(db, vector, query_vector, matrix), text, matrix
+        return vector, text, matrix
     scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources, stats, among)
-    return rescored(db, scan.result(), query_vector, matrix), text, matrix
+    return scan.result(), text, matrix
+
+
+def _exact_sides(db: Database, hits: dict[int, float], others: Sequence[int],
+                 query_vector: np.ndarray, matrix: VectorMatrix | None
+                 ) -> tuple[dict[int, float], dict[int, float]]:
+    """The vector side's ``hits`` with their exact scores, best first
+    (:func:`~pipeline.search.retrievers.rescored`), and the exact cosine of the ``others`` (not
+    among the hits) that have a vector: one lookup for both."""
+    exact = cosine_for(db, [*hits, *others], query_vector, matrix)
+    return (best_first({r: exact[r] for r in hits if r in exact}),
+            {r: exact[r] for r in others if r in exact})
 
 
 @dataclass
@@ -149,22 +160,23 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
         return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
                        text_side=use_text)
-    vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
-                                     held, stats)
-    vector_side = frozenset(vector)
+    found, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
+                                    held, stats)
     if not use_text:
-        named = [r for r in _with_paths({}, paths) if r not in vector]
-        missing = cosine_for(db, named, query_vector, matrix)
+        named = [r for r in _with_paths({}, paths) if r not in found]
+        vector, missing = _exact_sides(db, found, named, query_vector, matrix)
         return Ranking(fusion.weighted({**vector, **missing}, {}, (1.0, 0.0)), text,
-                       vector_side, paths, text_side=False)
+                       frozenset(vector), paths, text_side=False)
     weights = hybrid.normalized_weights()
     if hybrid.fusion == "rrf":
+        vector, _ = _exact_sides(db, found, (), query_vector, matrix)
         return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
-                                  hybrid.rrf_k), text, vector_side, paths)
+                                  hybrid.rrf_k), text, frozenset(vector), paths)
     scores = _with_paths(fusion.share_of_best(text), paths)
-    missing = cosine_for(db, [r for r in scores if r not in vector], query_vector, matrix)
-    return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text, vector_side,
-                   paths)
+    vector, missing = _exact_sides(db, found, [r for r in scores if r not in found],
+                                   query_vector, matrix)
+    return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text,
+                   frozenset(vector), paths)
 
 
 @dataclass
@@ -224,7 +236,7 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     ranked.sort(key=lambda c: (-c.score, c.rowid))
     exact = [c for c in exact if c.score >= min_score]
     picked, fill = _select(ranked, found, min_score, max_results, len(exact))
-    rows = reads.chunk_rows(db, [c.rowid for c in exact + picked + fill])
+    rows = weighed.rows  # read with the weights: every candidate still in the store
     exact = _exact_order(weighed, {c.rowid for c in exact if c.rowid in rows}, rows,
                          hybrid.mmr.lambda_ if hybrid.mmr.enabled else None, max_results)
     picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading

@@ -188,18 +188,23 @@ def bm25_ranks(db: Database, match: str | None, limit: int, sources: Sequence[st
     return {int(r): float(rank) for r, rank in rows}
 
 
-def chunk_weights(db: Database, rowids: Sequence[int]
-                  ) -> list[tuple[int, str, int | None, int | None, str | None, str | None]]:
-    """(rowid, path, its file's mtime_ns or None, importance, triggers, project_key) per chunk
-    still in the store: what a search weighs its candidates by (decay, entry weights, exact
-    paths) and labels its hits with (provenance), in one read."""
+#: What :func:`chunk_weights` reads of a chunk: (rowid, path, its file's mtime_ns or None,
+#: importance, triggers, project_key, start_line, end_line, text, source).
+WeightRow = tuple[int, str, int | None, int | None, str | None, str | None, int, int, str, str]
+
+
+def chunk_weights(db: Database, rowids: Sequence[int]) -> list[WeightRow]:
+    """:data:`WeightRow` per chunk still in the store: what a search weighs its candidates by
+    (decay, entry weights, exact paths), labels its hits with (provenance) and shows of them
+    (lines, text, source, as :func:`chunk_rows`), in one read."""
     if not rowids:
         return []
     marks = ",".join("?" * len(rowids))
-    return [(int(r), path, mtime, i, t, p) for r, path, mtime, i, t, p in db.conn.execute(
-        f"SELECT c.rowid, c.path, f.mtime_ns, c.importance, c.triggers, c.project_key "
+    return db.conn.execute(
+        f"SELECT c.rowid, c.path, f.mtime_ns, c.importance, c.triggers, c.project_key, "
+        f"c.start_line, c.end_line, c.text, c.source "
         f"FROM chunks c LEFT JOIN files f ON f.path = c.path WHERE c.rowid IN ({marks})",
-        [int(r) for r in rowids])]
+        [int(r) for r in rowids]).fetchall()
 
 
 def first_chunks_named(db: Database, key: str, sources: Sequence[str] | None,
