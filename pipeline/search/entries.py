@@ -84,6 +84,12 @@ def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequenc
                         for r, path, _, _, _, _, start, end, text, source in rows})
     tiers: dict[int, list[tuple[float, bool, Candidate]]] = {3: [], 2: [], 1: []}
     for c in ranked:
+        if c.rowid not in values and c.rowid not in specific:  # most: only decay applies
+            factor = factors.get(c.rowid, 1.0)  # importance and project multipliers are 1
+            c.score *= factor
+            out.rest.append(c)
+            out.factors[c.rowid] = factor
+            continue
         importance, _, project = values.get(c.rowid, (None, None, None))
         if not weights.project_eligible(project):
             continue
