@@ -135,8 +135,8 @@ class TextStats:
         kth = np.partition(scores, n - k)[n - k] if k < n else 0.0
         # every row tied with the k-th stays for the rowid order
         at = np.flatnonzero(scores >= kth) if kth > 0.0 else np.flatnonzero(scores)
-        order = np.lexsort((self.ids[at], -scores[at]))[:k]
-        return [(int(self.ids[i]), float(scores[i])) for i in at[order]]
+        best = at[np.lexsort((self.ids[at], -scores[at]))[:k]]
+        return list(zip(self.ids[best].tolist(), scores[best].tolist(), strict=True))
 
     def _postings_for(self, db: Database, tokens: list[str]) -> list[Posting] | None:
         with self._lock:
