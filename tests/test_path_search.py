@@ -20,7 +20,7 @@ import pytest
 from pipeline.memory import Memory
 from pipeline.search import keywords, paths
 from pipeline.search.hybrid import search_store
-from pipeline.store import schema
+from pipeline.store import reads, schema
 from pipeline.store.engine import connect
 from pipeline.store.schema import open_store
 from tests.conftest import run_memq
@@ -103,6 +103,25 @@ def test_the_path_side_is_openclaws(named: Any) -> None:
     assert by_query["café"][0]["pathScore"] == 1  # a substring match of a non-ASCII word
     assert by_query["nothing here"] == [] and by_query["the"] == []
     assert {h["exactPathSpecificity"] for q in theirs for h in q} == {0, 1, 2, 3}
+
+
+def test_a_query_naming_no_file_asks_the_path_index_once(named: Any) -> None:
+    """One statement tells which lookups can find a file; those that cannot are not made,
+    and an expression the index refuses sends every lookup to ask alone (as before)."""
+    db, _ = named
+    asked: list[str] = []
+    db.conn.set_trace_callback(asked.append)
+    try:
+        assert paths.path_matches(db, "how do we migrate the postgres cluster", 24, None) == [
+            m for m in paths.path_matches(db, "cluster", 24, None)]
+        asked.clear()
+        assert paths.path_matches(db, "postgres migration runbook", 24, None) == []
+        assert sum("paths_fts MATCH" in sql for sql in asked) == 1
+    finally:
+        db.conn.set_trace_callback(None)
+    assert reads.paths_matching(db, ['"kubernetes"', '"postgres"'], None) == {'"kubernetes"'}
+    assert reads.paths_matching(db, ['"kubernetes"'], ["sessions"]) == set()
+    assert reads.paths_matching(db, ['"kubernetes"', "AND AND"], None) is None
 
 
 # --- end to end -------------------------------------------------------------------------------

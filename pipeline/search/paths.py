@@ -128,19 +128,16 @@ def _contains(substrings: Sequence[str]) -> list[re.Pattern[str]]:
 
 
 def _lookup(db: Database, plan: Plan, limit: int, sources: Sequence[str] | None, query: str,
-            exact: dict[str, PathMatch], found: dict[str, PathMatch]) -> bool:
+            exact: dict[str, PathMatch], found: dict[str, PathMatch]) -> None:
     """Add the best ``limit`` files of ``plan`` that ``query`` does not name exactly to
     ``found`` (each file keeps its best score); an exact match of ``exact`` found here keeps
-    its best score too. False when the path index matched no file at all to ``plan``'s
-    expression (and did not refuse it)."""
+    its best score too."""
     matchers = _contains(plan.substrings)
     scored = plan.match is not None
-    matched = not scored
     try:
         rows = reads.path_ranks(db, plan.match, sources)
         taken = 0
         for path, _, rank in rows:
-            matched = True
             if taken >= limit:
                 break
             normal = unicodedata.normalize("NFC", path)
@@ -164,8 +161,6 @@ def _lookup(db: Database, plan: Plan, limit: int, sources: Sequence[str] | None,
         # OpenClaw's fallback when the index refuses the expression: the words as substrings
         words = tuple(dict.fromkeys(re.findall(r'"([^"]*)"', plan.match or "")))
         _lookup(db, Plan(None, words + plan.substrings), limit, sources, query, exact, found)
-        return True
-    return matched
 
 
 def _exact(db: Database, query: str, sources: Sequence[str] | None) -> dict[str, PathMatch]:
@@ -194,17 +189,13 @@ def path_matches(db: Database, query: str, limit: int, sources: Sequence[str] | 
         return list(exact.values())
     found: dict[str, PathMatch] = {}
     terms = [t for t in extract_keywords(query) if t != js_trim(query).lower()][:KEYWORD_LIMIT]
-    # The keywords first (each lookup only adds to ``found``, so the order changes nothing):
-    # an ASCII keyword whose words no path holds all of rules out the AND of the query's
-    # words when those include its own, and that lookup is not made.
-    empty: list[set[str]] = []
-    for text in terms:
-        for plan in path_plans(text):  # an ASCII keyword: one plan, the AND of its words
-            if not _lookup(db, plan, limit, sources, query, exact, found) and text.isascii():
-                empty.append(set(_words(text, marks=False)))
-    words = set(_words(query, marks=False)) if query.isascii() else set()
-    if not any(e <= words for e in empty):
-        for plan in path_plans(query):
+    plans = [plan for text in [query, *terms] for plan in path_plans(text)]
+    # Most queries name no file: one statement tells which expressions match a path at all,
+    # and a lookup that would find nothing (so add nothing) is not made.
+    asked = list(dict.fromkeys(p.match for p in plans if p.match is not None))
+    matching = reads.paths_matching(db, asked, sources)
+    for plan in plans:
+        if matching is None or plan.match is None or plan.match in matching:
             _lookup(db, plan, limit, sources, query, exact, found)
     partial = sorted(found.values(), key=lambda m: (-m.score, m.path))[:limit]
     return list(exact.values()) + partial

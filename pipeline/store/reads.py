@@ -250,6 +250,26 @@ def path_ranks(db: Database, match: str | None, sources: Sequence[str] | None
         cursor.close()
 
 
+def paths_matching(db: Database, matches: Sequence[str], sources: Sequence[str] | None
+                   ) -> set[str] | None:
+    """The FTS5 expressions of ``matches`` that match at least one file in the path index
+    (``paths_fts``), of the ``sources`` unless None, asked in one statement; None when the
+    index refuses one of them (each must then be asked alone, as :func:`path_ranks` does)."""
+    if not matches:
+        return set()
+    where, extra = "paths_fts MATCH ?", []
+    if sources is not None:
+        where += f" AND source IN ({','.join('?' * len(sources))})"
+        extra = list(sources)
+    probe = f"EXISTS (SELECT 1 FROM paths_fts WHERE {where})"
+    try:
+        row = db.conn.execute(f"SELECT {', '.join([probe] * len(matches))}",
+                              [arg for m in matches for arg in (m, *extra)]).fetchone()
+    except db.operational_error:
+        return None
+    return {m for m, hit in zip(matches, row, strict=True) if hit}
+
+
 def first_chunk(db: Database, path: str) -> int | None:
     """The rowid of the first chunk (by line range, then rowid) of file ``path``, if any (a
     path is one file, whatever its source: ``files.path`` is the key)."""
