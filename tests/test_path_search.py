@@ -105,9 +105,10 @@ def test_the_path_side_is_openclaws(named: Any) -> None:
     assert {h["exactPathSpecificity"] for q in theirs for h in q} == {0, 1, 2, 3}
 
 
-def test_a_query_naming_no_file_asks_the_path_index_once(named: Any) -> None:
-    """One statement tells which lookups can find a file; those that cannot are not made,
-    and an expression the index refuses sends every lookup to ask alone (as before)."""
+def test_a_query_naming_no_file_asks_the_store_once(named: Any) -> None:
+    """One statement tells whether a file has the query's name and which path-index lookups
+    can find a file; those that cannot are not made, and a statement the store refuses sends
+    every lookup to ask alone (as before)."""
     db, _ = named
     asked: list[str] = []
     db.conn.set_trace_callback(asked.append)
@@ -116,12 +117,15 @@ def test_a_query_naming_no_file_asks_the_path_index_once(named: Any) -> None:
             m for m in paths.path_matches(db, "cluster", 24, None)]
         asked.clear()
         assert paths.path_matches(db, "postgres migration runbook", 24, None) == []
-        assert sum("paths_fts MATCH" in sql for sql in asked) == 1
+        mine = [sql for sql in asked if not sql.startswith("--")]  # not FTS5's own
+        assert len(mine) == 1 and mine[0].count("paths_fts MATCH") == 4  # the probe alone
     finally:
         db.conn.set_trace_callback(None)
-    assert reads.paths_matching(db, ['"kubernetes"', '"postgres"'], None) == {'"kubernetes"'}
-    assert reads.paths_matching(db, ['"kubernetes"'], ["sessions"]) == set()
-    assert reads.paths_matching(db, ['"kubernetes"', "AND AND"], None) is None
+    assert reads.path_probe(db, "deploy.md", ['"kubernetes"', '"postgres"'], None) == (
+        True, {'"kubernetes"'})
+    assert reads.path_probe(db, "deploy", ['"kubernetes"'], ["sessions"]) == (False, set())
+    assert reads.path_probe(db, "nothing", [], None) == (False, set())
+    assert reads.path_probe(db, None, ['"kubernetes"', "AND AND"], None) is None
 
 
 # --- end to end -------------------------------------------------------------------------------

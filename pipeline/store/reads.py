@@ -250,24 +250,31 @@ def path_ranks(db: Database, match: str | None, sources: Sequence[str] | None
         cursor.close()
 
 
-def paths_matching(db: Database, matches: Sequence[str], sources: Sequence[str] | None
-                   ) -> set[str] | None:
-    """The FTS5 expressions of ``matches`` that match at least one file in the path index
-    (``paths_fts``), of the ``sources`` unless None, asked in one statement; None when the
-    index refuses one of them (each must then be asked alone, as :func:`path_ranks` does)."""
-    if not matches:
-        return set()
-    where, extra = "paths_fts MATCH ?", []
+def path_probe(db: Database, key: str | None, matches: Sequence[str],
+               sources: Sequence[str] | None) -> tuple[bool, set[str]] | None:
+    """In one statement: whether a file has ``key`` as its name or stem key (what
+    :func:`first_chunks_named` looks up; False for None), and which FTS5 expressions of
+    ``matches`` match at least one file in the path index (``paths_fts``); of the ``sources``
+    unless None. None when the statement is refused (no path index, or an expression the
+    index refuses): then each must be asked alone, as :func:`first_chunks_named` and
+    :func:`path_ranks` do."""
+    if key is None and not matches:
+        return False, set()
+    of_sources, extra = "", []
     if sources is not None:
-        where += f" AND source IN ({','.join('?' * len(sources))})"
+        of_sources = f" AND source IN ({','.join('?' * len(sources))})"
         extra = list(sources)
-    probe = f"EXISTS (SELECT 1 FROM paths_fts WHERE {where})"
+    columns = ["0" if key is None else
+               f"EXISTS (SELECT 1 FROM files WHERE (name_key = ? OR stem_key = ?){of_sources})"]
+    args: list[Any] = [] if key is None else [key, key, *extra]
+    for match in matches:
+        columns.append(f"EXISTS (SELECT 1 FROM paths_fts WHERE paths_fts MATCH ?{of_sources})")
+        args += [match, *extra]
     try:
-        row = db.conn.execute(f"SELECT {', '.join([probe] * len(matches))}",
-                              [arg for m in matches for arg in (m, *extra)]).fetchone()
+        named, *hits = db.conn.execute(f"SELECT {', '.join(columns)}", args).fetchone()
     except db.operational_error:
         return None
-    return {m for m, hit in zip(matches, row, strict=True) if hit}
+    return bool(named), {m for m, hit in zip(matches, hits, strict=True) if hit}
 
 
 def first_chunk(db: Database, path: str) -> int | None:
