@@ -45,7 +45,9 @@ from pipeline.store import reads
 from pipeline.store.engine import Database
 from pipeline.store.matrix import MatrixCache, VectorMatrix
 from pipeline.store.postings import TextStats, TextStatsCache
+from pipeline.store.schema import TEXT_VERSION_KEY, get_metas
 from pipeline.store.vectors import SINGLE_THREAD_ROWS
+from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 
 SNIPPET_CHARS = 700
 SCORE_DECIMALS = 6
@@ -64,6 +66,18 @@ class HeldCopies:
     scans: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="memq-vector-scan"))
 
+    def current(self, db: Database, *, text: bool, vectors: bool
+                ) -> tuple[TextStats | None, VectorMatrix | None]:
+        """The store's held BM25 statistics (when ``text``) and vectors (when ``vectors``),
+        each None unless current (as their caches' ``current`` gives them), the versions of
+        both read in one statement."""
+        if not (text and vectors):
+            return (self.text_stats.current(db) if text else None,
+                    self.matrices.current(db) if vectors else None)
+        versions = get_metas(db, (TEXT_VERSION_KEY, VECTORS_VERSION_KEY))
+        return (self.text_stats.current_at(db, versions.get(TEXT_VERSION_KEY)),
+                self.matrices.current_at(db, versions.get(VECTORS_VERSION_KEY)))
+
     def wait(self, timeout: float | None = None) -> None:
         """Wait for the background loads started so far (tests and benchmarks)."""
         self.matrices.wait(timeout)
@@ -78,17 +92,17 @@ class HeldCopies:
 
 def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: int,
               sources: list[str] | None, use_text: bool, held: HeldCopies | None,
-              stats: TextStats | None
+              stats: TextStats | None, matrix: VectorMatrix | None
               ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
-    """Both retrievers' hits (vector, text) and the in-memory vectors if used. The vector
-    side's scores are the scan's own (:func:`_exact_sides` makes them exact).
+    """Both retrievers' hits (vector, text) and the in-memory vectors if used (``matrix``:
+    the held copy if current). The vector side's scores are the scan's own
+    (:func:`_exact_sides` makes them exact).
 
     The in-memory scan needs no connection, so a large one (more than
     :data:`~pipeline.store.vectors.SINGLE_THREAD_ROWS` chunks) runs on another thread while the
     keyword side ranks on this one (NumPy and SQLite both release the GIL): hybrid costs the
     slower side, not the sum.
     """
-    matrix = held.matrices.current(db) if held is not None else None
     if matrix is None or held is None:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         return vector_hits(db, query_vector, candidates, sources), text, None
@@ -154,14 +168,16 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     paths = path_matches(db, query, candidates, sources)
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
     # fall under minScore), so keyword scores are relative to the best hit in every mode.
-    stats = held.text_stats.current(db) if held is not None and use_text else None
-    if query_vector is None or not np.any(query_vector):
+    vectors = query_vector is not None and bool(np.any(query_vector))
+    stats, matrix = (held.current(db, text=use_text, vectors=vectors) if held is not None
+                     else (None, None))
+    if query_vector is None or not vectors:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
         return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
                        text_side=use_text)
     found, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
-                                    held, stats)
+                                    held, stats, matrix)
     if not use_text:
         named = [r for r in _with_paths({}, paths) if r not in found]
         vector, missing = _exact_sides(db, found, named, query_vector, matrix)
