@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,11 +30,11 @@ from pipeline.errors import (
 from pipeline.fleet.broker import FleetDispatcher, taking
 from pipeline.fleet.job_log import JobRecord
 from pipeline.fleet.reader import ShardReader, unwrap
-from pipeline.ingest.producer import IndexReport, Known
+from pipeline.ingest.producer import IndexReport, Known, scan_sources
 from pipeline.ingest.refresh import BackgroundRefresher
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.sources import resolve_memory_path
-from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
+from pipeline.ingest.transfer import changes_of, disk_stats, packed, stale_against, stats_digest
 from pipeline.local import (
     MODE_REMOTE,
     UNKNOWN_JOB_AFTER_S,
@@ -45,7 +45,7 @@ from pipeline.local import (
     read_memory_file,
     search_terms,
 )
-from pipeline.messages import IndexRequest, QueryRequest
+from pipeline.messages import FileChange, IndexRequest, QueryRequest
 from pipeline.outcome import VectorOutcome, WithoutVector
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -331,21 +331,27 @@ class RemoteMemory:
         transfer`); a pass that finds nothing sends nothing (job None). A pass that would
         empty the memory raises :class:`~pipeline.errors.DeletionRefused` (nothing is sent)
         unless ``allow_deletions``."""
-        changes, report = changes_since(self.settings, self.manifest(), paths,
-                                        allow_deletions=allow_deletions)
-        report.changed = sum(1 for c in changes if c.op == "write")
-        report.deleted = sum(1 for c in changes if c.op == "delete")
-        if not changes and not retry_failed:
-            return None, report
-        job = new_job_id(self.name)
+        manifest = self.manifest()
+        scan = scan_sources(self.settings, manifest, paths, allow_deletions=allow_deletions)
+        report = scan.report
+
+        def counted() -> Iterator[FileChange]:
+            for change in changes_of(scan, manifest, self.settings):
+                report.changed += change.op == "write"
+                report.deleted += change.op == "delete"
+                yield change
+
+        job, sent = new_job_id(self.name), False
         with taking(str(self.settings.broker_url), "the file changes"):
-            for message in packed(changes, memory=self.name, job=job, files=report.files,
+            for message in packed(counted(), memory=self.name, job=job, files=report.files,
                                   errors=report.errors, shard=self.shard,
                                   interactive=interactive, origin=origin,
                                   retry_failed=retry_failed,
-                                  folder=folder_identity(self.settings.workspace)):
+                                  folder=folder_identity(self.settings.workspace),
+                                  empty=retry_failed):
                 self.fleet.file_changes(message)
-        return job, report
+                sent = True
+        return (job if sent else None), report
 
     def stale_files(self) -> list[str]:
         """The files on this host the shard's store does not reflect yet, when the workspace
