@@ -85,3 +85,44 @@ def test_a_first_part_of_one_large_file_goes_alone() -> None:
     parts = cut([big, change(1)])
     assert [len(p.changes) for p in parts] == [1, 1]
     assert len(big.text or "") <= transfer.FILE_MAX_BYTES
+
+
+def test_the_writer_keeps_each_memory_files_text_with_its_chunks(tmp_path, make_settings) -> None:
+    """What the writer applies (:func:`pipeline.ingest.transfer.apply_changes`): each memory
+    file's chunks and its text for ``memory_get`` on hosts without the files, written together;
+    the same bytes again (a touch) keep the text; a file that could not be read keeps none."""
+    import hashlib
+
+    from pipeline.embeddings.registry import choose_provider
+    from pipeline.ingest.transfer import apply_changes
+    from pipeline.store.engine import connect
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    settings = make_settings(ws, provider="none")
+
+    def write(path: str, text: str, mtime: int = 1) -> FileChange:
+        body = text.encode()
+        return FileChange(path, "memory", "write", mtime, len(body),
+                          hashlib.sha256(body).hexdigest(), text=text)
+
+    first = [write("memory/a.md", "# A\n\nAlpha herons.\n"),
+             write("memory/b.md", "# B\n\nBeta egrets.\n"),
+             FileChange("memory/c.md", "memory", "write", 1, 3, error="unreadable")]
+    db = connect(settings.store.path, want_vectors=False)
+    try:
+        choice = choose_provider(settings)
+        report, _ = apply_changes(db, settings, choice, tuple(first))
+        assert report.changed == 3 and report.errors == ["memory/c.md: unreadable"]
+        texts = dict(db.conn.execute("SELECT path, text FROM file_texts").fetchall())
+        assert texts == {"memory/a.md": "# A\n\nAlpha herons.\n",
+                         "memory/b.md": "# B\n\nBeta egrets.\n"}
+        chunks = {row[0] for row in db.conn.execute("SELECT path FROM chunks").fetchall()}
+        assert chunks == {"memory/a.md", "memory/b.md"}
+        again, _ = apply_changes(db, settings, choice,
+                                 (write("memory/a.md", "# A\n\nAlpha herons.\n", mtime=2),))
+        assert again.changed == 0
+        texts = dict(db.conn.execute("SELECT path, text FROM file_texts").fetchall())
+        assert texts["memory/a.md"] == "# A\n\nAlpha herons.\n"
+    finally:
+        db.close()

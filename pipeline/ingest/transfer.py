@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
 
 from pipeline.config import Settings
@@ -241,8 +242,9 @@ def apply_changes(db: Database, settings: Settings, choice: ProviderChoice,
                 read = _read_of(change, settings)
                 if read.media is not None:
                     media[read.path] = read.media
-                apply_read(batch, read, current, settings, max_input, report)
+                kept = None
                 if change.source == "memory" and read.media is None and read.text is not None:
-                    with batch.unit():  # memory_get's text on a host without the files
-                        writer.keep_text(db, change.path, read.text)
+                    kept = partial(writer.keep_text, path=change.path, text=read.text)
+                # memory_get's text on a host without the files, in the file's own unit
+                apply_read(batch, read, current, settings, max_input, report, also=kept)
     return report, media
