@@ -39,6 +39,8 @@ rotates between queues), so the repaired channel never pops with ``BRPOP``:
   expiring after :data:`BELL_EXPIRE_MS`): an idle consumer claims a message of any priority on
   any of its queues as soon as it lands. A message no doorbell announced (published by an
   unrepaired kombu) is claimed when the wait times out, after at most :data:`CLAIM_WAIT_S`.
+  One ring wakes one idle consumer (rings that land before one is taken count once): of
+  several idle consumers of a queue, one no ring reached claims when its wait times out.
   (The wait used to be ``BLMOVE`` on the most urgent list of one queue: a bulk-lane message
   then waited up to :data:`CLAIM_WAIT_S` for an idle consumer, a third of a small pass.)
 
