@@ -200,6 +200,8 @@ def test_a_writer_refuses_files_outside_the_memory(
                       "the crafted job", logs=fleet.logs)
     assert done.state == "done"
     assert sum("refused" in e for e in done.result["errors"]) == len(bad)
+    with FleetDispatcher(fleet.broker) as waiting:  # C's writer said so, for a producer waiting
+        assert waiting.await_job_end(job, 5.0) is True
     listed = _manifest(fleet, "alpha")
     assert "memory/honest.md" in listed
     assert not {"../beta/MEMORY.md", "memory/lie.md", "notes/x.md"} & set(listed)
