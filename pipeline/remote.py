@@ -34,7 +34,7 @@ from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.refresh import BackgroundRefresher
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.sources import resolve_memory_path
-from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
+from pipeline.ingest.transfer import changes_since, files_here_digest, packed, stale_against
 from pipeline.local import (
     MODE_REMOTE,
     UNKNOWN_JOB_AFTER_S,
@@ -140,17 +140,22 @@ class RemoteMemory:
         query = str(query)
         want_sync = self.settings.sync.on_search if sync is None else sync
         files_here = self.settings.workspace.is_dir()
+        check_here = bool(want_sync) and files_here  # the reader sends the store's digest
         args: dict[str, Any] = {"query": query, "maxResults": max_results,
                                 "minScore": min_score, "citations": citations,
-                                "stale": bool(want_sync) and not files_here, "corpus": corpus}
+                                "stale": bool(want_sync) and not files_here, "corpus": corpus,
+                                "storeDigest": check_here or None}
         if projects:
             args["projects"] = list(projects)
-        stats = disk_stats(self.settings) if want_sync and files_here else None
-        if stats is not None:  # the reader says whether the store holds these very stats
-            args["filesDigest"] = stats_digest(stats)
         try:
-            answer = dict(self.ask("search", args))
-            in_step = answer.pop("filesMatch", False) is True
+            request = self._request("search", args)
+            sent = self.reader.send(request)
+            # While the reader searches: the digest of the files here, compared with the
+            # store's when the answer comes (in step only when both are known and equal).
+            ours = files_here_digest(self.settings) if check_here else None
+            answer = dict(unwrap(self.reader.wait(sent), request))
+            theirs = answer.pop("filesDigest", None)
+            in_step = ours is not None and theirs == ours
             results = SearchResults.from_dict(answer)
             stale: list[str] = []
             if want_sync and files_here and not in_step:  # what differs, from the manifest

@@ -156,6 +156,13 @@ def stats_digest(stats: dict[str, tuple[int, int]]) -> str:
     return digest.hexdigest()
 
 
+def files_here_digest(settings: Settings) -> str | None:
+    """:func:`stats_digest` of the memory's files on this host (:func:`disk_stats`); None when
+    a folder could not be listed (the files are unknown: never in step)."""
+    stats = disk_stats(settings)
+    return None if stats is None else stats_digest(stats)
+
+
 def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:
     """Memory files on this host that the store (``manifest``) does not reflect: new, gone,
     or with another stat. Stat only, as :func:`~pipeline.ingest.refresh.stale_memory_paths`
