@@ -58,7 +58,8 @@ def files_digest(memory: LocalMemory) -> str:
 @dataclass
 class _Held:
     """A store's connection kept for its digest: the file it opened (device, inode), and the
-    digest it last computed with the ``PRAGMA data_version`` read before it."""
+    digest it last computed with the data version (:func:`~pipeline.store.reads.data_version`)
+    read before it."""
 
     db: Database
     identity: tuple[int, int]
@@ -69,8 +70,9 @@ class _Held:
 class FilesDigests:
     """:func:`files_digest` of each store a reader serves, computed again only when the store
     changed: one connection per store (at most ``max_stores``, the least recently used
-    closed first) reads ``PRAGMA data_version``, which changes whenever another connection
-    (any process) commits to the store, and the digest is reused while it has not. A store
+    closed first) reads SQLite's data version (:func:`~pipeline.store.reads.data_version`),
+    which changes whenever another connection (any process) commits to the store, and the
+    digest is reused while it has not. A store
     file replaced at its path (moved aside and indexed again, a rebuild's new generation) is
     opened afresh. The version is read before the files, so a commit in between only makes
     the next call compute again: a digest is never newer than the version it is kept under.
@@ -103,7 +105,7 @@ class FilesDigests:
                 while len(self._held) > self.max_stores:
                     self._drop(next(iter(self._held)))
             self._held.move_to_end(key)
-            version = held.db.conn.execute("PRAGMA data_version").fetchone()[0]
+            version = reads.data_version(held.db)
             if held.digest is None or held.version != version:
                 held.digest = stats_digest(reads.file_stats(held.db, MEMORY_SOURCE))
                 held.version = version
