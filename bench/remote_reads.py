@@ -64,10 +64,13 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def make_store(tmp: Path, chunks: int, model: str | None, seed: int) -> tuple[Path, Path]:
-    """A workspace of about ``chunks`` chunks, indexed in this process; (config, workspace)."""
+    """A workspace of about ``chunks`` chunks, indexed in this process; (config, workspace).
+    A workspace already in ``tmp`` (``--workdir`` of an earlier run) is indexed again as it
+    is: nothing changed, nothing embedded."""
     ws = tmp / "ws"
     lines = 4  # a generated note of 4 lines is one chunk
-    write_corpus(ws, files=chunks, lines=lines, seed=seed)
+    if not ws.exists():
+        write_corpus(ws, files=chunks, lines=lines, seed=seed)
     config = tmp / "memq.json"
     keys: dict[str, Any] = {"workspace": str(ws), "provider": "local",
                             "store": {"path": str(tmp / "store" / "memq.sqlite")},
@@ -86,15 +89,14 @@ def make_store(tmp: Path, chunks: int, model: str | None, seed: int) -> tuple[Pa
 
 def start_reader(tmp: Path, broker: str, config: Path, name: str, threads: int,
                  app: str = "workers", code: Path = REPO) -> WorkerProcess:
-    """A reader of ``code`` (this tree, or ``--baseline``'s: Python's ``-P`` keeps the current
-    folder off ``sys.path``, so ``PYTHONPATH`` alone says whose ``workers`` it imports)."""
+    """A reader of ``code`` (this tree, or ``--baseline``'s), run in that folder: Celery
+    imports its app from the current folder first."""
     env = {**os.environ, "MEMQ_BROKER_URL": broker, "MEMQ_CONFIG": str(config),
            "MEMQ_LOCAL_SHARDS": "all", "MEMQ_LOCAL_THREADS": "1", "PYTHONPATH": str(code)}
     argv = worker_argv([query_queue(0)], f"{name}@%h", concurrency=threads,
                        quiet_cluster=True, pool="threads")
     argv[argv.index("workers")] = app
-    argv.insert(1, "-P")
-    return WorkerProcess(argv, env, tmp / f"{name}.log")
+    return WorkerProcess(argv, env, tmp / f"{name}.log", cwd=code)
 
 
 def wait_for_reader(broker: str, timeout: float = 120) -> None:
@@ -165,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, metavar="DIR",
                     help="a tree of an earlier memq: its reader, asked as it was asked, "
                          "measured beside this one (e.g. git archive 5fcdcd4 | tar -x -C DIR)")
+    ap.add_argument("--workdir", type=Path, metavar="DIR",
+                    help="keep the workspace and store in DIR, and reuse those of an earlier "
+                         "run there (same --chunks, --seed and --model): no second indexing")
     ap.add_argument("--quick", action="store_true",
                     help="200 chunks, 20 queries, 1.5 s, the tiny test model: a smoke run")
     add_common_args(ap)
@@ -175,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         args.chunks, args.queries, args.seconds = 200, 20, 1.5
     if args.baseline is not None and not (args.baseline / "workers" / "reading.py").is_file():
         raise SystemExit(f"--baseline {args.baseline}: not a memq tree")
-    with scratch("memq-bench-reads-", args.keep) as tmp:
+    with contextlib.ExitStack() as folder:
+        if args.workdir is not None:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            tmp = args.workdir.resolve()
+        else:
+            tmp = folder.enter_context(scratch("memq-bench-reads-", args.keep))
         if args.quick:
             args.model = str(write_tiny_gguf(tmp / "tiny.gguf"))
         config, ws = make_store(tmp, args.chunks, args.model, args.seed)
@@ -214,9 +224,10 @@ def main(argv: list[str] | None = None) -> int:
                 if there.search(queries[0]).mode != "hybrid":
                     raise SystemExit("the remote search did not answer in hybrid mode")
                 one: dict[str, list[float]] = {label: [] for label in ways}
-                for q in queries:  # alternating, query by query
-                    for label, search in ways.items():
-                        one[label].append(timed(lambda q=q, search=search: search(q)))
+                order = list(ways)
+                for i, q in enumerate(queries):  # alternating, query by query, each first in turn
+                    for label in order[i % len(order):] + order[:i % len(order)]:
+                        one[label].append(timed(lambda q=q, search=ways[label]: search(q)))
                 latency_table("search", one)
 
                 stages(here, there, settings, queries)

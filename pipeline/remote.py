@@ -34,7 +34,7 @@ from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.refresh import BackgroundRefresher
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.sources import resolve_memory_path
-from pipeline.ingest.transfer import changes_since, files_here_digest, packed, stale_against
+from pipeline.ingest.transfer import FilesHereDigest, changes_since, packed, stale_against
 from pipeline.local import (
     MODE_REMOTE,
     UNKNOWN_JOB_AFTER_S,
@@ -76,6 +76,8 @@ class RemoteMemory:
         self._jobs = jobs
         self._own_jobs = jobs is None
         self._lock = threading.Lock()
+        #: The files check of :meth:`search` (the files here), shared by concurrent searches.
+        self.files_digest = FilesHereDigest(settings)
         #: :meth:`sync` on a background thread (:meth:`memq.Memory.sync_in_background`).
         self.refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
 
@@ -152,7 +154,7 @@ class RemoteMemory:
             sent = self.reader.send(request)
             # While the reader searches: the digest of the files here, compared with the
             # store's when the answer comes (in step only when both are known and equal).
-            ours = files_here_digest(self.settings) if check_here else None
+            ours = self.files_digest.get() if check_here else None
             answer = dict(unwrap(self.reader.wait(sent), request))
             theirs = answer.pop("filesDigest", None)
             in_step = ours is not None and theirs == ours
