@@ -45,7 +45,7 @@ from pipeline.local import (
     read_memory_file,
     search_terms,
 )
-from pipeline.messages import IndexRequest, QueryRequest
+from pipeline.messages import IndexRequest, QueryReply, QueryRequest
 from pipeline.outcome import VectorOutcome, WithoutVector
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -60,6 +60,13 @@ __all__ = ["RemoteMemory", "ShardReader", "unwrap"]
 QUICK_JOB_S = 2.0
 #: The quick pace's shortest wait between two looks at a job.
 QUICK_POLL_S = 0.02
+
+
+def older_reader(reply: QueryReply) -> bool:
+    """Whether ``reply`` is the refusal of a reader older than ``storeDigest`` (a fleet being
+    upgraded): such a reader is asked again with the digest of the files here
+    (``filesDigest``), and answers whether its store's is the same (``filesMatch``)."""
+    return reply.kind == "refused" and "'storeDigest'" in (reply.error or "")
 
 
 class RemoteMemory:
@@ -155,9 +162,15 @@ class RemoteMemory:
             # While the reader searches: the digest of the files here, compared with the
             # store's when the answer comes (in step only when both are known and equal).
             ours = self.files_digest.get() if check_here else None
-            answer = dict(unwrap(self.reader.wait(sent), request))
+            reply = self.reader.wait(sent)
+            if ours is not None and older_reader(reply):  # asked again as it is asked
+                request = self._request("search", {**args, "storeDigest": None,
+                                                   "filesDigest": ours})
+                reply = self.reader.ask(request)
+            answer = dict(unwrap(reply, request))
             theirs = answer.pop("filesDigest", None)
-            in_step = ours is not None and theirs == ours
+            in_step = ours is not None and (answer.pop("filesMatch", None) is True
+                                            or theirs == ours)
             results = SearchResults.from_dict(answer)
             stale: list[str] = []
             if want_sync and files_here and not in_step:  # what differs, from the manifest

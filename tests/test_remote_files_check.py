@@ -1,7 +1,8 @@
-"""The files check of a remote search, shared by its concurrent callers
-(:class:`pipeline.ingest.transfer.FilesHereDigest`): each caller gets the digest of a look at
+"""The files check of a remote search: shared by its concurrent callers
+(:class:`pipeline.ingest.transfer.FilesHereDigest`: each caller gets the digest of a look at
 the files begun after it asked, so a file changed before a search is always noticed, while
-callers that ask together share one look."""
+callers that ask together share one look), and asked of a reader older than ``storeDigest``
+as it was asked before."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.config.settings import Settings
+from pipeline.fleet.reader import unwrap
 from pipeline.ingest import transfer
 from pipeline.ingest.transfer import FilesHereDigest, files_here_digest
+from pipeline.memory import Memory
+from pipeline.messages import QueryReply, QueryRequest
+from pipeline.remote import RemoteMemory
+from workers.reader import Reader
 
 
 @pytest.fixture
@@ -124,3 +130,53 @@ def test_a_failed_look_fails_its_caller_and_the_others_look_again(settings: Sett
     first.join(10)
     second.join(10)
     assert isinstance(a[0], OSError) and b == [files_here_digest(settings)]
+
+
+class OlderReader:
+    """The way to a reader of a memq before ``storeDigest`` (a fleet being upgraded): a real
+    :class:`~workers.reader.Reader` of the store in this process, behind a door that refuses
+    ``storeDigest`` as such a reader's message check does."""
+
+    def __init__(self, memory: Memory, reader: Reader) -> None:
+        self.memory, self.reader = memory, reader
+        self.asked: list[dict[str, object]] = []
+
+    def ask(self, request: QueryRequest) -> QueryReply:
+        self.asked.append(dict(request.args))
+        if "storeDigest" in request.args:
+            return QueryReply(error="query.args has an unknown field 'storeDigest'",
+                              kind="refused", node="older")
+        return self.reader.reply_to(self.memory, request, "older")
+
+    send = ask
+
+    def wait(self, sent: QueryReply) -> QueryReply:
+        return sent
+
+    def answer(self, request: QueryRequest) -> object:
+        return unwrap(self.ask(request), request)
+
+
+def test_a_reader_older_than_the_store_digest_is_asked_as_before(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its refusal of ``storeDigest`` brings the same search again with the digest of the
+    files here (``filesDigest``): in step, nothing more; a changed file is counted and sent."""
+    with Memory(settings=settings) as memory:
+        memory.index()
+    with Memory(settings=settings) as memory, Reader() as reader:
+        older = OlderReader(memory, reader)
+        monkeypatch.setattr(RemoteMemory, "reader", property(lambda self: older))
+        sent: list[list[Path] | None] = []
+        monkeypatch.setattr(RemoteMemory, "produce",
+                            lambda self, **kw: sent.append(kw.get("paths")) or (None, None))
+        remote = RemoteMemory(settings)
+        found = remote.search("Zigbee", sync=True)
+        assert found.hits and found.dirty is None and not found.syncing
+        assert [sorted(a) for a in older.asked] == [
+            ["citations", "query", "stale", "storeDigest"],
+            ["citations", "filesDigest", "query", "stale"]]
+        assert older.asked[1]["filesDigest"] == files_here_digest(settings)
+        _note(settings).write_text(_note(settings).read_text() + "\nZigbee again.\n")
+        changed = remote.search("Zigbee", sync=True)
+        assert (changed.dirty, changed.syncing) == (1, True)
+        assert sent == [[_note(settings)]]
