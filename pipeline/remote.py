@@ -163,7 +163,7 @@ class RemoteMemory:
             # store's when the answer comes (in step only when both are known and equal).
             ours = self.files_digest.get() if check_here else None
             reply = self.reader.wait(sent)
-            if ours is not None and older_reader(reply):  # asked again as it is asked
+            if older_reader(reply):  # asked again as it is asked (with ours when known)
                 request = self._request("search", {**args, "storeDigest": None,
                                                    "filesDigest": ours})
                 reply = self.reader.ask(request)
