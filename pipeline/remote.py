@@ -34,7 +34,7 @@ from pipeline.ingest.producer import IndexReport, Known, scan_sources
 from pipeline.ingest.refresh import BackgroundRefresher
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.sources import resolve_memory_path
-from pipeline.ingest.transfer import changes_of, disk_stats, packed, stale_against, stats_digest
+from pipeline.ingest.transfer import FilesHereDigest, changes_of, packed, stale_against
 from pipeline.local import (
     MODE_REMOTE,
     UNKNOWN_JOB_AFTER_S,
@@ -45,7 +45,7 @@ from pipeline.local import (
     read_memory_file,
     search_terms,
 )
-from pipeline.messages import FileChange, IndexRequest, QueryRequest
+from pipeline.messages import FileChange, IndexRequest, QueryReply, QueryRequest
 from pipeline.outcome import VectorOutcome, WithoutVector
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -62,6 +62,13 @@ QUICK_JOB_S = 2.0
 QUICK_POLL_S = 0.02
 
 
+def older_reader(reply: QueryReply) -> bool:
+    """Whether ``reply`` is the refusal of a reader older than ``storeDigest`` (a fleet being
+    upgraded): such a reader is asked again with the digest of the files here
+    (``filesDigest``), and answers whether its store's is the same (``filesMatch``)."""
+    return reply.kind == "refused" and "'storeDigest'" in (reply.error or "")
+
+
 class RemoteMemory:
     """One memory as seen from a host that does not hold its store (``settings`` are this
     host's view of it: the name, the shard, the broker, the timeouts). ``jobs`` is this host's
@@ -76,6 +83,8 @@ class RemoteMemory:
         self._jobs = jobs
         self._own_jobs = jobs is None
         self._lock = threading.Lock()
+        #: The files check of :meth:`search` (the files here), shared by concurrent searches.
+        self.files_digest = FilesHereDigest(settings)
         #: :meth:`sync` on a background thread (:meth:`memq.Memory.sync_in_background`).
         self.refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
 
@@ -140,17 +149,28 @@ class RemoteMemory:
         query = str(query)
         want_sync = self.settings.sync.on_search if sync is None else sync
         files_here = self.settings.workspace.is_dir()
+        check_here = bool(want_sync) and files_here  # the reader sends the store's digest
         args: dict[str, Any] = {"query": query, "maxResults": max_results,
                                 "minScore": min_score, "citations": citations,
-                                "stale": bool(want_sync) and not files_here, "corpus": corpus}
+                                "stale": bool(want_sync) and not files_here, "corpus": corpus,
+                                "storeDigest": check_here or None}
         if projects:
             args["projects"] = list(projects)
-        stats = disk_stats(self.settings) if want_sync and files_here else None
-        if stats is not None:  # the reader says whether the store holds these very stats
-            args["filesDigest"] = stats_digest(stats)
         try:
-            answer = dict(self.ask("search", args))
-            in_step = answer.pop("filesMatch", False) is True
+            request = self._request("search", args)
+            sent = self.reader.send(request)
+            # While the reader searches: the digest of the files here, compared with the
+            # store's when the answer comes (in step only when both are known and equal).
+            ours = self.files_digest.get() if check_here else None
+            reply = self.reader.wait(sent)
+            if older_reader(reply):  # asked again as it is asked (with ours when known)
+                request = self._request("search", {**args, "storeDigest": None,
+                                                   "filesDigest": ours})
+                reply = self.reader.ask(request)
+            answer = dict(unwrap(reply, request))
+            theirs = answer.pop("filesDigest", None)
+            in_step = ours is not None and (answer.pop("filesMatch", None) is True
+                                            or theirs == ours)
             results = SearchResults.from_dict(answer)
             stale: list[str] = []
             if want_sync and files_here and not in_step:  # what differs, from the manifest

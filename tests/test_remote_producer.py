@@ -101,6 +101,23 @@ def test_a_host_with_the_files_indexes_and_watches_a_store_elsewhere(
         after = there.search("heron pond", sync=True)
         assert after.dirty is None and not after.syncing and len(asked) == seen
         assert after.hits and after.hits[0].path == "MEMORY.md"
+        # The files here are looked at while the reader searches (after the query was sent):
+        # a file changed while the query is in flight is noticed, sent, and then in step.
+        reader = there.remote.reader
+        send = reader.send
+
+        def send_then_edit(request: Any) -> Any:
+            sent = send(request)
+            note.write_text(note.read_text() + "\n- The heron came back in May.\n")
+            return sent
+
+        reader.send = send_then_edit  # type: ignore[method-assign]
+        in_flight = there.search("heron May", sync=True)
+        reader.send = send  # type: ignore[method-assign]
+        assert (in_flight.dirty, in_flight.syncing) == (1, True)
+        wait_until(lambda: _manifest(fleet, "alpha") == _hashes(workspaces["alpha"]),
+                   "a sync of a file changed in flight", logs=fleet.logs)
+        assert there.search("heron May", sync=True).dirty is None
 
     # memq watch --all on A: a saved note, an edit, a delete and a rename converge.
     a.spawn("watch", "watch", "--all", "--debounce-ms", "200")

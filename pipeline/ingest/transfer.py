@@ -21,6 +21,7 @@ import base64
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from functools import partial
 from pathlib import Path
@@ -178,6 +179,57 @@ def stats_digest(stats: dict[str, tuple[int, int]]) -> str:
         mtime_ns, size = stats[path]
         digest.update(f"{path}\0{mtime_ns}\0{size}\n".encode())
     return digest.hexdigest()
+
+
+def files_here_digest(settings: Settings) -> str | None:
+    """:func:`stats_digest` of the memory's files on this host (:func:`disk_stats`); None when
+    a folder could not be listed (the files are unknown: never in step)."""
+    stats = disk_stats(settings)
+    return None if stats is None else stats_digest(stats)
+
+
+class FilesHereDigest:
+    """:func:`files_here_digest` of one memory, shared by the searches that ask for it at the
+    same time (a :class:`~pipeline.remote.RemoteMemory`'s callers' threads): each gets the
+    digest of a look at the files that *began after it asked*, never of one already under way
+    (that one could miss a file changed just before the ask), so a search notices changed
+    files exactly as with a look of its own. One look runs at a time; the callers that asked
+    while it ran share the next one. A look that raises raises in the caller that ran it; the
+    others start another."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._cond = threading.Condition()
+        self._started = 0  # looks started so far (each numbered by its place)
+        self._running = False
+        self._last: tuple[int, str | None] = (0, None)  # the last look done, and its digest
+
+    def get(self) -> str | None:
+        """The digest of the files here as a look begun after this call found them (None:
+        a folder could not be listed)."""
+        with self._cond:
+            wanted = self._started + 1  # the first look to begin from now on
+            while self._last[0] < wanted:
+                if not self._running:  # a look of its own, numbered after every ask so far
+                    self._running = True
+                    self._started += 1
+                    look = self._started
+                    break
+                self._cond.wait()
+            else:
+                return self._last[1]
+        try:
+            digest = files_here_digest(self.settings)
+        except BaseException:
+            with self._cond:
+                self._running = False
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._running = False
+            self._last = (look, digest)
+            self._cond.notify_all()
+        return digest
 
 
 def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:

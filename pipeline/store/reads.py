@@ -142,6 +142,13 @@ def file_stats(db: Database, source: str) -> dict[str, tuple[int, int]]:
         "SELECT path, mtime_ns, size FROM files WHERE source = ?", (source,))}
 
 
+def data_version(db: Database) -> int:
+    """SQLite's ``PRAGMA data_version`` of this connection: it changes whenever another
+    connection (in any process) has committed to the store since it was last read, so a value
+    computed from the store stays true while it does not (a connection's own writes leave it)."""
+    return int(db.conn.execute("PRAGMA data_version").fetchone()[0])
+
+
 def has_files(db: Database) -> bool:
     return db.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
 
