@@ -991,15 +991,16 @@ class FollowedMemory(Protocol):
     def job_waiting(self, job_id: str) -> bool: ...
 
     def wait_for_vectors(self, *, on_progress: Callable[[int, int], None] | None = None,
-                         warn: Callable[[str], None] | None = None) -> None: ...
+                         warn: Callable[[str], None] | None = None) -> object: ...
 
 
 def follow_job(memory: FollowedMemory, job_id: str, *,
                on_progress: Callable[[int, int], None] | None = None,
                warn: Callable[[str], None] | None = None,
-               unknown_after: float = UNKNOWN_JOB_AFTER_S) -> JobRecord:
-    """Wait until job ``job_id`` of ``memory`` ended and, when it is done, until no chunk of
-    the memory waits for a vector. Returns the job (``state`` done or failed).
+               unknown_after: float = UNKNOWN_JOB_AFTER_S, settle: bool = True) -> JobRecord:
+    """Wait until job ``job_id`` of ``memory`` ended and, when it is done (and ``settle``),
+    until no chunk of the memory waits for a vector. Returns the job (``state`` done or
+    failed).
 
     Raises :class:`~pipeline.errors.UnknownJob` for a job of another memory, or when it is
     neither in a job log nor waiting on the shard's ``control`` queue after
@@ -1018,6 +1019,6 @@ def follow_job(memory: FollowedMemory, job_id: str, *,
             raise UnknownJob(f"unknown job {job_id}: in no job log memory {memory.name!r} "
                              f"can read, not waiting on 'control.{memory.shard}'")
         poll.wait()
-    if job.state == "done":
+    if job.state == "done" and settle:
         memory.wait_for_vectors(on_progress=on_progress, warn=warn)
     return job

@@ -748,7 +748,8 @@ class SearchArgs(Wire):
     minScore: Annotated[float, Field(ge=0, le=1)] | None = None
     citations: Text | None = None
     stale: bool | None = None
-    filesDigest: Text | None = None
+    filesDigest: Text | None = None  # the asking host's: the reply says ``filesMatch``
+    storeDigest: bool | None = None  # the reply carries the store's (``filesDigest``)
     corpus: Text | None = None
     projects: Annotated[list[Text], Field(max_length=MAX_PROJECT_KEYS)] | None = None
 

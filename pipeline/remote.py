@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,11 +30,11 @@ from pipeline.errors import (
 from pipeline.fleet.broker import FleetDispatcher, taking
 from pipeline.fleet.job_log import JobRecord
 from pipeline.fleet.reader import ShardReader, unwrap
-from pipeline.ingest.producer import IndexReport, Known
+from pipeline.ingest.producer import IndexReport, Known, scan_sources
 from pipeline.ingest.refresh import BackgroundRefresher
 from pipeline.ingest.safety import folder_identity
 from pipeline.ingest.sources import resolve_memory_path
-from pipeline.ingest.transfer import changes_since, disk_stats, packed, stale_against, stats_digest
+from pipeline.ingest.transfer import FilesHereDigest, changes_of, packed, stale_against
 from pipeline.local import (
     MODE_REMOTE,
     UNKNOWN_JOB_AFTER_S,
@@ -45,7 +45,7 @@ from pipeline.local import (
     read_memory_file,
     search_terms,
 )
-from pipeline.messages import IndexRequest, QueryRequest
+from pipeline.messages import FileChange, IndexRequest, QueryReply, QueryRequest
 from pipeline.outcome import VectorOutcome, WithoutVector
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -62,6 +62,13 @@ QUICK_JOB_S = 2.0
 QUICK_POLL_S = 0.02
 
 
+def older_reader(reply: QueryReply) -> bool:
+    """Whether ``reply`` is the refusal of a reader older than ``storeDigest`` (a fleet being
+    upgraded): such a reader is asked again with the digest of the files here
+    (``filesDigest``), and answers whether its store's is the same (``filesMatch``)."""
+    return reply.kind == "refused" and "'storeDigest'" in (reply.error or "")
+
+
 class RemoteMemory:
     """One memory as seen from a host that does not hold its store (``settings`` are this
     host's view of it: the name, the shard, the broker, the timeouts). ``jobs`` is this host's
@@ -76,6 +83,8 @@ class RemoteMemory:
         self._jobs = jobs
         self._own_jobs = jobs is None
         self._lock = threading.Lock()
+        #: The files check of :meth:`search` (the files here), shared by concurrent searches.
+        self.files_digest = FilesHereDigest(settings)
         #: :meth:`sync` on a background thread (:meth:`memq.Memory.sync_in_background`).
         self.refresher: BackgroundRefresher[IndexRun] = BackgroundRefresher(self.sync)
 
@@ -140,17 +149,28 @@ class RemoteMemory:
         query = str(query)
         want_sync = self.settings.sync.on_search if sync is None else sync
         files_here = self.settings.workspace.is_dir()
+        check_here = bool(want_sync) and files_here  # the reader sends the store's digest
         args: dict[str, Any] = {"query": query, "maxResults": max_results,
                                 "minScore": min_score, "citations": citations,
-                                "stale": bool(want_sync) and not files_here, "corpus": corpus}
+                                "stale": bool(want_sync) and not files_here, "corpus": corpus,
+                                "storeDigest": check_here or None}
         if projects:
             args["projects"] = list(projects)
-        stats = disk_stats(self.settings) if want_sync and files_here else None
-        if stats is not None:  # the reader says whether the store holds these very stats
-            args["filesDigest"] = stats_digest(stats)
         try:
-            answer = dict(self.ask("search", args))
-            in_step = answer.pop("filesMatch", False) is True
+            request = self._request("search", args)
+            sent = self.reader.send(request)
+            # While the reader searches: the digest of the files here, compared with the
+            # store's when the answer comes (in step only when both are known and equal).
+            ours = self.files_digest.get() if check_here else None
+            reply = self.reader.wait(sent)
+            if older_reader(reply):  # asked again as it is asked (with ours when known)
+                request = self._request("search", {**args, "storeDigest": None,
+                                                   "filesDigest": ours})
+                reply = self.reader.ask(request)
+            answer = dict(unwrap(reply, request))
+            theirs = answer.pop("filesDigest", None)
+            in_step = ours is not None and (answer.pop("filesMatch", None) is True
+                                            or theirs == ours)
             results = SearchResults.from_dict(answer)
             stale: list[str] = []
             if want_sync and files_here and not in_step:  # what differs, from the manifest
@@ -288,9 +308,10 @@ class RemoteMemory:
         run = IndexRun(report or IndexReport(), MODE_REMOTE, None, None,
                        f"the store is on shard {self.shard}'s host: {sent}",
                        job_id=job_id, vectors=VECTORS_QUEUED)
+        settled: dict[str, Any] | None = None  # the shard's status once no vector waits
         if wait and job_id is not None:
             self.ended_soon(job_id)
-            job = self.follow_job(job_id, on_progress=on_progress, warn=warn)
+            job = self.follow_job(job_id, on_progress=on_progress, warn=warn, settle=False)
             if job.state != "done":
                 raise FleetError(f"job {job_id} {job.state}: {job.error}")
             counts = IndexReport.from_counts(job.result)
@@ -301,9 +322,10 @@ class RemoteMemory:
                     counts.chunks_queued, counts.chunks_cached, counts.jobs)
                 report.errors += [e for e in job.result.get("errors", ()) if e not in
                                   report.errors]
+            settled = self.wait_for_vectors(on_progress=on_progress, warn=warn)
         if wait:
             run.waited = True
-            status = self.status()
+            status = settled if settled is not None else self.status()
             run.outcome = VectorOutcome(
                 None, int(status.get("pending") or 0), int(status.get("failed") or 0),
                 tuple(WithoutVector(status.get("provider"), e["state"], e["error"], e["chunks"])
@@ -329,21 +351,27 @@ class RemoteMemory:
         transfer`); a pass that finds nothing sends nothing (job None). A pass that would
         empty the memory raises :class:`~pipeline.errors.DeletionRefused` (nothing is sent)
         unless ``allow_deletions``."""
-        changes, report = changes_since(self.settings, self.manifest(), paths,
-                                        allow_deletions=allow_deletions)
-        report.changed = sum(1 for c in changes if c.op == "write")
-        report.deleted = sum(1 for c in changes if c.op == "delete")
-        if not changes and not retry_failed:
-            return None, report
-        job = new_job_id(self.name)
+        manifest = self.manifest()
+        scan = scan_sources(self.settings, manifest, paths, allow_deletions=allow_deletions)
+        report = scan.report
+
+        def counted() -> Iterator[FileChange]:
+            for change in changes_of(scan, manifest, self.settings):
+                report.changed += change.op == "write"
+                report.deleted += change.op == "delete"
+                yield change
+
+        job, sent = new_job_id(self.name), False
         with taking(str(self.settings.broker_url), "the file changes"):
-            for message in packed(changes, memory=self.name, job=job, files=report.files,
+            for message in packed(counted(), memory=self.name, job=job, files=report.files,
                                   errors=report.errors, shard=self.shard,
                                   interactive=interactive, origin=origin,
                                   retry_failed=retry_failed,
-                                  folder=folder_identity(self.settings.workspace)):
+                                  folder=folder_identity(self.settings.workspace),
+                                  empty=retry_failed):
                 self.fleet.file_changes(message)
-        return job, report
+                sent = True
+        return (job if sent else None), report
 
     def stale_files(self) -> list[str]:
         """The files on this host the shard's store does not reflect yet, when the workspace
@@ -375,10 +403,11 @@ class RemoteMemory:
 
     def follow_job(self, job_id: str, *, on_progress: Callable[[int, int], None] | None = None,
                    warn: Callable[[str], None] | None = None,
-                   unknown_after: float = UNKNOWN_JOB_AFTER_S) -> JobRecord:
+                   unknown_after: float = UNKNOWN_JOB_AFTER_S, settle: bool = True
+                   ) -> JobRecord:
         """:func:`pipeline.local.follow_job` of this memory."""
         return follow_job(self, job_id, on_progress=on_progress, warn=warn,
-                          unknown_after=unknown_after)
+                          unknown_after=unknown_after, settle=settle)
 
     def job_waiting(self, job_id: str) -> bool:
         """Whether the job's message may still wait on the shard's ``control`` queue (a
@@ -392,9 +421,10 @@ class RemoteMemory:
 
     def wait_for_vectors(self, *, on_progress: Callable[[int, int], None] | None = None,
                          warn: Callable[[str], None] | None = None,
-                         check: Callable[[], None] | None = None) -> None:
+                         check: Callable[[], None] | None = None) -> dict[str, Any]:
         """Block until the shard's store has no chunk waiting for a vector (``warn`` is not
-        used: the shard's host warns of its own workers)."""
+        used: the shard's host warns of its own workers); the shard's status then
+        (:meth:`status`)."""
         total = None
         poll = Poll()
         while True:
@@ -404,7 +434,7 @@ class RemoteMemory:
             if on_progress:
                 on_progress(total - left, total)
             if left == 0 and not (status.get("batch") or {}).get("live"):
-                return
+                return status
             if check:
                 check()
             poll.wait()
@@ -413,7 +443,10 @@ class RemoteMemory:
         """Whether job ``job_id`` ended within ``within_s``, asked about after a tenth of the
         time waited so far (at least every :data:`QUICK_POLL_S`, at most every
         :data:`~pipeline.polling.POLL_S`): a job of a fraction of a second is seen ending a
-        few hundredths of a second after it does, a longer one is left to the usual pace."""
+        few hundredths of a second after it does, a longer one is left to the usual pace.
+        Between two looks it waits for the writer's word that the job ended
+        (:meth:`~pipeline.fleet.broker.FleetDispatcher.await_job_end`, on a Redis broker),
+        and looks again the moment it comes."""
         started = time.monotonic()
         while True:
             job = self.job(job_id)
@@ -422,7 +455,16 @@ class RemoteMemory:
             waited = time.monotonic() - started
             if waited >= within_s:
                 return False
-            time.sleep(min(max(waited / 10, QUICK_POLL_S), POLL_S, within_s - waited))
+            self.pause_for_job(job_id, min(max(waited / 10, QUICK_POLL_S), POLL_S,
+                                           within_s - waited))
+
+    def pause_for_job(self, job_id: str, seconds: float) -> None:
+        """Wait ``seconds`` before the next look at job ``job_id``, less when its writer says
+        it ended (without a broker, a sleep)."""
+        if self.settings.broker_url:
+            self.fleet.await_job_end(job_id, seconds)
+        else:
+            time.sleep(seconds)
 
     def wait_ended(self, job_id: str, timeout_s: float) -> bool:
         """Wait until job ``job_id`` ended on the shard's host (at most ``timeout_s``)."""

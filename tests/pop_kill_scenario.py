@@ -20,6 +20,10 @@ socket, and then reads stdin forever instead of the answer.
 * ``order``: queue a fixed mix of messages on two queues and three priorities, consume them all
   (one at a time, acknowledged) and print ``{"bodies": [...], "unacked": N}``; ``order-no-ack``
   the same with a consumer that does not acknowledge.
+* ``latency N``: a consumer of queues ``a`` and ``b`` waits, idle; N messages are published
+  one at a time (another connection, a pause between them), most of them in the bulk lane
+  (priority 9) of ``b``; print ``{"delays": [...]}``, the seconds from each publish to its
+  delivery.
 """
 
 from __future__ import annotations
@@ -154,6 +158,34 @@ def order(url: str, no_ack: bool) -> None:
     print(json.dumps({"bodies": bodies, "unacked": unacked}), flush=True)
 
 
+def latency(url: str, count: int) -> None:
+    """Publish ``count`` messages to an idle consumer one at a time; each one's delay."""
+    import threading
+
+    delays: list[float] = []
+
+    def take(body, message) -> None:
+        delays.append(time.time() - float(body.split()[1]))
+        message.ack()
+
+    def publisher() -> None:
+        for n in range(count):
+            time.sleep(0.35)  # the consumer has found its queues empty and waits
+            queue, priority = ("a", 0) if n % 4 == 3 else ("b", 9)
+            publish(url, f"{queue}{priority}-{n} {time.time()!r}", queue, priority)
+
+    with connect(url) as connection:
+        Consumer(connection, [Queue("a"), Queue("b")], callbacks=[take],
+                 prefetch_count=1).consume()
+        thread = threading.Thread(target=publisher)
+        thread.start()
+        deadline = time.monotonic() + 30 + count
+        while len(delays) < count and time.monotonic() < deadline:
+            drain(connection, 0.5)
+        thread.join()
+    print(json.dumps({"delays": delays}), flush=True)
+
+
 def main(argv: list[str]) -> None:
     url, mode, *rest = argv
     if "--harden" in rest:
@@ -164,6 +196,8 @@ def main(argv: list[str]) -> None:
         stop_in_sweep(url)
     elif mode == "collect":
         collect(url, float(rest[0]))
+    elif mode == "latency":
+        latency(url, int(rest[0]))
     elif mode in ("order", "order-no-ack"):
         order(url, no_ack=mode == "order-no-ack")
     else:

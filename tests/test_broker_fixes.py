@@ -170,7 +170,7 @@ def test_a_consumer_killed_while_it_sweeps_holds_back_the_others_sweeps_one_peri
 def command_calls(broker: PrivateRedis) -> dict[str, int]:
     stats = redis_client(broker.url).info("commandstats")
     return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0)
-            for name in ("brpop", "eval", "blmove")}
+            for name in ("brpop", "eval", "blmove", "bzpopmin", "hset")}
 
 
 def consume_mix(broker: PrivateRedis, mode: str, *, harden: bool) -> tuple[dict, dict]:
@@ -199,6 +199,30 @@ def test_claims_keep_kombus_priority_order_and_rotation_between_queues(
     assert shipped_calls["brpop"] >= len(ORDER_MIX) and shipped_calls["eval"] == 0
     assert repaired_calls["brpop"] == 0 and repaired_calls["eval"] >= len(ORDER_MIX)
     assert shipped["unacked"] == repaired["unacked"] == 0  # every one acknowledged
+    # each message recorded in ``unacked`` once: by its claim (kombu's QoS.append, which
+    # encodes the whole message again, does not write it a second time)
+    assert shipped_calls["hset"] == repaired_calls["hset"] == len(ORDER_MIX), (shipped_calls,
+                                                                                repaired_calls)
+
+
+def test_an_idle_consumer_claims_a_bulk_message_as_soon_as_it_lands(
+        private_redis: PrivateRedis) -> None:
+    """An idle repaired consumer waits on its queues' doorbells, which every published message
+    rings: a message in the bulk lane (priority 9) of either queue is claimed within a few
+    milliseconds, not when the wait times out (``CLAIM_WAIT_S``; the wait used to watch only
+    the most urgent list of one queue, and a remote producer's pass waited up to 0.2 s)."""
+    client = redis_client(private_redis.url)
+    client.flushdb()
+    client.config_resetstat()
+    done = subprocess.run(scenario(private_redis.url, "latency", "12", harden=True), cwd=REPO,
+                          text=True, capture_output=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    delays = sorted(json.loads(done.stdout)["delays"])
+    calls = command_calls(private_redis)
+    assert len(delays) == 12
+    assert delays[len(delays) // 2] < broker_fixes.CLAIM_WAIT_S / 4, delays
+    assert calls["bzpopmin"] >= 12 and calls["brpop"] == 0 and calls["blmove"] == 0, calls
+    assert client.hlen("unacked") == 0
 
 
 def test_a_consumer_that_does_not_acknowledge_keeps_kombus_brpop(

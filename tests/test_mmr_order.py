@@ -5,12 +5,13 @@ on random pools with tied scores, repeated and empty texts, CJK, and every ``lim
 from __future__ import annotations
 
 import random
+import string
 from collections.abc import Sequence
 
 import pytest
 
 from pipeline.search.mmr import mmr_order
-from pipeline.store.tokens import words
+from pipeline.store.tokens import word_set, words
 
 VOCAB = ["postgres", "migration", "berlin", "latency", "outage", "alice", "kafka", "budget",
          "会议", "纪要", "the", "a", "runbook", "osaka", "disk", "spike"]
@@ -72,3 +73,14 @@ def test_limit_zero_and_tiny_pools() -> None:
     assert mmr_order(["a"], [0.5], ["x"], 0.7, limit=0) == []
     assert mmr_order(["a"], [0.5], ["x"], 0.7, limit=3) == ["a"]
     assert mmr_order(["a", "b"], [0.5, 0.9], ["x", "x"], 0.7, limit=1) == ["b"]
+
+
+def test_word_sets_are_the_words_of_any_text() -> None:
+    """MMR's token sets (an ASCII text cut by a byte table) hold exactly :func:`words`."""
+    rng = random.Random(5)
+    mixed = string.printable + "éÉß中文会议İ\u00a0\u2003_"
+    for n in range(5000):
+        chars = mixed if n % 3 == 0 else string.printable
+        text = "".join(rng.choice(chars) for _ in range(rng.randint(0, 80)))
+        assert word_set(text) == frozenset(w.encode() for w in words(text)), text
+    assert word_set("Kafka_lag, KAFKA-lag!") == {b"kafka_lag", b"kafka", b"lag"}

@@ -20,7 +20,7 @@ import pytest
 from pipeline.memory import Memory
 from pipeline.search import keywords, paths
 from pipeline.search.hybrid import search_store
-from pipeline.store import schema
+from pipeline.store import reads, schema
 from pipeline.store.engine import connect
 from pipeline.store.schema import open_store
 from tests.conftest import run_memq
@@ -103,6 +103,29 @@ def test_the_path_side_is_openclaws(named: Any) -> None:
     assert by_query["café"][0]["pathScore"] == 1  # a substring match of a non-ASCII word
     assert by_query["nothing here"] == [] and by_query["the"] == []
     assert {h["exactPathSpecificity"] for q in theirs for h in q} == {0, 1, 2, 3}
+
+
+def test_a_query_naming_no_file_asks_the_store_once(named: Any) -> None:
+    """One statement tells whether a file has the query's name and which path-index lookups
+    can find a file; those that cannot are not made, and a statement the store refuses sends
+    every lookup to ask alone (as before)."""
+    db, _ = named
+    asked: list[str] = []
+    db.conn.set_trace_callback(asked.append)
+    try:
+        assert paths.path_matches(db, "how do we migrate the postgres cluster", 24, None) == [
+            m for m in paths.path_matches(db, "cluster", 24, None)]
+        asked.clear()
+        assert paths.path_matches(db, "postgres migration runbook", 24, None) == []
+        mine = [sql for sql in asked if not sql.startswith("--")]  # not FTS5's own
+        assert len(mine) == 1 and mine[0].count("paths_fts MATCH") == 4  # the probe alone
+    finally:
+        db.conn.set_trace_callback(None)
+    assert reads.path_probe(db, "deploy.md", ['"kubernetes"', '"postgres"'], None) == (
+        True, {'"kubernetes"'})
+    assert reads.path_probe(db, "deploy", ['"kubernetes"'], ["sessions"]) == (False, set())
+    assert reads.path_probe(db, "nothing", [], None) == (False, set())
+    assert reads.path_probe(db, None, ['"kubernetes"', "AND AND"], None) is None
 
 
 # --- end to end -------------------------------------------------------------------------------

@@ -121,3 +121,56 @@ def test_a_reader_builds_its_reader_at_start_and_other_roles_do_not(
     assert started("query.1")._reader is not None
     assert started("embed.local")._reader is None
     assert started("store.0", "control.0")._reader is None
+
+
+def test_the_store_digest_is_sent_when_asked_and_kept_while_the_store_is_unchanged(
+        indexed: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``storeDigest``: the reply carries the digest of the files the store reflects (the
+    asking host compares it with its own). It is read again only after a commit to the store:
+    a file edited on disk alone leaves it (and the store's connection) as it was; the index
+    pass that takes the edit in gives the new files' digest."""
+    from pipeline.store import reads
+
+    computed: list[int] = []
+    file_stats = reads.file_stats
+    monkeypatch.setattr(reads, "file_stats",
+                        lambda db, source: computed.append(1) or file_stats(db, source))
+    with Memory(settings=indexed) as memory, Reader() as reader:
+        plain = reader.search_answer(memory, {"query": "Zigbee"})
+        assert "filesDigest" not in plain
+        before = stats_digest(disk_stats(indexed) or {})
+        first = reader.search_answer(memory, {"query": "Zigbee", "storeDigest": True})
+        assert first.pop("filesDigest") == before
+        assert first["results"] == plain["results"] and "filesMatch" not in first
+        note = next((indexed.workspace / "memory").glob("*.md"))
+        note.write_text(note.read_text() + "\nOne more line about Zigbee.\n")
+        after = stats_digest(disk_stats(indexed) or {})
+        assert after != before
+        assert len(computed) == 1
+        assert reader.search_answer(memory, {"query": "Zigbee", "storeDigest": True})[
+            "filesDigest"] == before  # the store does not reflect the edit yet
+        assert len(computed) == 1  # not computed again
+        memory.index()
+        both = reader.search_answer(memory, {"query": "Zigbee", "storeDigest": True,
+                                             "filesDigest": after})
+        assert (both["filesDigest"], both["filesMatch"]) == (after, True)
+        assert len(computed) == 2  # once for both answers
+
+
+def test_a_store_replaced_at_its_path_gives_its_own_digest(indexed: Settings) -> None:
+    """A store moved aside and indexed again (a new file at the same path, with its own
+    ``data_version``) is opened afresh: its digest is never the old file's."""
+    from workers.shard_side import FilesDigests, files_digest
+
+    with Memory(settings=indexed) as memory, FilesDigests() as digests:
+        old = digests.of(memory.local)
+        assert old == files_digest(memory.local) == stats_digest(disk_stats(indexed) or {})
+        note = next((indexed.workspace / "memory").glob("*.md"))
+        note.unlink()
+        store = indexed.store.path
+        store.rename(store.with_name("aside.sqlite"))
+        for wal in store.parent.glob(store.name + "-*"):
+            wal.unlink()
+        memory.index()
+        assert digests.of(memory.local) == files_digest(memory.local) != old
+        assert digests.of(memory.local) == stats_digest(disk_stats(indexed) or {})

@@ -101,6 +101,23 @@ def test_a_host_with_the_files_indexes_and_watches_a_store_elsewhere(
         after = there.search("heron pond", sync=True)
         assert after.dirty is None and not after.syncing and len(asked) == seen
         assert after.hits and after.hits[0].path == "MEMORY.md"
+        # The files here are looked at while the reader searches (after the query was sent):
+        # a file changed while the query is in flight is noticed, sent, and then in step.
+        reader = there.remote.reader
+        send = reader.send
+
+        def send_then_edit(request: Any) -> Any:
+            sent = send(request)
+            note.write_text(note.read_text() + "\n- The heron came back in May.\n")
+            return sent
+
+        reader.send = send_then_edit  # type: ignore[method-assign]
+        in_flight = there.search("heron May", sync=True)
+        reader.send = send  # type: ignore[method-assign]
+        assert (in_flight.dirty, in_flight.syncing) == (1, True)
+        wait_until(lambda: _manifest(fleet, "alpha") == _hashes(workspaces["alpha"]),
+                   "a sync of a file changed in flight", logs=fleet.logs)
+        assert there.search("heron May", sync=True).dirty is None
 
     # memq watch --all on A: a saved note, an edit, a delete and a rename converge.
     a.spawn("watch", "watch", "--all", "--debounce-ms", "200")
@@ -200,6 +217,8 @@ def test_a_writer_refuses_files_outside_the_memory(
                       "the crafted job", logs=fleet.logs)
     assert done.state == "done"
     assert sum("refused" in e for e in done.result["errors"]) == len(bad)
+    with FleetDispatcher(fleet.broker) as waiting:  # C's writer said so, for a producer waiting
+        assert waiting.await_job_end(job, 5.0) is True
     listed = _manifest(fleet, "alpha")
     assert "memory/honest.md" in listed
     assert not {"../beta/MEMORY.md", "memory/lie.md", "notes/x.md"} & set(listed)

@@ -5,9 +5,11 @@ not ended is left to the usual pace after ``within_s``."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
+from pipeline.fleet.broker import FleetDispatcher
 from pipeline.fleet.job_log import JobRecord
 from pipeline.remote import QUICK_JOB_S, RemoteMemory
 
@@ -44,3 +46,41 @@ def test_a_long_job_is_left_to_the_usual_pace(tmp_path: Path, make_settings) -> 
     assert 0.5 <= time.monotonic() - started < 0.8
     assert memory.looks <= 25  # ~10 looks at 20 ms, then ~10 at a tenth of the wait
     assert QUICK_JOB_S <= 2.0  # the quick pace is short: its looks stay few
+
+
+def test_the_writers_word_that_a_job_ended_is_noticed_at_once(
+        tmp_path: Path, make_settings, broker_url: str) -> None:
+    """A job that ends after a second or more of waiting is looked at every tenth or fifth of
+    a second; the writer's word (:meth:`FleetDispatcher.job_ended`) makes the producer look
+    again at once, a few milliseconds after the job ended."""
+    settings = make_settings(tmp_path, provider="none", brokerUrl=broker_url)
+    with Ends(settings) as memory, FleetDispatcher(broker_url) as writer:
+        for length in (1.3, 2.6):
+            memory.looks = 0
+            memory.ends_at = time.monotonic() + length
+
+            def say() -> None:
+                time.sleep(max(0.0, memory.ends_at - time.monotonic()))
+                writer.job_ended("m:j")
+
+            saying = threading.Thread(target=say)
+            saying.start()
+            assert memory.ended_soon("m:j", within_s=5.0) is True
+            late = time.monotonic() - memory.ends_at
+            saying.join()
+            assert 0 <= late <= 0.03, (length, late)  # the pace alone: up to 0.13 / 0.2 s late
+            assert memory.looks <= 30, memory.looks
+
+
+def test_without_the_writers_word_the_pace_is_kept(broker_url: str) -> None:
+    """No word (a writer of an older memq): the wait lasts its full time and says so; a word
+    is taken once."""
+    with FleetDispatcher(broker_url) as fleet:
+        started = time.monotonic()
+        assert fleet.await_job_end("m:none", 0.3) is False
+        assert 0.3 <= time.monotonic() - started < 0.6
+        fleet.job_ended("m:once")
+        assert fleet.await_job_end("m:once", 1.0) is True
+        started = time.monotonic()
+        assert fleet.await_job_end("m:once", 0.2) is False
+        assert time.monotonic() - started >= 0.2

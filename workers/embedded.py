@@ -87,10 +87,12 @@ def worker_argv(queues: list[str], name: str, *, concurrency: int = 1,
 
 
 class WorkerProcess:
-    """A real ``celery worker`` subprocess, restartable when it dies."""
+    """A real ``celery worker`` subprocess, restartable when it dies; ``cwd``: the folder it
+    runs in (default: this process's), where Celery imports its ``-A`` app from first."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.argv, self.env, self.log_path = argv, env, log_path
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path,
+                 cwd: Path | None = None) -> None:
+        self.argv, self.env, self.log_path, self.cwd = argv, env, log_path, cwd
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -98,7 +100,8 @@ class WorkerProcess:
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
         self._proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=log,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      cwd=self.cwd)
         log.close()
 
     @property

@@ -24,7 +24,7 @@ from pipeline.errors import (
 from pipeline.fleet.shard_copy import export_step
 from pipeline.memory import Memory
 from pipeline.messages import QueryReply, QueryRequest
-from workers.shard_side import files_digest, manifest
+from workers.shard_side import FilesDigests, manifest
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +36,19 @@ _KINDS: tuple[tuple[type[Exception], str], ...] = (
 
 class Reader:
     """What a reader answers the reads of a shard's memories with (:meth:`reply_to`), and what
-    it owns to answer them: the threads that compute a search's files digest while the search
-    runs (a store read of every file's stats and a hash: ~4 ms for 3,000 files, more under
-    load, on the search's path when done after it), shared by the reader's threads (a digest
-    waits for a free one). They are started by the first search that asks for a digest, so a
-    process that never serves one has none, and stopped by :meth:`close` (the worker's stop:
-    :func:`workers.reading.close_reader`). A worker process has one, :meth:`WorkerRuntime.reader()
-    <workers.runtime.WorkerRuntime.reader>`."""
+    it owns to answer them: the store digests it keeps per store version
+    (:class:`~workers.shard_side.FilesDigests`: a store read of every file's stats and a hash,
+    ~12 ms for 10,000 files, computed again only after the store changed) and the threads that
+    compute a search's digest while the search runs (on the search's path when done after
+    it), shared by the reader's threads (a digest waits for a free one). The threads are
+    started by the first search that asks for a digest, so a process that never serves one
+    has none; :meth:`close` (the worker's stop: :func:`workers.reading.close_reader`) stops
+    them and closes the digests' connections. A worker process has one,
+    :meth:`WorkerRuntime.reader() <workers.runtime.WorkerRuntime.reader>`."""
 
     def __init__(self, digest_threads: int = 4) -> None:
         self.digest_threads = digest_threads
+        self.digests = FilesDigests()
         self._digests: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -58,12 +61,15 @@ class Reader:
 
     def search_answer(self, memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
         """The reply to a search: the hits, ``dirty`` when asked (``stale``) and the files
-        are here, and ``filesMatch`` when the asking host sent the digest of its files. The
-        digest is computed beside the search (its own store connection), never after it; both
-        are done before this returns (the warm memory is held until then)."""
+        are here, the store's files digest (``filesDigest``) when asked (``storeDigest``: the
+        asking host has the files and compares it with theirs, which it computes while this
+        search runs), and ``filesMatch`` when the asking host sent the digest of its files
+        (``filesDigest``: a caller that computed it before asking). The digest is computed
+        beside the search, never after it; both are done before this returns (the warm
+        memory is held until then)."""
         digest: Future[str] | None = None
-        if args.get("filesDigest") is not None:  # the asking host has the files: in step?
-            digest = self._digest_pool().submit(files_digest, memory.local)
+        if args.get("filesDigest") is not None or args.get("storeDigest"):
+            digest = self._digest_pool().submit(self.digests.of, memory.local)
         try:
             results = memory.search(args["query"], max_results=args.get("maxResults"),
                                     min_score=args.get("minScore"),
@@ -74,7 +80,10 @@ class Reader:
                 results.dirty = len(memory.stale_files())
             reply = results.to_dict()
             if digest is not None:
-                reply["filesMatch"] = digest.result() == args["filesDigest"]
+                if args.get("storeDigest"):
+                    reply["filesDigest"] = digest.result()
+                if args.get("filesDigest") is not None:
+                    reply["filesMatch"] = digest.result() == args["filesDigest"]
             return reply
         finally:
             if digest is not None and not digest.done():  # the search failed: wait, then drop
@@ -119,11 +128,13 @@ class Reader:
             return QueryReply(error=f"{type(exc).__name__}: {exc}", kind="failed", node=node)
 
     def close(self) -> None:
-        """Stop the digest threads (a digest under way is finished first)."""
+        """Stop the digest threads (a digest under way is finished first) and close the
+        digests' store connections."""
         with self._lock:
             pool, self._digests = self._digests, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self.digests.close()
 
     def __enter__(self) -> Reader:
         return self

@@ -2,14 +2,19 @@
 answer a host that holds the memory's files (:mod:`pipeline.ingest.transfer`).
 
 Functions over the :class:`~pipeline.local.LocalMemory` of a store on this host: the store's
-files (:func:`manifest`, :func:`files_digest`) a producer compares its own with, and the
+files (:func:`manifest`, :func:`files_digest`, kept per store version by :class:`FilesDigests`)
+a producer compares its own with, and the
 changes it sends (:func:`apply_changes`), written as a local pass would and recorded in the job
 log.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.embeddings.registry import choose_provider
@@ -18,10 +23,11 @@ from pipeline.fleet.job_log import RecordedJob
 from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.safety import record_files_from
 from pipeline.ingest.sources import MEMORY_SOURCE
+from pipeline.ingest.transfer import stats_digest
 from pipeline.local import LocalMemory, check_enabled
 from pipeline.messages import FileChanges
 from pipeline.store import cache, reads, schema
-from pipeline.store.engine import as_store_error, connect
+from pipeline.store.engine import Database, as_store_error, connect
 from pipeline.store.owner import check_owner
 
 
@@ -40,8 +46,6 @@ def manifest(memory: LocalMemory) -> dict[str, Known]:
 def files_digest(memory: LocalMemory) -> str:
     """:func:`~pipeline.ingest.transfer.stats_digest` of the memory files the store knows: a
     host with the files compares it with its own, instead of fetching the manifest."""
-    from pipeline.ingest.transfer import stats_digest
-
     db = memory.open_store()
     if db is None:
         return stats_digest({})
@@ -49,6 +53,79 @@ def files_digest(memory: LocalMemory) -> str:
         return stats_digest(reads.file_stats(db, MEMORY_SOURCE))
     finally:
         db.close()
+
+
+@dataclass
+class _Held:
+    """A store's connection kept for its digest: the file it opened (device, inode), and the
+    digest it last computed with the data version (:func:`~pipeline.store.reads.data_version`)
+    read before it."""
+
+    db: Database
+    identity: tuple[int, int]
+    version: int | None = None
+    digest: str | None = None
+
+
+class FilesDigests:
+    """:func:`files_digest` of each store a reader serves, computed again only when the store
+    changed: one connection per store (at most ``max_stores``, the least recently used
+    closed first) reads SQLite's data version (:func:`~pipeline.store.reads.data_version`),
+    which changes whenever another connection (any process) commits to the store, and the
+    digest is reused while it has not. A store
+    file replaced at its path (moved aside and indexed again, a rebuild's new generation) is
+    opened afresh. The version is read before the files, so a commit in between only makes
+    the next call compute again: a digest is never newer than the version it is kept under.
+    Thread-safe (one digest at a time; a call that waits for another's gets its result).
+    :meth:`close` closes the connections."""
+
+    def __init__(self, max_stores: int = 16) -> None:
+        self.max_stores = max_stores
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, memory: LocalMemory) -> str:
+        """The digest of the memory files ``memory``'s store knows (:func:`files_digest`)."""
+        path = memory.settings.store.path
+        try:
+            stat = os.stat(path)  # the generation it names, now
+        except FileNotFoundError:  # nothing indexed: nothing is created
+            return files_digest(memory)
+        key, identity = str(path.resolve()), (stat.st_dev, stat.st_ino)
+        with self._lock:
+            held = self._held.get(key)
+            if held is not None and held.identity != identity:
+                self._drop(key)
+                held = None
+            if held is None:
+                db = memory.open_store()
+                if db is None:  # gone since the stat
+                    return files_digest(memory)
+                held = self._held[key] = _Held(db, identity)
+                while len(self._held) > self.max_stores:
+                    self._drop(next(iter(self._held)))
+            self._held.move_to_end(key)
+            version = reads.data_version(held.db)
+            if held.digest is None or held.version != version:
+                held.digest = stats_digest(reads.file_stats(held.db, MEMORY_SOURCE))
+                held.version = version
+            return held.digest
+
+    def _drop(self, key: str) -> None:
+        held = self._held.pop(key)
+        held.db.close()
+
+    def close(self) -> None:
+        """Close every connection kept (a later :meth:`of` opens again)."""
+        with self._lock:
+            for key in list(self._held):
+                self._drop(key)
+
+    def __enter__(self) -> FilesDigests:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def apply_changes(memory: LocalMemory, message: FileChanges,
@@ -68,16 +145,32 @@ def apply_changes(memory: LocalMemory, message: FileChanges,
                                           origin=message.origin, host=host,
                                           request=job_request)
         before = IndexReport.from_counts(earlier.result if earlier else {})
-    with job.failing():
-        report = _write_changes(memory, message)
-    counts = {name: before.counts()[name] + value for name, value in report.counts().items()}
-    counts["files"] = message.files
-    result = {**counts, "errors": report.errors[:20]}
-    if message.last:
-        job.done(result)
-    else:
-        job.progress(result, force=True)
+    ended = message.last
+    try:
+        with job.failing():
+            ended = True  # a part that fails ends the job
+            report = _write_changes(memory, message)
+            ended = message.last
+        counts = {name: before.counts()[name] + value
+                  for name, value in report.counts().items()}
+        counts["files"] = message.files
+        result = {**counts, "errors": report.errors[:20]}
+        if message.last:
+            job.done(result)
+        else:
+            job.progress(result, force=True)
+    finally:
+        if ended:  # the job log says so: the producer waiting for it need not look again
+            _say_ended(memory, message.job)
     return report
+
+
+def _say_ended(memory: LocalMemory, job_id: str) -> None:
+    from pipeline.fleet.broker import FleetDispatcher
+
+    dispatcher = memory.dispatcher
+    if isinstance(dispatcher, FleetDispatcher):
+        dispatcher.job_ended(job_id)
 
 
 def _write_changes(memory: LocalMemory, message: FileChanges) -> IndexReport:

@@ -10,9 +10,11 @@ memq Celery app shares (the workers' app and the throwaway client apps made here
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -79,6 +81,8 @@ VISIBILITY_TIMEOUT_S = int(os.environ.get("MEMQ_VISIBILITY_TIMEOUT") or 2 * TASK
 # bounds the wait near the timeout itself; a look is one Redis range query.
 RESTORE_SWEEP_S = max(1, min(10, VISIBILITY_TIMEOUT_S // 10))
 
+log = logging.getLogger(__name__)
+
 #: A submit message may wait in its queue a while (and comes back after the visibility
 #: timeout if its worker dies): its lease outlives both.
 SUBMIT_LEASE_S = VISIBILITY_TIMEOUT_S + 60.0
@@ -86,6 +90,11 @@ SUBMIT_LEASE_S = VISIBILITY_TIMEOUT_S + 60.0
 #: worker was killed, Redis was flushed) is replaced by the next reconcile.
 POLL_GRACE_S = float(os.environ.get("MEMQ_BATCH_POLL_GRACE", "60"))
 LEASE_PREFIX = "memq:batch-lease:"
+#: Where a shard's writer says that a job of a producer on another host ended (the job id
+#: follows): one item, pushed when the job log says so, popped by the producer waiting for it.
+JOB_ENDED_PREFIX = "memq:job-ended:"
+#: How long an ended job's word waits for its producer (a producer that gave up never takes it).
+JOB_ENDED_KEEP_MS = 60_000
 # kombu's Redis transport keeps a queue's messages of priority p > 0 in "<queue>\x06\x16<p>".
 PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)
@@ -319,6 +328,7 @@ class FleetDispatcher:
         self.app = app or client_app(broker_url)
         self._connection: Connection | None = None
         self._leases: RedisLeases | None = None
+        self._signals: redis.Redis | None = None  # the job-ended words (:meth:`job_ended`)
         self._lock = threading.Lock()
         self._lanes = urlsplit(broker_url).scheme in ("redis", "rediss", "redis+socket")
 
@@ -400,6 +410,47 @@ class FleetDispatcher:
 
         return workflow.routing_for(settings, self.batch_submit)
 
+    # -- a job's end, said by its writer to the producer waiting for it ---------------------
+
+    def _signal_client(self) -> redis.Redis | None:
+        if not self._lanes:
+            return None
+        with self._lock:
+            if self._signals is None:
+                self._signals = redis_client(self.broker_url, timeout=10.0)
+            return self._signals
+
+    def job_ended(self, job_id: str) -> None:
+        """Tell a producer waiting for job ``job_id`` (:meth:`await_job_end`) that it ended
+        (called once the job log says so). A hint only: nothing on a broker other than Redis,
+        and a broker that does not answer is not an error (the producer looks at the job log
+        at its usual pace)."""
+        client = self._signal_client()
+        if client is None:
+            return
+        try:
+            with client.pipeline() as pipe:
+                pipe.rpush(JOB_ENDED_PREFIX + job_id, "1")
+                pipe.pexpire(JOB_ENDED_PREFIX + job_id, JOB_ENDED_KEEP_MS)
+                pipe.execute()
+        except redis.RedisError as exc:
+            log.debug("could not say that job %s ended: %s", job_id, exc)
+
+    def await_job_end(self, job_id: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the writer's word that job ``job_id`` ended
+        (:meth:`job_ended`): True as soon as it comes, False when it did not (then look at the
+        job log: a writer of an older memq says nothing). On a broker other than Redis, a
+        sleep of ``timeout_s``."""
+        client = self._signal_client()
+        if client is not None:
+            try:
+                return client.blpop([JOB_ENDED_PREFIX + job_id],
+                                    timeout=max(timeout_s, 0.01)) is not None
+            except redis.RedisError as exc:
+                log.debug("no word of job %s's end: %s", job_id, exc)
+        time.sleep(timeout_s)
+        return False
+
     # -- batch jobs' leases and resumption ---------------------------------------------------
 
     def leases(self) -> RedisLeases:
@@ -467,6 +518,9 @@ class FleetDispatcher:
             if self._connection is not None:
                 self._connection.release()
                 self._connection = None
+            signals, self._signals = self._signals, None
+        if signals is not None:
+            signals.close()
         if self._own_app:
             self.app.close()
 

@@ -32,11 +32,21 @@ rotates between queues), so the repaired channel never pops with ``BRPOP``:
   its delivery tag, in one atomic step. A consumer that dies at any point leaves the message in
   its list or in ``unacked``, from which kombu's sweep restores it after the visibility timeout
   (another consumer's, or the restarted one's);
-* when a claim found nothing it *waits* before the next: ``BLMOVE list list RIGHT RIGHT`` on the
-  most urgent list of one queue (the queues take turns) takes nothing from the list, and the
-  next claim is sent behind it in the same write, so it runs the moment the wait ends. A message
-  that lands on another list is claimed when the wait times out, after at most
-  :data:`CLAIM_WAIT_S`.
+* when a claim found nothing it *waits* before the next: ``BZPOPMIN`` on the *doorbells* of its
+  queues takes nothing from a list, and the next claim is sent behind it in the same write, so
+  it runs the moment the wait ends. Every message published by a repaired channel rings its
+  queue's doorbell in the same round trip (a sorted set of one member, ``_memq.bell:<queue>``,
+  expiring after :data:`BELL_EXPIRE_MS`): an idle consumer claims a message of any priority on
+  any of its queues as soon as it lands. A message no doorbell announced (published by an
+  unrepaired kombu) is claimed when the wait times out, after at most :data:`CLAIM_WAIT_S`.
+  One ring wakes one idle consumer (rings that land before one is taken count once): of
+  several idle consumers of a queue, one no ring reached claims when its wait times out.
+  (The wait used to be ``BLMOVE`` on the most urgent list of one queue: a bulk-lane message
+  then waited up to :data:`CLAIM_WAIT_S` for an idle consumer, a third of a small pass.)
+
+A claimed message is recorded once: kombu's ``QoS.append``, which would encode the whole message
+again and write it to ``unacked`` a second time (tens of milliseconds for a remote producer's
+2 MB pass), keeps only its in-memory bookkeeping for a message its claim recorded.
 
 Consumers that do not acknowledge (``no_ack``: Celery's reply queues) and set-ups the script does
 not cover (Redis older than 6.2, ack emulation off, a global key prefix) keep kombu's ``BRPOP``.
@@ -64,8 +74,9 @@ from typing import Any
 import kombu
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual as kombu_virtual
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import loads
+from kombu.utils.json import dumps, loads
 
 _MARK = "_memq_broker_fixes"
 _CLAIMS = "_memq_claims"
@@ -73,11 +84,15 @@ _CLAIMS = "_memq_claims"
 #: ``Channel._brpop_start``/``_brpop_read`` contract (send one command, later read its reply and
 #: deliver) and ``QoS.restore_visible``'s lock.
 WRITTEN_FOR_KOMBU = ((5, 5), (5, 7))
-#: BLMOVE came with Redis 6.2.
+#: The oldest Redis the claims were written and tested against (BZPOPMIN came with 5.0).
 CLAIMS_NEED_REDIS = (6, 2)
 #: How long an idle consumer waits on one list before it claims from all of them again: the
 #: longest a message on another of its lists waits for an idle consumer.
 CLAIM_WAIT_S = 0.2
+#: What a queue's doorbell is called (the queue's name follows).
+BELL_PREFIX = "_memq.bell:"
+#: How long a doorbell no consumer answered stays rung (one ring wakes one idle consumer).
+BELL_EXPIRE_MS = 60_000
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +139,8 @@ def harden_kombu_redis() -> None:
         channel_cls._brpop_start = _claiming_start(channel_cls._brpop_start)
         channel_cls._brpop_read = _claiming_read(channel_cls._brpop_read)
         channel_cls.basic_consume = _noting_no_ack(channel_cls.basic_consume)
+        channel_cls._put = _ringing_put(channel_cls._put)
+        kombu_redis.QoS.append = _trusting_claims(kombu_redis.QoS.append)
         kombu_redis.QoS.unacked_mutex_expire = property(sweep_lock_expiry)
     else:
         logger.warning("kombu %s: memq's claiming and sweep-lock repairs (written for kombu %s "
@@ -192,8 +209,10 @@ class Claims:
         self.plain = False  # a consumer on this channel does not acknowledge (no_ack)
         self.refusal: str | None = None  # why claiming does not apply here; "" when it does
         self.idle = False  # the last claim found nothing: wait before the next one
-        self.turn = 0  # which queue's most urgent list the next wait is on
         self.pending: str | None = None  # what the reply on the wire answers: claim / wait
+        #: the delivery tag of the message being delivered, which its claim recorded in
+        #: ``unacked`` already (kombu's ``QoS.append`` need not write it again)
+        self.recorded: str | None = None
 
     def apply(self) -> bool:
         """Whether this channel's next take is a claim."""
@@ -217,7 +236,7 @@ class Claims:
         except channel.ResponseError:  # INFO renamed away (some managed Redis services)
             version = ""
         if redis_version(version) < CLAIMS_NEED_REDIS:
-            return f"Redis {version or '(unknown)'} has no BLMOVE"
+            return f"Redis {version or '(unknown)'} is older than 6.2"
         return ""
 
     def send(self, timeout: float | None) -> None:
@@ -232,10 +251,8 @@ class Claims:
         commands: list[list[Any]] = [["EVAL", _CLAIM, len(keys) + 2, *keys, channel.unacked_key,
                                       channel.unacked_index_key, repr(time())]]
         if self.idle:
-            wait = channel._q_for_pri(queues[self.turn % len(queues)], channel.priority_steps[0])
-            self.turn += 1
             wait_s = min(CLAIM_WAIT_S, timeout or CLAIM_WAIT_S)
-            commands.insert(0, ["BLMOVE", wait, wait, "RIGHT", "RIGHT", wait_s])
+            commands.insert(0, ["BZPOPMIN", *sorted({bell_key(q) for q in queues}), wait_s])
         connection = channel.client.connection
         channel._in_poll = connection
         channel._brpop_sent_at = monotonic()
@@ -254,7 +271,7 @@ class Claims:
             try:
                 if pending == "wait":
                     try:
-                        client.parse_response(connection, "BLMOVE", **options)
+                        client.parse_response(connection, "BZPOPMIN", **options)
                     except channel.ResponseError as exc:  # the claim's reply still follows
                         wait_error = exc
                 claimed = client.parse_response(connection, "EVAL", **options)
@@ -269,13 +286,44 @@ class Claims:
             queue_key, item = claimed
             queue = bytes_to_str(queue_key).rsplit(channel.sep, 1)[0]
             channel._queue_cycle.rotate(queue)
-            channel.connection._deliver(loads(bytes_to_str(item)), queue)
+            payload = loads(bytes_to_str(item))
+            self.recorded = recorded_tag(payload)
+            try:
+                channel.connection._deliver(payload, queue)
+            finally:
+                self.recorded = None
             return True
         finally:
             channel._in_poll = None
             flush = getattr(channel, "_flush_brpop_reauth", None)  # kombu >= 5.7
             if flush is not None:
                 flush()
+
+
+def recorded_tag(payload: Any) -> str | None:
+    """The delivery tag under which the claim script recorded ``payload`` in ``unacked`` (the
+    script's own test: a string tag, a delivery_info table), or None when it recorded
+    nothing."""
+    props = payload.get("properties") if isinstance(payload, dict) else None
+    if not isinstance(props, dict) or not isinstance(props.get("delivery_info"), dict):
+        return None
+    tag = props.get("delivery_tag")
+    return tag if isinstance(tag, str) else None
+
+
+def _trusting_claims(shipped: Callable[..., Any]) -> Callable[..., Any]:
+    def append(self: kombu_redis.QoS, message: Any, delivery_tag: str) -> None:
+        """kombu's ``QoS.append``, without writing again what the claim recorded in the same
+        step that took the message (kombu's append encodes the whole message once more and
+        sends it back to Redis: tens of milliseconds for a producer's 2 MB pass)."""
+        claims = self.channel.__dict__.get(_CLAIMS)
+        if claims is not None and claims.recorded is not None \
+                and claims.recorded == delivery_tag:
+            return kombu_virtual.QoS.append(self, message, delivery_tag)  # the in-memory state
+        return shipped(self, message, delivery_tag)
+
+    append.__wrapped__ = shipped  # type: ignore[attr-defined]
+    return append
 
 
 def redis_version(text: str) -> tuple[int, ...]:
@@ -290,6 +338,40 @@ def _claims(channel: kombu_redis.Channel) -> Claims:
     if claims is None:
         claims = channel.__dict__[_CLAIMS] = Claims(channel)
     return claims
+
+
+def bell_key(queue: str) -> str:
+    """The doorbell of ``queue``: rung by every message published to it, waited on by its idle
+    consumers (:meth:`Claims.send`)."""
+    return f"{BELL_PREFIX}{queue}"
+
+
+def _ringing_put(shipped: Callable[..., Any]) -> Callable[..., Any]:
+    def _put(self: kombu_redis.Channel, queue: str, message: Any, **kwargs: Any) -> None:
+        """kombu's ``Channel._put``, and the queue's doorbell rung in the same round trip
+        (not with a global key prefix, where consumers keep kombu's ``BRPOP``)."""
+        if self.global_keyprefix:
+            return shipped(self, queue, message, **kwargs)
+        bell = bell_key(queue)
+        batch = kwargs.get("_publish_batch")
+        if batch is not None:  # kombu >= 5.7's batched publish: one more command in it
+            shipped(self, queue, message, **kwargs)
+            batch.add("zadd", bell, {"rung": 0})
+            batch.add("pexpire", bell, BELL_EXPIRE_MS)
+            return None
+        key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        with self.conn_or_acquire() as client, client.pipeline() as pipe:
+            pipe.lpush(key, dumps(message))
+            if self._expires and queue in self._expires:
+                for pri in self.priority_steps:
+                    pipe.pexpire(self._q_for_pri(queue, pri), self._expires[queue])
+            pipe.zadd(bell, {"rung": 0})
+            pipe.pexpire(bell, BELL_EXPIRE_MS)
+            pipe.execute()
+        return None
+
+    _put.__wrapped__ = shipped  # type: ignore[attr-defined]
+    return _put
 
 
 def _claiming_start(shipped: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,6 +11,8 @@ caller gets :class:`~pipeline.errors.ShardUnreachable`, never a hang.
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +38,16 @@ _RAISED: dict[str, type[Exception]] = {
 }
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A request :meth:`ShardReader.send` sent: its reply is awaited by
+    :meth:`ShardReader.wait` until ``deadline`` (``time.monotonic()``)."""
+
+    request: QueryRequest
+    result: Any  # Celery's AsyncResult
+    deadline: float
+
+
 class ShardReader:
     """Asks the readers of the fleet on ``broker_url``; waits ``timeout_s`` at most for each
     answer. Thread-safe (Celery keeps one result consumer per thread); ``close()`` releases
@@ -49,16 +61,27 @@ class ShardReader:
         self._lanes = urlsplit(broker_url).scheme in ("redis", "rediss", "redis+socket")
         self._lock = threading.Lock()
 
-    def ask(self, request: QueryRequest) -> QueryReply:
-        """Send ``request`` to its shard and wait for the reply."""
-        queue = query_queue(request.shard)
+    def send(self, request: QueryRequest) -> Sent:
+        """Send ``request`` to its shard without waiting: :meth:`wait` for the reply, on the
+        same thread (its reply queue is this thread's), so the caller works meanwhile."""
         message = request.to_json()
         try:
             result = self.app.send_task(
-                QUERY_TASK, args=[message], queue=queue, expires=self.timeout_s,
+                QUERY_TASK, args=[message], queue=query_queue(request.shard),
+                expires=self.timeout_s,
                 priority=int(Lane.INTERACTIVE) if self._lanes else None,
                 argsrepr=describe(message), kwargsrepr="{}")  # no query text in events
-            raw = result.get(timeout=self.timeout_s, propagate=False, interval=0.05)
+        except BROKER_ERRORS as exc:
+            raise broker_failure(self.broker_url, exc) from None
+        return Sent(request, result, time.monotonic() + self.timeout_s)
+
+    def wait(self, sent: Sent) -> QueryReply:
+        """The reply to a request :meth:`send` sent (``fleet.queryTimeoutMs`` from the send
+        at most)."""
+        request = sent.request
+        try:
+            raw = sent.result.get(timeout=max(0.001, sent.deadline - time.monotonic()),
+                                  propagate=False, interval=0.05)  # never 0: no limit
         except CeleryTimeout:  # why: no worker on this broker at all, or no reader of it
             raise silent_shard(self.broker_url, request.shard, self.timeout_s) from None
         except BROKER_ERRORS as exc:
@@ -70,6 +93,10 @@ class ShardReader:
         except MessageRefused as exc:
             raise ShardUnreachable(f"the reader of shard {request.shard} answered in a form "
                                    f"this memq cannot read: {exc}") from None
+
+    def ask(self, request: QueryRequest) -> QueryReply:
+        """Send ``request`` to its shard and wait for the reply."""
+        return self.wait(self.send(request))
 
     def answer(self, request: QueryRequest) -> Any:
         """The answer to ``request`` (:func:`unwrap`)."""

@@ -286,17 +286,24 @@ def decide(read: FileRead, known: Known | None, settings: Settings) -> str:
 
 
 def apply_read(batch: schema.WriteBatch, read: FileRead, known: Known | None,
-               settings: Settings, max_input_bytes: int | None, report: IndexReport) -> None:
+               settings: Settings, max_input_bytes: int | None, report: IndexReport,
+               also: Callable[[Database], None] | None = None) -> None:
     """Write what a pass read: nothing for a transcript under its delta thresholds, a touch
-    for unchanged bytes, the error of an unreadable file, else its new chunks."""
+    for unchanged bytes, the error of an unreadable file, else its new chunks. ``also`` is
+    written in the same unit (in one of its own when nothing else is written)."""
     db = batch.db
     raw = read.raw
     decision = decide(read, known, settings)
     if decision == "skip":
+        if also is not None:
+            with batch.unit():
+                also(db)
         return
     if decision == "touch":
         with batch.unit():
             writer.touch_file(db, read.path, read.mtime_ns, read.size)
+            if also is not None:
+                also(db)
         return
     digest = hashlib.sha256(raw).hexdigest() if raw is not None else ""
     record = writer.FileRecord(read.path, read.source, digest, read.mtime_ns, read.size,
@@ -307,6 +314,8 @@ def apply_read(batch: schema.WriteBatch, read: FileRead, known: Known | None,
         report.errors.append(f"{read.path}: {read.error}")
         with batch.unit():
             writer.record_file_error(db, record)
+            if also is not None:
+                also(db)
         return
     if read.media is not None:
         chunks = file_chunks(read.media)  # one chunk; exempt from the text input limit
@@ -320,6 +329,8 @@ def apply_read(batch: schema.WriteBatch, read: FileRead, known: Known | None,
             chunks = enforce_input_limit(chunks, max_input_bytes)
     with batch.unit():
         writer.replace_file(db, record, chunks)
+        if also is not None:
+            also(db)
 
 
 @dataclass

@@ -21,7 +21,9 @@ import base64
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
 
 from pipeline.config import Settings
@@ -33,6 +35,7 @@ from pipeline.ingest.producer import (
     FileRead,
     IndexReport,
     Known,
+    Scan,
     adopt_identity,
     apply_read,
     decide,
@@ -51,6 +54,9 @@ log = logging.getLogger(__name__)
 #: At most this much of a pass's file bytes travels in one message (a larger file travels
 #: alone, up to :data:`FILE_MAX_BYTES`).
 MESSAGE_MAX_BYTES = 4 * 1024 * 1024
+#: The first message of a pass is sent once it holds this much: the writer applies it while the
+#: producer reads and sends the rest.
+FIRST_MESSAGE_BYTES = 512 * 1024
 #: The largest file a producer sends to its shard (a local pass's limit too).
 FILE_MAX_BYTES = MAX_FILE_BYTES
 
@@ -88,35 +94,54 @@ def changes_since(settings: Settings, manifest: dict[str, Known],
     batch does. A pass that would empty the memory raises
     :class:`~pipeline.errors.DeletionRefused` unless ``allow_deletions``."""
     scan = scan_sources(settings, manifest, paths, allow_deletions=allow_deletions)
-    changes = []
+    return list(changes_of(scan, manifest, settings)), scan.report
+
+
+def changes_of(scan: Scan, manifest: dict[str, Known], settings: Settings
+               ) -> Iterator[FileChange]:
+    """:func:`changes_since` of a scan, each change as soon as its file is read (a pass sends
+    its first part while it reads the rest); the paths that are gone come last."""
     for read in scan.reads(manifest, settings):
         decision = decide(read, manifest.get(read.path), settings)
         if decision != "skip":
-            changes.append(_change(read, decision))
-    changes += [FileChange(path, _source_of(path), "delete")  # type: ignore[arg-type]
-                for path in sorted(scan.gone)]
-    return changes, scan.report
+            yield _change(read, decision)
+    for path in sorted(scan.gone):
+        yield FileChange(path, _source_of(path), "delete")  # type: ignore[arg-type]
 
 
-def packed(changes: list[FileChange], *, memory: str, job: str, files: int,
+def packed(changes: Iterable[FileChange], *, memory: str, job: str, files: int,
            errors: list[str], shard: int, interactive: bool, origin: str,
-           retry_failed: bool = False, folder: str | None = None) -> Iterator[FileChanges]:
-    """``changes`` as the messages of one pass, each of at most :data:`MESSAGE_MAX_BYTES` of
-    file bytes (a larger file alone), in order; the last one says it is the last. ``folder``
-    is the identity of the folder they were read from
-    (:func:`~pipeline.ingest.safety.folder_identity`)."""
-    groups: list[list[FileChange]] = [[]]
-    size = 0
+           retry_failed: bool = False, folder: str | None = None,
+           empty: bool = True) -> Iterator[FileChanges]:
+    """``changes`` as the messages of one pass, in order, each sent as soon as it is full: the
+    first of at most :data:`FIRST_MESSAGE_BYTES` of file bytes (the shard's writer starts on it
+    while the rest is read), the others of at most :data:`MESSAGE_MAX_BYTES` (a larger file
+    alone); the last one says it is the last. ``errors`` (the pass's report's, which may grow
+    while ``changes`` is read) travel in the first part, those added later in the last.
+    ``folder`` is the identity of the folder they were read from
+    (:func:`~pipeline.ingest.safety.folder_identity`). No change at all: one empty message with
+    ``empty``, else none."""
+    group: list[FileChange] = []
+    size, part, sent_errors = 0, 0, 0
+
+    def message(last: bool) -> FileChanges:
+        nonlocal part, sent_errors
+        told = tuple(errors[sent_errors:]) if part == 0 or last else ()
+        sent_errors = len(errors) if told else sent_errors
+        out = FileChanges(memory, job, tuple(group), part, last, files, told, origin, shard,
+                          interactive, retry_failed, folder)
+        part += 1
+        return out
+
     for change in changes:
-        if groups[-1] and size + change.weight > MESSAGE_MAX_BYTES:
-            groups.append([])
-            size = 0
-        groups[-1].append(change)
+        limit = FIRST_MESSAGE_BYTES if part == 0 else MESSAGE_MAX_BYTES
+        if group and size + change.weight > limit:
+            yield message(last=False)
+            group, size = [], 0
+        group.append(change)
         size += change.weight
-    for part, group in enumerate(groups):
-        yield FileChanges(memory, job, tuple(group), part, part == len(groups) - 1, files,
-                          tuple(errors) if part == 0 else (), origin, shard, interactive,
-                          retry_failed, folder)
+    if group or empty:  # after a first part, the last group always holds a change
+        yield message(last=True)
 
 
 def _read_of(change: FileChange, settings: Settings) -> FileRead:
@@ -154,6 +179,57 @@ def stats_digest(stats: dict[str, tuple[int, int]]) -> str:
         mtime_ns, size = stats[path]
         digest.update(f"{path}\0{mtime_ns}\0{size}\n".encode())
     return digest.hexdigest()
+
+
+def files_here_digest(settings: Settings) -> str | None:
+    """:func:`stats_digest` of the memory's files on this host (:func:`disk_stats`); None when
+    a folder could not be listed (the files are unknown: never in step)."""
+    stats = disk_stats(settings)
+    return None if stats is None else stats_digest(stats)
+
+
+class FilesHereDigest:
+    """:func:`files_here_digest` of one memory, shared by the searches that ask for it at the
+    same time (a :class:`~pipeline.remote.RemoteMemory`'s callers' threads): each gets the
+    digest of a look at the files that *began after it asked*, never of one already under way
+    (that one could miss a file changed just before the ask), so a search notices changed
+    files exactly as with a look of its own. One look runs at a time; the callers that asked
+    while it ran share the next one. A look that raises raises in the caller that ran it; the
+    others start another."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._cond = threading.Condition()
+        self._started = 0  # looks started so far (each numbered by its place)
+        self._running = False
+        self._last: tuple[int, str | None] = (0, None)  # the last look done, and its digest
+
+    def get(self) -> str | None:
+        """The digest of the files here as a look begun after this call found them (None:
+        a folder could not be listed)."""
+        with self._cond:
+            wanted = self._started + 1  # the first look to begin from now on
+            while self._last[0] < wanted:
+                if not self._running:  # a look of its own, numbered after every ask so far
+                    self._running = True
+                    self._started += 1
+                    look = self._started
+                    break
+                self._cond.wait()
+            else:
+                return self._last[1]
+        try:
+            digest = files_here_digest(self.settings)
+        except BaseException:
+            with self._cond:
+                self._running = False
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._running = False
+            self._last = (look, digest)
+            self._cond.notify_all()
+        return digest
 
 
 def stale_against(settings: Settings, manifest: dict[str, Known]) -> list[str]:
@@ -218,8 +294,9 @@ def apply_changes(db: Database, settings: Settings, choice: ProviderChoice,
                 read = _read_of(change, settings)
                 if read.media is not None:
                     media[read.path] = read.media
-                apply_read(batch, read, current, settings, max_input, report)
+                kept = None
                 if change.source == "memory" and read.media is None and read.text is not None:
-                    with batch.unit():  # memory_get's text on a host without the files
-                        writer.keep_text(db, change.path, read.text)
+                    kept = partial(writer.keep_text, path=change.path, text=read.text)
+                # memory_get's text on a host without the files, in the file's own unit
+                apply_read(batch, read, current, settings, max_input, report, also=kept)
     return report, media

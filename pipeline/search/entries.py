@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.search import decay, weights
 from pipeline.search.fusion import Candidate
@@ -44,6 +45,9 @@ class Weighed:
     factors: dict[int, float] = field(default_factory=dict)
     #: (path, its file's mtime_ns or None) per candidate read.
     files: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+    #: (path, start_line, end_line, text, source) per candidate still in the store, as
+    #: :func:`pipeline.store.reads.chunk_rows` gives them.
+    rows: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def _with_named(matches: Sequence[PathMatch], ranked: list[Candidate]) -> dict[str, int]:
@@ -72,12 +76,20 @@ def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequenc
     files = {r: (path, mtime) for r, path, mtime, *_ in rows}
     factors = (decay.multipliers([row[:3] for row in rows], now, decay_days, decay_floor)
                if decay_days is not None else {})
-    values = {r: (i, t, p) for r, _, _, i, t, p in rows
+    values = {r: (i, t, p) for r, _, _, i, t, p, *_ in rows
               if i is not None or t is not None or p is not None}
     active = weights.active_keys(projects)
-    out = Weighed(values=values, files=files)
+    out = Weighed(values=values, files=files,
+                  rows={r: (path, start, end, text, source)
+                        for r, path, _, _, _, _, start, end, text, source in rows})
     tiers: dict[int, list[tuple[float, bool, Candidate]]] = {3: [], 2: [], 1: []}
     for c in ranked:
+        if c.rowid not in values and c.rowid not in specific:  # most: only decay applies
+            factor = factors.get(c.rowid, 1.0)  # importance and project multipliers are 1
+            c.score *= factor
+            out.rest.append(c)
+            out.factors[c.rowid] = factor
+            continue
         importance, _, project = values.get(c.rowid, (None, None, None))
         if not weights.project_eligible(project):
             continue

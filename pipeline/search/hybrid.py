@@ -34,10 +34,10 @@ from pipeline.search.paths import PathMatch, path_matches
 from pipeline.search.provenance import provenances
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
+    best_first,
     cosine_for,
     keyword_hits,
     matrix_hits,
-    rescored,
     source_filter,
     vector_hits,
 )
@@ -45,7 +45,9 @@ from pipeline.store import reads
 from pipeline.store.engine import Database
 from pipeline.store.matrix import MatrixCache, VectorMatrix
 from pipeline.store.postings import TextStats, TextStatsCache
+from pipeline.store.schema import TEXT_VERSION_KEY, get_metas
 from pipeline.store.vectors import SINGLE_THREAD_ROWS
+from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 
 SNIPPET_CHARS = 700
 SCORE_DECIMALS = 6
@@ -64,6 +66,18 @@ class HeldCopies:
     scans: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="memq-vector-scan"))
 
+    def current(self, db: Database, *, text: bool, vectors: bool
+                ) -> tuple[TextStats | None, VectorMatrix | None]:
+        """The store's held BM25 statistics (when ``text``) and vectors (when ``vectors``),
+        each None unless current (as their caches' ``current`` gives them), the versions of
+        both read in one statement."""
+        if not (text and vectors):
+            return (self.text_stats.current(db) if text else None,
+                    self.matrices.current(db) if vectors else None)
+        versions = get_metas(db, (TEXT_VERSION_KEY, VECTORS_VERSION_KEY))
+        return (self.text_stats.current_at(db, versions.get(TEXT_VERSION_KEY)),
+                self.matrices.current_at(db, versions.get(VECTORS_VERSION_KEY)))
+
     def wait(self, timeout: float | None = None) -> None:
         """Wait for the background loads started so far (tests and benchmarks)."""
         self.matrices.wait(timeout)
@@ -78,20 +92,20 @@ class HeldCopies:
 
 def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: int,
               sources: list[str] | None, use_text: bool, held: HeldCopies | None,
-              stats: TextStats | None
+              stats: TextStats | None, matrix: VectorMatrix | None
               ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
-    """Both retrievers' hits (vector, text) and the in-memory vectors if used.
+    """Both retrievers' hits (vector, text) and the in-memory vectors if used (``matrix``:
+    the held copy if current). The vector side's scores are the scan's own
+    (:func:`_exact_sides` makes them exact).
 
     The in-memory scan needs no connection, so a large one (more than
     :data:`~pipeline.store.vectors.SINGLE_THREAD_ROWS` chunks) runs on another thread while the
     keyword side ranks on this one (NumPy and SQLite both release the GIL): hybrid costs the
     slower side, not the sum.
     """
-    matrix = held.matrices.current(db) if held is not None else None
     if matrix is None or held is None:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
-        vector = vector_hits(db, query_vector, candidates, sources)
-        return rescored(db, vector, query_vector), text, None
+        return vector_hits(db, query_vector, candidates, sources), text, None
     among = None if sources is None else reads.allowed_rowids(db, sources)
     # A thread hop pays off only for a scan that takes longer than a wake-up: on a busy
     # machine the woken thread waits for a core (2.6 ms inline vs 4.7 ms with a hop at 10,000
@@ -99,10 +113,21 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     if not use_text or len(matrix.ids) <= SINGLE_THREAD_ROWS:
         vector = matrix_hits(matrix, query_vector, candidates, among)
         text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
-        return rescored(db, vector, query_vector, matrix), text, matrix
+        return vector, text, matrix
     scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources, stats, among)
-    return rescored(db, scan.result(), query_vector, matrix), text, matrix
+    return scan.result(), text, matrix
+
+
+def _exact_sides(db: Database, hits: dict[int, float], others: Sequence[int],
+                 query_vector: np.ndarray, matrix: VectorMatrix | None
+                 ) -> tuple[dict[int, float], dict[int, float]]:
+    """The vector side's ``hits`` with their exact scores, best first
+    (:func:`~pipeline.search.retrievers.rescored`), and the exact cosine of the ``others`` (not
+    among the hits) that have a vector: one lookup for both."""
+    exact = cosine_for(db, [*hits, *others], query_vector, matrix)
+    return (best_first({r: exact[r] for r in hits if r in exact}),
+            {r: exact[r] for r in others if r in exact})
 
 
 @dataclass
@@ -143,29 +168,32 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     paths = path_matches(db, query, candidates, sources)
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
     # fall under minScore), so keyword scores are relative to the best hit in every mode.
-    stats = held.text_stats.current(db) if held is not None and use_text else None
-    if query_vector is None or not np.any(query_vector):
+    vectors = query_vector is not None and bool(np.any(query_vector))
+    stats, matrix = (held.current(db, text=use_text, vectors=vectors) if held is not None
+                     else (None, None))
+    if query_vector is None or not vectors:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
         return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
                        text_side=use_text)
-    vector, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
-                                     held, stats)
-    vector_side = frozenset(vector)
+    found, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
+                                    held, stats, matrix)
     if not use_text:
-        named = [r for r in _with_paths({}, paths) if r not in vector]
-        missing = cosine_for(db, named, query_vector, matrix)
+        named = [r for r in _with_paths({}, paths) if r not in found]
+        vector, missing = _exact_sides(db, found, named, query_vector, matrix)
         return Ranking(fusion.weighted({**vector, **missing}, {}, (1.0, 0.0)), text,
-                       vector_side, paths, text_side=False)
+                       frozenset(vector), paths, text_side=False)
     weights = hybrid.normalized_weights()
     if hybrid.fusion == "rrf":
+        vector, _ = _exact_sides(db, found, (), query_vector, matrix)
         return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
-                                  hybrid.rrf_k), text, vector_side, paths)
+                                  hybrid.rrf_k), text, frozenset(vector), paths)
     scores = _with_paths(calibration.keyword_scores(db, query, text, stats, hybrid.keyword_score),
                          paths)
-    missing = cosine_for(db, [r for r in scores if r not in vector], query_vector, matrix)
-    return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text, vector_side,
-                   paths)
+    vector, missing = _exact_sides(db, found, [r for r in scores if r not in found],
+                                   query_vector, matrix)
+    return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text,
+                   frozenset(vector), paths)
 
 
 @dataclass
@@ -225,7 +253,7 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     ranked.sort(key=lambda c: (-c.score, c.rowid))
     exact = [c for c in exact if c.score >= min_score]
     picked, fill = _select(ranked, found, min_score, max_results, len(exact))
-    rows = reads.chunk_rows(db, [c.rowid for c in exact + picked + fill])
+    rows = weighed.rows  # read with the weights: every candidate still in the store
     exact = _exact_order(weighed, {c.rowid for c in exact if c.rowid in rows}, rows,
                          hybrid.mmr.lambda_ if hybrid.mmr.enabled else None, max_results)
     picked = [c for c in picked if c.rowid in rows]  # deleted between ranking and reading

@@ -16,15 +16,15 @@ plain greedy loop gives (``tests/test_mmr_order.py`` pins it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
-from pipeline.store.tokens import words
+from pipeline.store.tokens import word_set
 
 T = TypeVar("T")
 
 
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+def jaccard(a: frozenset[Hashable], b: frozenset[Hashable]) -> float:
     """|a ∩ b| / |a ∪ b|; 0 when either set is empty."""
     if not a or not b:
         return 0.0
@@ -39,14 +39,14 @@ class _Pool:
         lo, hi = min(scores), max(scores)
         self.rel = [(s - lo) / (hi - lo) if hi > lo else 1.0 for s in scores]
         self.texts = texts
-        self.tokens: list[frozenset[str] | None] = [None] * len(texts)
+        self.tokens: list[frozenset[bytes] | None] = [None] * len(texts)
         self.nearest = [0.0] * len(texts)  # max similarity to the taken items folded in
         self.folded = [0] * len(texts)  # how many of the taken items that covers
 
-    def words_of(self, i: int) -> frozenset[str]:
+    def words_of(self, i: int) -> frozenset[bytes]:
         found = self.tokens[i]
         if found is None:
-            found = self.tokens[i] = frozenset(words(self.texts[i]))
+            found = self.tokens[i] = word_set(self.texts[i])
         return found
 
     def nearest_to(self, i: int, taken: list[int]) -> float:

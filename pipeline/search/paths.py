@@ -184,13 +184,28 @@ def path_matches(db: Database, query: str, limit: int, sources: Sequence[str] | 
     """Every file ``query`` names exactly (at most :data:`EXACT_PATH_LIMIT`, by specificity
     then path) and the best ``limit`` it names partially (by score, then path), of the
     ``sources`` unless None (see the module doc)."""
-    exact = _exact(db, query, sources)
-    if limit <= 0 or not db.fts_ok or not has_path_index(db):
+    wanted = normalized_path(query)
+    key = wanted.rsplit("/", 1)[-1] if wanted and wanted != "." else None
+    indexed = limit > 0 and db.fts_ok
+    plans: list[Plan] = []
+    if indexed:
+        terms = [t for t in extract_keywords(query)
+                 if t != js_trim(query).lower()][:KEYWORD_LIMIT]
+        plans = [plan for text in [query, *terms] for plan in path_plans(text)]
+    # Most queries name no file: one statement tells whether a file has the query's name, and
+    # which of the path index's expressions match a file at all; a lookup that would find
+    # nothing (so add nothing) is not made. Refused (no path index, or an expression it
+    # refuses): every lookup is made, as it would be without the probe.
+    asked = list(dict.fromkeys(p.match for p in plans if p.match is not None))
+    probe = reads.path_probe(db, key, asked, sources)
+    named, matching = (True, None) if probe is None else probe
+    exact = _exact(db, query, sources) if named else {}
+    if not indexed or ((matching is None or any(p.match is None for p in plans))
+                       and not has_path_index(db)):
         return list(exact.values())
     found: dict[str, PathMatch] = {}
-    terms = [t for t in extract_keywords(query) if t != js_trim(query).lower()][:KEYWORD_LIMIT]
-    for text in [query, *terms]:
-        for plan in path_plans(text):
+    for plan in plans:
+        if matching is None or plan.match is None or plan.match in matching:
             _lookup(db, plan, limit, sources, query, exact, found)
     partial = sorted(found.values(), key=lambda m: (-m.score, m.path))[:limit]
     return list(exact.values()) + partial

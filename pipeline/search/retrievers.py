@@ -115,5 +115,9 @@ def rescored(db: Database, hits: dict[int, float], query_vector: np.ndarray,
     by rowid. vec0 and the in-memory scan pick the same nearest chunks but compute their
     distances in float32 each their own way: the last digits, and so the order of near ties,
     would otherwise depend on which one answered."""
-    exact = cosine_for(db, list(hits), query_vector, matrix)
-    return dict(sorted(exact.items(), key=lambda item: (-item[1], item[0])))
+    return best_first(cosine_for(db, list(hits), query_vector, matrix))
+
+
+def best_first(scores: dict[int, float]) -> dict[int, float]:
+    """``scores`` highest first, equal ones by rowid."""
+    return dict(sorted(scores.items(), key=lambda item: (-item[1], item[0])))

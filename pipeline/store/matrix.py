@@ -80,7 +80,7 @@ class VectorMatrix:
         at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
         found = self.ids[at] == wanted
         sims = exact_cosines(self.unit[at[found]], query)
-        return {int(r): float(s) for r, s in zip(wanted[found], sims, strict=True)}
+        return dict(zip(wanted[found].tolist(), sims.tolist(), strict=True))
 
 
 def load(db: Database) -> VectorMatrix:

@@ -188,21 +188,22 @@ class TextStats:
         postings = self._postings_for(db, tokens)
         if postings is None:
             return None
+        if k <= 0:
+            return []
+        # Every term's part of a row's score is positive (IDF floored above 0, tf at least 1),
+        # so the rows matched are those scoring above 0.
         scores = np.zeros(len(self.ids))
-        matched = np.zeros(len(self.ids), dtype=bool)
         for posting in postings:  # FTS5's order of phrases, so the sums round the same way
-            if not posting.size:
-                continue
-            scores[posting.at] += posting.weight
-            matched[posting.at] = True
+            if posting.size:
+                scores[posting.at] += posting.weight
         if among is not None:
-            matched &= np.isin(self.ids, np.asarray(among, dtype=np.int64))
-        at = np.flatnonzero(matched)
-        if len(at) > k > 0:
-            kth = np.partition(scores[at], len(at) - k)[len(at) - k]
-            at = at[scores[at] >= kth]  # every row tied with the k-th stays for the rowid order
-        order = np.lexsort((self.ids[at], -scores[at]))[:max(k, 0)]
-        return [(int(self.ids[i]), float(scores[i])) for i in at[order]]
+            scores[~np.isin(self.ids, np.asarray(among, dtype=np.int64))] = 0.0
+        n = len(scores)
+        kth = np.partition(scores, n - k)[n - k] if k < n else 0.0
+        # every row tied with the k-th stays for the rowid order
+        at = np.flatnonzero(scores >= kth) if kth > 0.0 else np.flatnonzero(scores)
+        best = at[np.lexsort((self.ids[at], -scores[at]))[:k]]
+        return list(zip(self.ids[best].tolist(), scores[best].tolist(), strict=True))
 
     def postings(self, db: Database, tokens: list[str]) -> list[Posting] | None:
         """Each token's posting, loaded on first use (None: the store moved past this copy)."""

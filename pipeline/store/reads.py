@@ -142,20 +142,24 @@ def file_stats(db: Database, source: str) -> dict[str, tuple[int, int]]:
         "SELECT path, mtime_ns, size FROM files WHERE source = ?", (source,))}
 
 
+def data_version(db: Database) -> int:
+    """SQLite's ``PRAGMA data_version`` of this connection: it changes whenever another
+    connection (in any process) has committed to the store since it was last read, so a value
+    computed from the store stays true while it does not (a connection's own writes leave it)."""
+    return int(db.conn.execute("PRAGMA data_version").fetchone()[0])
+
+
 def has_files(db: Database) -> bool:
     return db.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
 
 
 def present_sources(db: Database) -> set[str]:
     """The sources that have chunks, one index seek per source (``idx_chunks_source``), not a
-    scan of every chunk."""
-    found: set[str] = set()
-    row = db.conn.execute("SELECT min(source) FROM chunks").fetchone()
-    while row[0] is not None:
-        found.add(row[0])
-        row = db.conn.execute("SELECT min(source) FROM chunks WHERE source > ?",
-                              (row[0],)).fetchone()
-    return found
+    scan of every chunk, in one statement."""
+    return {s for (s,) in db.conn.execute(
+        "WITH RECURSIVE present(source) AS (SELECT min(source) FROM chunks UNION ALL "
+        "SELECT (SELECT min(source) FROM chunks WHERE source > present.source) FROM present "
+        "WHERE present.source IS NOT NULL) SELECT source FROM present WHERE source IS NOT NULL")}
 
 
 def allowed_rowids(db: Database, sources: Sequence[str]) -> list[int]:
@@ -188,18 +192,23 @@ def bm25_ranks(db: Database, match: str | None, limit: int, sources: Sequence[st
     return {int(r): float(rank) for r, rank in rows}
 
 
-def chunk_weights(db: Database, rowids: Sequence[int]
-                  ) -> list[tuple[int, str, int | None, int | None, str | None, str | None]]:
-    """(rowid, path, its file's mtime_ns or None, importance, triggers, project_key) per chunk
-    still in the store: what a search weighs its candidates by (decay, entry weights, exact
-    paths) and labels its hits with (provenance), in one read."""
+#: What :func:`chunk_weights` reads of a chunk: (rowid, path, its file's mtime_ns or None,
+#: importance, triggers, project_key, start_line, end_line, text, source).
+WeightRow = tuple[int, str, int | None, int | None, str | None, str | None, int, int, str, str]
+
+
+def chunk_weights(db: Database, rowids: Sequence[int]) -> list[WeightRow]:
+    """:data:`WeightRow` per chunk still in the store: what a search weighs its candidates by
+    (decay, entry weights, exact paths), labels its hits with (provenance) and shows of them
+    (lines, text, source, as :func:`chunk_rows`), in one read."""
     if not rowids:
         return []
     marks = ",".join("?" * len(rowids))
-    return [(int(r), path, mtime, i, t, p) for r, path, mtime, i, t, p in db.conn.execute(
-        f"SELECT c.rowid, c.path, f.mtime_ns, c.importance, c.triggers, c.project_key "
+    return db.conn.execute(
+        f"SELECT c.rowid, c.path, f.mtime_ns, c.importance, c.triggers, c.project_key, "
+        f"c.start_line, c.end_line, c.text, c.source "
         f"FROM chunks c LEFT JOIN files f ON f.path = c.path WHERE c.rowid IN ({marks})",
-        [int(r) for r in rowids])]
+        [int(r) for r in rowids]).fetchall()
 
 
 def first_chunks_named(db: Database, key: str, sources: Sequence[str] | None,
@@ -246,6 +255,33 @@ def path_ranks(db: Database, match: str | None, sources: Sequence[str] | None
             yield path, source, float(r)
     finally:
         cursor.close()
+
+
+def path_probe(db: Database, key: str | None, matches: Sequence[str],
+               sources: Sequence[str] | None) -> tuple[bool, set[str]] | None:
+    """In one statement: whether a file has ``key`` as its name or stem key (what
+    :func:`first_chunks_named` looks up; False for None), and which FTS5 expressions of
+    ``matches`` match at least one file in the path index (``paths_fts``); of the ``sources``
+    unless None. None when the statement is refused (no path index, or an expression the
+    index refuses): then each must be asked alone, as :func:`first_chunks_named` and
+    :func:`path_ranks` do."""
+    if key is None and not matches:
+        return False, set()
+    of_sources, extra = "", []
+    if sources is not None:
+        of_sources = f" AND source IN ({','.join('?' * len(sources))})"
+        extra = list(sources)
+    columns = ["0" if key is None else
+               f"EXISTS (SELECT 1 FROM files WHERE (name_key = ? OR stem_key = ?){of_sources})"]
+    args: list[Any] = [] if key is None else [key, key, *extra]
+    for match in matches:
+        columns.append(f"EXISTS (SELECT 1 FROM paths_fts WHERE paths_fts MATCH ?{of_sources})")
+        args += [match, *extra]
+    try:
+        named, *hits = db.conn.execute(f"SELECT {', '.join(columns)}", args).fetchone()
+    except db.operational_error:
+        return None
+    return bool(named), {m for m, hit in zip(matches, hits, strict=True) if hit}
 
 
 def first_chunk(db: Database, path: str) -> int | None:

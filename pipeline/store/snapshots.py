@@ -80,7 +80,10 @@ class SnapshotCache(Generic[S]):
         """The held copy if its version is the store's; else None at once, and a fresh copy
         loads in the background. A store with no version is never held: nothing would tell
         when its copy goes stale."""
-        version = self.version_of(db)
+        return self.current_at(db, self.version_of(db))
+
+    def current_at(self, db: Database, version: str | None) -> S | None:
+        """As :meth:`current`, the store's version (``version_of``) already read."""
         if version is None:
             return None
         key = db.key

@@ -230,7 +230,7 @@ def nearest_unit(ids: np.ndarray, unit: np.ndarray, query: np.ndarray, k: int
     else:
         picked = np.arange(len(sims))
     top = picked[np.argsort(-sims[picked], kind="stable")][:k]
-    return [(int(ids[i]), float(1.0 - sims[i])) for i in top]
+    return list(zip(ids[top].tolist(), (1.0 - sims[top]).tolist(), strict=True))
 
 
 def knn_among(db: Database, query: np.ndarray, k: int, rowids: Sequence[int]
