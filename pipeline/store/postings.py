@@ -27,6 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -106,18 +107,24 @@ def document_counts(db: Database, tokens: list[str]) -> dict[str, int]:
         f"SELECT term, doc FROM temp.memq_fts_row WHERE term IN ({marks})", unique).fetchall())
 
 
+def _scratch_tokens(conn: Any, tokenizer: str, text_table: str, tokens_table: str) -> None:
+    """An empty scratch FTS5 table ``temp.<text_table>`` that tokenizes as the store does, and
+    its ``instance`` vocabulary ``temp.<tokens_table>`` (each token of each row, in order)."""
+    quoted = tokenizer.replace("'", "''")
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{text_table} "
+                 f"USING fts5(text, tokenize='{quoted}')")
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{tokens_table} "
+                 f"USING fts5vocab(temp, '{text_table}', 'instance')")
+    conn.execute(f"DELETE FROM temp.{text_table}")  # rows an interrupted call left
+
+
 def row_counts(db: Database, tokenizer: str, rowids: list[int], tokens: list[str]
                 ) -> dict[tuple[int, str], int]:
     """How often each of rows ``rowids``' indexed text holds each token: the texts run through
     the store's tokenizer in a scratch table (as :func:`tokenize` does), cheaper for a few
     rows than reading the tokens' whole postings."""
     conn = db.conn
-    quoted = tokenizer.replace("'", "''")
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_row_text "
-                 f"USING fts5(text, tokenize='{quoted}')")
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_row_tokens "
-                 "USING fts5vocab(temp, 'memq_row_text', 'instance')")
-    conn.execute("DELETE FROM temp.memq_row_text")  # rows an interrupted call left
+    _scratch_tokens(conn, tokenizer, "memq_row_text", "memq_row_tokens")
     try:
         rows = ",".join("?" * len(rowids))
         conn.execute("INSERT INTO temp.memq_row_text(rowid, text) SELECT rowid, "
@@ -295,12 +302,7 @@ def _cut(db: Database, tokenizer: str, phrases: list[str]) -> dict[str, tuple[st
         else:
             rows.append((n, inner.group(1).replace('""', '"')))
     if rows:
-        quoted = tokenizer.replace("'", "''")
-        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_query_text "
-                     f"USING fts5(text, tokenize='{quoted}')")
-        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_query_tokens "
-                     "USING fts5vocab(temp, 'memq_query_text', 'instance')")
-        conn.execute("DELETE FROM temp.memq_query_text")  # rows an interrupted call left
+        _scratch_tokens(conn, tokenizer, "memq_query_text", "memq_query_tokens")
         try:
             conn.executemany("INSERT INTO temp.memq_query_text(rowid, text) VALUES (?, ?)",
                              rows)
