@@ -458,13 +458,13 @@ class RemoteMemory:
             self.pause_for_job(job_id, min(max(waited / 10, QUICK_POLL_S), POLL_S,
                                            within_s - waited))
 
-    def pause_for_job(self, job_id: str, seconds: float) -> None:
+    def pause_for_job(self, job_id: str, seconds: float) -> bool:
         """Wait ``seconds`` before the next look at job ``job_id``, less when its writer says
-        it ended (without a broker, a sleep)."""
+        it ended (without a broker, a sleep): True when the writer's word ended the wait."""
         if self.settings.broker_url:
-            self.fleet.await_job_end(job_id, seconds)
-        else:
-            time.sleep(seconds)
+            return self.fleet.await_job_end(job_id, seconds)
+        time.sleep(seconds)
+        return False
 
     def wait_ended(self, job_id: str, timeout_s: float) -> bool:
         """Wait until job ``job_id`` ended on the shard's host (at most ``timeout_s``)."""
