@@ -45,7 +45,7 @@ from pipeline.local import (
     read_memory_file,
     search_terms,
 )
-from pipeline.messages import FileChange, IndexRequest, QueryReply, QueryRequest
+from pipeline.messages import FileChange, IndexRequest, QueryRequest
 from pipeline.outcome import VectorOutcome, WithoutVector
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -60,13 +60,6 @@ __all__ = ["RemoteMemory", "ShardReader", "unwrap"]
 QUICK_JOB_S = 2.0
 #: The quick pace's shortest wait between two looks at a job.
 QUICK_POLL_S = 0.02
-
-
-def older_reader(reply: QueryReply) -> bool:
-    """Whether ``reply`` is the refusal of a reader older than ``storeDigest`` (a fleet being
-    upgraded): such a reader is asked again with the digest of the files here
-    (``filesDigest``), and answers whether its store's is the same (``filesMatch``)."""
-    return reply.kind == "refused" and "'storeDigest'" in (reply.error or "")
 
 
 class RemoteMemory:
@@ -163,7 +156,10 @@ class RemoteMemory:
             # store's when the answer comes (in step only when both are known and equal).
             ours = self.files_digest.get() if check_here else None
             reply = self.reader.wait(sent)
-            if older_reader(reply):  # asked again as it is asked (with ours when known)
+            if reply.kind == "refused" and check_here:
+                # A reader older than storeDigest refuses it (a fleet being upgraded): asked
+                # again as such a reader is asked, with the digest of the files here. A
+                # refusal for another reason comes back the same, one round trip later.
                 request = self._request("search", {**args, "storeDigest": None,
                                                    "filesDigest": ours})
                 reply = self.reader.ask(request)

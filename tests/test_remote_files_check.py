@@ -180,3 +180,30 @@ def test_a_reader_older_than_the_store_digest_is_asked_as_before(
         changed = remote.search("Zigbee", sync=True)
         assert (changed.dirty, changed.syncing) == (1, True)
         assert sent == [[_note(settings)]]
+
+
+class RefusingReader(OlderReader):
+    """A reader that refuses every search, for a reason of its own."""
+
+    def ask(self, request: QueryRequest) -> QueryReply:
+        self.asked.append(dict(request.args))
+        return QueryReply(error="this reader's own reason", kind="refused", node="refusing")
+
+    send = ask
+
+
+def test_a_refusal_for_another_reason_is_asked_once_more_and_told(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any refusal of a search that asked for ``storeDigest`` is asked again the old way (an
+    older reader's refusal is known by its kind, not its words); a reader that refuses that
+    too is not asked a third time, and its reason reaches the caller."""
+    with Memory(settings=settings) as memory:
+        memory.index()
+    with Memory(settings=settings) as memory, Reader() as reader:
+        refusing = RefusingReader(memory, reader)
+        monkeypatch.setattr(RemoteMemory, "reader", property(lambda self: refusing))
+        found = RemoteMemory(settings).search("Zigbee", sync=True)
+        assert found.mode == "unavailable" and "this reader's own reason" in found.error
+        assert [sorted(a) for a in refusing.asked] == [
+            ["citations", "query", "stale", "storeDigest"],
+            ["citations", "filesDigest", "query", "stale"]]

@@ -145,23 +145,21 @@ def apply_changes(memory: LocalMemory, message: FileChanges,
                                           origin=message.origin, host=host,
                                           request=job_request)
         before = IndexReport.from_counts(earlier.result if earlier else {})
-    ended = message.last
     try:
         with job.failing():
-            ended = True  # a part that fails ends the job
             report = _write_changes(memory, message)
-            ended = message.last
-        counts = {name: before.counts()[name] + value
-                  for name, value in report.counts().items()}
-        counts["files"] = message.files
-        result = {**counts, "errors": report.errors[:20]}
-        if message.last:
-            job.done(result)
-        else:
-            job.progress(result, force=True)
-    finally:
-        if ended:  # the job log says so: the producer waiting for it need not look again
-            _say_ended(memory, message.job)
+    except BaseException:
+        _say_ended(memory, message.job)  # a part that fails ends the job
+        raise
+    counts = {name: before.counts()[name] + value
+              for name, value in report.counts().items()}
+    counts["files"] = message.files
+    result = {**counts, "errors": report.errors[:20]}
+    if message.last:
+        job.done(result)
+        _say_ended(memory, message.job)  # the job log says so: the producer need not look
+    else:
+        job.progress(result, force=True)
     return report
 
 
