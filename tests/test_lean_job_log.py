@@ -10,6 +10,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +24,7 @@ from kombu.utils.json import dumps as kombu_dumps
 from pipeline.errors import JobFailed
 from pipeline.fleet.job_log import INDEX_JOB, TABLES, JobLog, sqlite_path
 from pipeline.fleet.sqlite_results import SqliteResults, encode
+from pipeline.store.engine import tune_connection
 from tests.conftest import REPO, run_memq
 
 META = {"memory": "alpha", "origin": "local", "host": "hostA", "startedAt": 1796587720.25,
@@ -225,3 +227,31 @@ def test_a_single_host_index_imports_neither_celery_nor_sqlalchemy(tmp_path: Pat
     rows = _rows(tmp_path / "home" / "jobs.sqlite")
     assert [(row["status"], row["name"]) for row in rows] == [("SUCCESS", INDEX_JOB)]
     assert json.loads(rows[0]["result"])["files"] == 3
+
+
+@pytest.mark.parametrize("who", ["a job log read", "a connection the engines tune"])
+def test_a_connection_beside_a_new_job_log_being_made_waits_its_turn(
+        tmp_path: Path, who: str) -> None:
+    """A new job log's first writer holds its write lock before the file is in WAL (the
+    moment another host's `memq index` may look at it). Switching a file that is not in WAL
+    yet to WAL takes a read lock and then a write lock, and SQLite refuses that upgrade at
+    once, without its busy timeout, while another connection holds the write lock: a read
+    failed with "database is locked" (seen in a fleet test). It now waits its turn."""
+    path = tmp_path / "jobs.sqlite"
+    first = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    first.execute("BEGIN IMMEDIATE")  # the new file's first writer, mid-creation
+    release = threading.Timer(0.3, lambda: first.execute("COMMIT"))
+    release.start()
+    try:
+        if who == "a job log read":
+            log = JobLog(f"db+sqlite:///{path}")
+            assert log.recent() == []
+            log.close()
+        else:  # what SQLAlchemy's connect hook runs (tune_engine) on each new connection
+            conn = sqlite3.connect(path, isolation_level=None)
+            tune_connection(conn, 30_000)
+            conn.close()
+    finally:
+        release.join()
+        first.close()
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"

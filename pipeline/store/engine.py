@@ -230,7 +230,7 @@ def connect(path: Path | str, *, want_vectors: bool | str = True) -> Database:
         vector_ok = True
     # NORMAL before the switch: a new file's switch to WAL then skips a sync it does not need.
     conn.execute("PRAGMA synchronous=NORMAL")
-    _enable_wal(conn, module)
+    enable_wal(conn)
     conn.execute("PRAGMA foreign_keys=ON")
     return Database(conn, path, name, vector_ok, vec_reason, module,
                     want_vectors if vector_ok else False, fts_reason is None, fts_reason)
@@ -249,17 +249,25 @@ def _fts_text(text: Any) -> Any:
     return index_text(text) if isinstance(text, str) else text
 
 
-def _enable_wal(conn: Any, module: ModuleType, attempts: int = 50) -> None:
-    """Switch to WAL; the switch ignores the busy handler on a cold file, so retry briefly."""
-    for _ in range(attempts):
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except module.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-            time.sleep(0.1)
-    conn.execute("PRAGMA journal_mode=WAL")
+def enable_wal(conn: Any, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
+    """Put the file in WAL (nothing to do when it is already). Switching takes a read lock and
+    then a write lock, and SQLite refuses that upgrade at once, past its busy timeout, while
+    another connection holds the write lock (a new file's first writer, or another process
+    switching it too), so a busy switch is tried again until ``busy_ms`` have passed."""
+    deadline = time.monotonic() + busy_ms / 1000
+    cursor = conn.cursor()
+    try:
+        while True:
+            try:
+                if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                    cursor.execute("PRAGMA journal_mode = WAL")
+                return
+            except Exception as exc:  # the driver's OperationalError, whichever driver
+                if not is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
+    finally:
+        cursor.close()
 
 
 def tune_connection(conn: Any, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
@@ -268,10 +276,10 @@ def tune_connection(conn: Any, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
     cursor = conn.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
-        cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
     finally:
         cursor.close()
+    enable_wal(conn, busy_ms)
 
 
 def is_busy(exc: BaseException) -> bool:
