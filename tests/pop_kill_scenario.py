@@ -24,6 +24,11 @@ socket, and then reads stdin forever instead of the answer.
   one at a time (another connection, a pause between them), most of them in the bulk lane
   (priority 9) of ``b``; print ``{"delays": [...]}``, the seconds from each publish to its
   delivery.
+* ``slow-consumer SECONDS``: consume queue ``b`` for SECONDS, holding each message 0.1 s
+  before acknowledging it, and print ``{"taken": {body: delay}}`` (delay: seconds from the
+  publish time the body carries to the delivery);
+* ``publish-pairs N``: publish N pairs of messages to queue ``b``, the two of a pair one right
+  after the other on one connection, 0.45 s between pairs.
 """
 
 from __future__ import annotations
@@ -186,6 +191,34 @@ def latency(url: str, count: int) -> None:
     print(json.dumps({"delays": delays}), flush=True)
 
 
+def slow_consumer(url: str, seconds: float) -> None:
+    """Consume queue ``b`` one message at a time, each held 0.1 s; when each came."""
+    taken: dict[str, float] = {}
+
+    def take(body, message) -> None:
+        taken[body] = time.time() - float(body.split()[1])
+        time.sleep(0.1)
+        message.ack()
+
+    with connect(url) as connection:
+        Consumer(connection, [Queue("b")], callbacks=[take], prefetch_count=1).consume()
+        print("consuming", flush=True)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            drain(connection, 0.2)
+    print(json.dumps({"taken": taken}), flush=True)
+
+
+def publish_pairs(url: str, pairs: int) -> None:
+    """``pairs`` bursts of two messages to queue ``b``, each body ``<n><x|y> <publish time>``."""
+    with connect(url) as connection:
+        producer = Producer(connection)
+        for n in range(pairs):
+            for half in "xy":
+                producer.publish(f"{n}{half} {time.time()!r}", routing_key="b")
+            time.sleep(0.45)  # the pair taken (0.1 s each) and the consumers idle again
+
+
 def main(argv: list[str]) -> None:
     url, mode, *rest = argv
     if "--harden" in rest:
@@ -198,6 +231,10 @@ def main(argv: list[str]) -> None:
         collect(url, float(rest[0]))
     elif mode == "latency":
         latency(url, int(rest[0]))
+    elif mode == "publish-pairs":
+        publish_pairs(url, int(rest[0]))
+    elif mode == "slow-consumer":
+        slow_consumer(url, float(rest[0]))
     elif mode in ("order", "order-no-ack"):
         order(url, no_ack=mode == "order-no-ack")
     else:

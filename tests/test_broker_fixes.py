@@ -225,6 +225,36 @@ def test_an_idle_consumer_claims_a_bulk_message_as_soon_as_it_lands(
     assert client.hlen("unacked") == 0
 
 
+def test_messages_that_land_while_no_consumer_waits_wake_as_many_consumers(
+        private_redis: PrivateRedis) -> None:
+    """Each published message rings its queue's doorbell once: two messages that land while
+    every consumer is busy (in a claim's round trip, or working) wake two consumers when they
+    next wait, not one (a doorbell of one member counted both rings once, and the second
+    consumer's wait ran out its ``CLAIM_WAIT_S`` first). Rings whose messages were claimed
+    without a wait are gone once the consumer is idle again."""
+    client = redis_client(private_redis.url)
+    client.flushdb()
+    bell = broker_fixes.bell_key("b")
+    sent = subprocess.run(scenario(private_redis.url, "publish-pairs", "1", harden=True),
+                          cwd=REPO, text=True, capture_output=True, timeout=60)
+    assert sent.returncode == 0, sent.stderr
+    first, second = redis_client(private_redis.url), redis_client(private_redis.url)
+    assert first.bzpopmin(bell, timeout=1) is not None
+    assert second.bzpopmin(bell, timeout=1) is not None  # woken too, at once
+    assert client.exists(bell) == 0
+
+    sent = subprocess.run(scenario(private_redis.url, "publish-pairs", "1", harden=True),
+                          cwd=REPO, text=True, capture_output=True, timeout=60)
+    assert sent.returncode == 0, sent.stderr
+    assert client.zcard(bell) == 2
+    done = subprocess.run(scenario(private_redis.url, "slow-consumer", "1.5", harden=True),
+                          cwd=REPO, text=True, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(body.split()[0] for body in json.loads(done.stdout.splitlines()[-1])[
+        "taken"]) == ["0x", "0x", "0y", "0y"]  # both pairs
+    assert client.exists(bell) == 0, client.zrange(bell, 0, -1)
+
+
 def test_a_consumer_that_does_not_acknowledge_keeps_kombus_brpop(
         private_redis: PrivateRedis) -> None:
     """A no_ack consumer (Celery's reply queues) must not leave records that would bring its

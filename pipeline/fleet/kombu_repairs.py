@@ -35,12 +35,14 @@ rotates between queues), so the repaired channel never pops with ``BRPOP``:
 * when a claim found nothing it *waits* before the next: ``BZPOPMIN`` on the *doorbells* of its
   queues takes nothing from a list, and the next claim is sent behind it in the same write, so
   it runs the moment the wait ends. Every message published by a repaired channel rings its
-  queue's doorbell in the same round trip (a sorted set of one member, ``_memq.bell:<queue>``,
-  expiring after :data:`BELL_EXPIRE_MS`): an idle consumer claims a message of any priority on
-  any of its queues as soon as it lands. A message no doorbell announced (published by an
-  unrepaired kombu) is claimed when the wait times out, after at most :data:`CLAIM_WAIT_S`.
-  One ring wakes one idle consumer (rings that land before one is taken count once): of
-  several idle consumers of a queue, one no ring reached claims when its wait times out.
+  queue's doorbell in the same round trip (a sorted set, ``_memq.bell:<queue>``, a member per
+  message, expiring after :data:`BELL_EXPIRE_MS`): an idle consumer claims a message of any
+  priority on any of its queues as soon as it lands. A message no doorbell announced
+  (published by an unrepaired kombu) is claimed when the wait times out, after at most
+  :data:`CLAIM_WAIT_S`.
+  Each ring wakes one idle consumer, so a burst of N messages wakes up to N of them at once; a
+  claim that finds its queues empty silences their doorbells in the same step (what rang them
+  was taken), so no consumer is woken for a message already gone.
   (The wait used to be ``BLMOVE`` on the most urgent list of one queue: a bulk-lane message
   then waited up to :data:`CLAIM_WAIT_S` for an idle consumer, a third of a small pass.)
 
@@ -66,6 +68,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from collections.abc import Callable
 from queue import Empty
 from time import monotonic, time
@@ -91,17 +94,20 @@ CLAIMS_NEED_REDIS = (6, 2)
 CLAIM_WAIT_S = 0.2
 #: What a queue's doorbell is called (the queue's name follows).
 BELL_PREFIX = "_memq.bell:"
-#: How long a doorbell no consumer answered stays rung (one ring wakes one idle consumer).
+#: How long a doorbell no consumer answered stays rung.
 BELL_EXPIRE_MS = 60_000
 
 logger = logging.getLogger(__name__)
 
-# KEYS: the queue lists in BRPOP's order, then the unacked hash and its index. ARGV[1]: the time
-# (the consumer's clock, as kombu's own records). Returns {list, message} or nil. The message is
-# recorded as kombu's QoS.append records it: [payload, exchange, routing_key], the payload text
-# kept verbatim (decoding and encoding it again in Lua would turn empty lists into objects).
+# KEYS: the queue lists in BRPOP's order, then the unacked hash and its index, then the queues'
+# doorbells. ARGV[1]: the time (the consumer's clock, as kombu's own records); ARGV[2]: how many
+# lists. Returns {list, message} or nil; nil also silences the doorbells (their lists are empty:
+# what rang them was taken), so an idle consumer is not woken for a message already gone. The
+# message is recorded as kombu's QoS.append records it: [payload, exchange, routing_key], the
+# payload text kept verbatim (decoding and encoding it again in Lua would turn empty lists into
+# objects).
 _CLAIM = """
-local lists = #KEYS - 2
+local lists = tonumber(ARGV[2])
 local unacked, index = KEYS[lists + 1], KEYS[lists + 2]
 local function json(value)
   if value == nil then return 'null' end
@@ -120,6 +126,9 @@ for i = 1, lists do
     end
     return {KEYS[i], item}
   end
+end
+for i = lists + 3, #KEYS do
+  redis.call('DEL', KEYS[i])
 end
 return false
 """
@@ -248,11 +257,13 @@ class Claims:
             return
         keys = [channel._q_for_pri(queue, pri) for pri in channel.priority_steps
                 for queue in queues]
-        commands: list[list[Any]] = [["EVAL", _CLAIM, len(keys) + 2, *keys, channel.unacked_key,
-                                      channel.unacked_index_key, repr(time())]]
+        bells = sorted({bell_key(q) for q in queues})
+        commands: list[list[Any]] = [["EVAL", _CLAIM, len(keys) + 2 + len(bells), *keys,
+                                      channel.unacked_key, channel.unacked_index_key, *bells,
+                                      repr(time()), len(keys)]]
         if self.idle:
             wait_s = min(CLAIM_WAIT_S, timeout or CLAIM_WAIT_S)
-            commands.insert(0, ["BZPOPMIN", *sorted({bell_key(q) for q in queues}), wait_s])
+            commands.insert(0, ["BZPOPMIN", *bells, wait_s])
         connection = channel.client.connection
         channel._in_poll = connection
         channel._brpop_sent_at = monotonic()
@@ -346,17 +357,25 @@ def bell_key(queue: str) -> str:
     return f"{BELL_PREFIX}{queue}"
 
 
+def _ring_of(message: Any) -> str:
+    """The doorbell ring of one message: its delivery tag (a ring per message, so a burst of
+    N messages wakes up to N idle consumers), or a fresh token for one without a tag."""
+    props = message.get("properties") if isinstance(message, dict) else None
+    tag = props.get("delivery_tag") if isinstance(props, dict) else None
+    return tag if isinstance(tag, str) else uuid.uuid4().hex
+
+
 def _ringing_put(shipped: Callable[..., Any]) -> Callable[..., Any]:
     def _put(self: kombu_redis.Channel, queue: str, message: Any, **kwargs: Any) -> None:
         """kombu's ``Channel._put``, and the queue's doorbell rung in the same round trip
         (not with a global key prefix, where consumers keep kombu's ``BRPOP``)."""
         if self.global_keyprefix:
             return shipped(self, queue, message, **kwargs)
-        bell = bell_key(queue)
+        bell, ring = bell_key(queue), {_ring_of(message): 0}
         batch = kwargs.get("_publish_batch")
         if batch is not None:  # kombu >= 5.7's batched publish: one more command in it
             shipped(self, queue, message, **kwargs)
-            batch.add("zadd", bell, {"rung": 0})
+            batch.add("zadd", bell, ring)
             batch.add("pexpire", bell, BELL_EXPIRE_MS)
             return None
         key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
@@ -365,7 +384,7 @@ def _ringing_put(shipped: Callable[..., Any]) -> Callable[..., Any]:
             if self._expires and queue in self._expires:
                 for pri in self.priority_steps:
                     pipe.pexpire(self._q_for_pri(queue, pri), self._expires[queue])
-            pipe.zadd(bell, {"rung": 0})
+            pipe.zadd(bell, ring)
             pipe.pexpire(bell, BELL_EXPIRE_MS)
             pipe.execute()
         return None
