@@ -14,9 +14,11 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.config.settings import Settings
 from pipeline.embeddings.registry import choose_provider
 from pipeline.errors import FleetError
 from pipeline.fleet.job_log import RecordedJob
@@ -128,12 +130,15 @@ class FilesDigests:
         self.close()
 
 
-def apply_changes(memory: LocalMemory, message: FileChanges,
-                  job_request: Any = None) -> IndexReport:
+def apply_changes(memory: LocalMemory, message: FileChanges, job_request: Any = None,
+                  held: Callable[[str, Settings], Database | None] | None = None
+                  ) -> IndexReport:
     """Write one part of a producer pass that ran on another host (the host that holds the
     files; :mod:`pipeline.ingest.transfer`), as a local pass would, and queue the embedding
     work; recorded in the job log as job ``message.job`` (started by its first part, done with
-    its last)."""
+    its last). ``held``: the connection this process keeps open to a store file that exists
+    (:meth:`workers.runtime.WorkerRuntime.store`), so the parts of a pass do not each open
+    and close it; without it, or before the store exists, it is opened for this part."""
     check_enabled(memory.settings)
     host = getattr(job_request, "hostname", None)
     if message.part == 0:
@@ -147,7 +152,7 @@ def apply_changes(memory: LocalMemory, message: FileChanges,
         before = IndexReport.from_counts(earlier.result if earlier else {})
     try:
         with job.failing():
-            report = _write_changes(memory, message)
+            report = _write_changes(memory, message, held)
     except BaseException:
         _say_ended(memory, message.job)  # a part that fails ends the job
         raise
@@ -171,16 +176,21 @@ def _say_ended(memory: LocalMemory, job_id: str) -> None:
         dispatcher.job_ended(job_id)
 
 
-def _write_changes(memory: LocalMemory, message: FileChanges) -> IndexReport:
+def _write_changes(memory: LocalMemory, message: FileChanges,
+                   held: Callable[[str, Settings], Database | None] | None) -> IndexReport:
     from pipeline.ingest.multimodal import ReceivedMedia
     from pipeline.ingest.producer import queue_pending
     from pipeline.ingest.transfer import apply_changes as apply_to_store
     from pipeline.messages import Route
 
     settings = memory.settings
-    db = connect(settings.store.path, want_vectors=settings.store.want_vectors)
+    db = held(str(settings.store.path), settings) if held is not None else None
+    owned = db is None
+    if db is None:
+        db = connect(settings.store.path, want_vectors=settings.store.want_vectors)
     try:
-        schema.ensure_schema(db)
+        if owned:
+            schema.ensure_schema(db)
         check_owner(db, memory.owner, claim=True)
         indexed = schema.get_meta(db, "index") is not None
         choice = memory.index_choice(db) if indexed else choose_provider(settings)
@@ -204,4 +214,5 @@ def _write_changes(memory: LocalMemory, message: FileChanges) -> IndexReport:
     except db.operational_error as exc:
         raise as_store_error(exc, db.path) or exc from exc
     finally:
-        db.close()
+        if owned:
+            db.close()

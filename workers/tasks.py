@@ -310,7 +310,8 @@ def apply_changes(self: Task, message: dict[str, Any]) -> dict[str, Any]:
     except MessageRefused as exc:
         refuse_job(self, changes.memory, exc, job_id=changes.job, origin=changes.origin)
     with runtime.memory(changes.memory) as memory:
-        report = shard_side.apply_changes(memory.local, changes, job_request=self.request)
+        report = shard_side.apply_changes(memory.local, changes, job_request=self.request,
+                                          held=runtime.store)
     return report.counts()
 
 
