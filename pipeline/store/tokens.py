@@ -35,7 +35,9 @@ def _cjk_run() -> re.Pattern[str]:
 
 def is_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK character."""
-    return bool(text) and max(text) >= _CJK_FIRST and _cjk_run().search(text) is not None
+    if text.isascii():  # most text: one C pass that stops at the first non-ASCII byte
+        return False
+    return max(text) >= _CJK_FIRST and _cjk_run().search(text) is not None
 
 
 def _bigrams(run: str) -> list[str]:
