@@ -141,31 +141,41 @@ def apply_changes(memory: LocalMemory, message: FileChanges, job_request: Any = 
     and close it; without it, or before the store exists, it is opened for this part."""
     check_enabled(memory.settings)
     host = getattr(job_request, "hostname", None)
+    earlier = None
     if message.part == 0:
         job = RecordedJob.start(memory.jobs, message.job, memory=memory.name,
                                 origin=message.origin, host=host, request=job_request)
-        before = IndexReport()
     else:
         job, earlier = RecordedJob.resume(memory.jobs, message.job, memory=memory.name,
                                           origin=message.origin, host=host,
                                           request=job_request)
-        before = IndexReport.from_counts(earlier.result if earlier else {})
+    before = IndexReport.from_counts(earlier.result if earlier else {})
+    errors_before = list(earlier.result.get("errors") or ()) if earlier else []
+    # A part that failed ends the job failed: later parts are still written (their files
+    # are good), but neither their counts nor the last one's "done" overwrite the failure.
+    failed_before = earlier is not None and earlier.state == "failed"
     try:
         with job.failing():
             report = _write_changes(memory, message, held)
     except BaseException:
         _say_ended(memory, message.job)  # a part that fails ends the job
         raise
+    if failed_before:
+        return report
     counts = {name: before.counts()[name] + value
               for name, value in report.counts().items()}
     counts["files"] = message.files
-    result = {**counts, "errors": report.errors[:20]}
+    result = {**counts, "errors": (errors_before + report.errors)[:MAX_JOB_ERRORS]}
     if message.last:
         job.done(result)
         _say_ended(memory, message.job)  # the job log says so: the producer need not look
     else:
         job.progress(result, force=True)
     return report
+
+
+#: How many of a job's errors its record keeps (the earliest).
+MAX_JOB_ERRORS = 20
 
 
 def _say_ended(memory: LocalMemory, job_id: str) -> None:
