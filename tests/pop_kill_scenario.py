@@ -27,6 +27,7 @@ socket, and then reads stdin forever instead of the answer.
 * ``slow-consumer SECONDS``: consume queue ``b`` for SECONDS, holding each message 0.1 s
   before acknowledging it, and print ``{"taken": {body: delay}}`` (delay: seconds from the
   publish time the body carries to the delivery);
+* ``publish-many N``: publish N messages to queue ``b`` at once, on one connection;
 * ``publish-pairs N``: publish N pairs of messages to queue ``b``, the two of a pair one right
   after the other on one connection, 0.45 s between pairs.
 """
@@ -209,6 +210,14 @@ def slow_consumer(url: str, seconds: float) -> None:
     print(json.dumps({"taken": taken}), flush=True)
 
 
+def publish_many(url: str, count: int) -> None:
+    """``count`` messages to queue ``b``, one right after the other."""
+    with connect(url) as connection:
+        producer = Producer(connection)
+        for n in range(count):
+            producer.publish(f"{n} {time.time()!r}", routing_key="b")
+
+
 def publish_pairs(url: str, pairs: int) -> None:
     """``pairs`` bursts of two messages to queue ``b``, each body ``<n><x|y> <publish time>``."""
     with connect(url) as connection:
@@ -231,6 +240,8 @@ def main(argv: list[str]) -> None:
         collect(url, float(rest[0]))
     elif mode == "latency":
         latency(url, int(rest[0]))
+    elif mode == "publish-many":
+        publish_many(url, int(rest[0]))
     elif mode == "publish-pairs":
         publish_pairs(url, int(rest[0]))
     elif mode == "slow-consumer":

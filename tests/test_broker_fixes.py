@@ -255,6 +255,22 @@ def test_messages_that_land_while_no_consumer_waits_wake_as_many_consumers(
     assert client.exists(bell) == 0, client.zrange(bell, 0, -1)
 
 
+def test_a_doorbell_no_consumer_waits_on_keeps_only_its_newest_rings(
+        private_redis: PrivateRedis) -> None:
+    """A queue whose consumers never wait on its doorbell (a no_ack reply queue keeps kombu's
+    BRPOP) is still rung by every message: the doorbell keeps the newest rings only, so it does
+    not grow a member per message for as long as the queue is used."""
+    client = redis_client(private_redis.url)
+    client.flushdb()
+    count = broker_fixes.BELL_RINGS_KEPT * 3
+    sent = subprocess.run(scenario(private_redis.url, "publish-many", str(count), harden=True),
+                          cwd=REPO, text=True, capture_output=True, timeout=60)
+    assert sent.returncode == 0, sent.stderr
+    bell = broker_fixes.bell_key("b")
+    assert client.zcard(bell) == broker_fixes.BELL_RINGS_KEPT
+    assert 0 < client.pttl(bell) <= broker_fixes.BELL_EXPIRE_MS
+
+
 def test_a_consumer_that_does_not_acknowledge_keeps_kombus_brpop(
         private_redis: PrivateRedis) -> None:
     """A no_ack consumer (Celery's reply queues) must not leave records that would bring its

@@ -36,13 +36,13 @@ rotates between queues), so the repaired channel never pops with ``BRPOP``:
   queues takes nothing from a list, and the next claim is sent behind it in the same write, so
   it runs the moment the wait ends. Every message published by a repaired channel rings its
   queue's doorbell in the same round trip (a sorted set, ``_memq.bell:<queue>``, a member per
-  message, expiring after :data:`BELL_EXPIRE_MS`): an idle consumer claims a message of any
-  priority on any of its queues as soon as it lands. A message no doorbell announced
-  (published by an unrepaired kombu) is claimed when the wait times out, after at most
-  :data:`CLAIM_WAIT_S`.
-  Each ring wakes one idle consumer, so a burst of N messages wakes up to N of them at once; a
-  claim that finds its queues empty silences their doorbells in the same step (what rang them
-  was taken), so no consumer is woken for a message already gone.
+  message, the newest :data:`BELL_RINGS_KEPT` kept, expiring :data:`BELL_EXPIRE_MS` after its
+  last ring): an idle consumer claims a message of any priority on any of its queues as soon
+  as it lands. A message no doorbell announced (published by an unrepaired kombu) is claimed
+  when the wait times out, after at most :data:`CLAIM_WAIT_S`. Each ring wakes one idle
+  consumer, so a burst of N messages wakes up to N of them at once; a claim that finds its
+  queues empty silences their doorbells in the same step (what rang them was taken), so no
+  consumer is woken for a message already gone.
   (The wait used to be ``BLMOVE`` on the most urgent list of one queue: a bulk-lane message
   then waited up to :data:`CLAIM_WAIT_S` for an idle consumer, a third of a small pass.)
 
@@ -94,18 +94,22 @@ CLAIMS_NEED_REDIS = (6, 2)
 CLAIM_WAIT_S = 0.2
 #: What a queue's doorbell is called (the queue's name follows).
 BELL_PREFIX = "_memq.bell:"
-#: How long a doorbell no consumer answered stays rung.
+#: How long a doorbell no consumer answered stays rung after its last ring.
 BELL_EXPIRE_MS = 60_000
+#: The newest rings a doorbell keeps (how many idle consumers one burst can wake at once): a
+#: queue whose consumers never wait on it (``no_ack`` reply queues keep kombu's ``BRPOP``)
+#: is rung by every message and would otherwise grow a member per message for good.
+BELL_RINGS_KEPT = 64
 
 logger = logging.getLogger(__name__)
 
 # KEYS: the queue lists in BRPOP's order, then the unacked hash and its index, then the queues'
 # doorbells. ARGV[1]: the time (the consumer's clock, as kombu's own records); ARGV[2]: how many
-# lists. Returns {list, message} or nil; nil also silences the doorbells (their lists are empty:
-# what rang them was taken), so an idle consumer is not woken for a message already gone. The
-# message is recorded as kombu's QoS.append records it: [payload, exchange, routing_key], the
-# payload text kept verbatim (decoding and encoding it again in Lua would turn empty lists into
-# objects).
+# lists. Returns {list, message, the delivery tag it was recorded under (false: not recorded)}
+# or nil; nil also silences the doorbells (their lists are empty: what rang them was taken), so
+# an idle consumer is not woken for a message already gone. The message is recorded as kombu's
+# QoS.append records it: [payload, exchange, routing_key], the payload text kept verbatim
+# (decoding and encoding it again in Lua would turn empty lists into objects).
 _CLAIM = """
 local lists = tonumber(ARGV[2])
 local unacked, index = KEYS[lists + 1], KEYS[lists + 2]
@@ -119,12 +123,14 @@ for i = 1, lists do
     local ok, message = pcall(cjson.decode, item)
     local props = ok and type(message) == 'table' and message.properties
     local info = type(props) == 'table' and props.delivery_info
+    local tag = false
     if type(info) == 'table' and type(props.delivery_tag) == 'string' then
-      redis.call('HSET', unacked, props.delivery_tag,
+      tag = props.delivery_tag
+      redis.call('HSET', unacked, tag,
                  '[' .. item .. ',' .. json(info.exchange) .. ',' .. json(info.routing_key) .. ']')
-      redis.call('ZADD', index, ARGV[1], props.delivery_tag)
+      redis.call('ZADD', index, ARGV[1], tag)
     end
-    return {KEYS[i], item}
+    return {KEYS[i], item, tag}
   end
 end
 for i = lists + 3, #KEYS do
@@ -294,11 +300,11 @@ class Claims:
                 if wait_error is not None:
                     raise wait_error
                 raise Empty()
-            queue_key, item = claimed
+            queue_key, item, tag = (*claimed, None)[:3]
             queue = bytes_to_str(queue_key).rsplit(channel.sep, 1)[0]
             channel._queue_cycle.rotate(queue)
             payload = loads(bytes_to_str(item))
-            self.recorded = recorded_tag(payload)
+            self.recorded = bytes_to_str(tag) if tag else None  # as the script recorded it
             try:
                 channel.connection._deliver(payload, queue)
             finally:
@@ -309,17 +315,6 @@ class Claims:
             flush = getattr(channel, "_flush_brpop_reauth", None)  # kombu >= 5.7
             if flush is not None:
                 flush()
-
-
-def recorded_tag(payload: Any) -> str | None:
-    """The delivery tag under which the claim script recorded ``payload`` in ``unacked`` (the
-    script's own test: a string tag, a delivery_info table), or None when it recorded
-    nothing."""
-    props = payload.get("properties") if isinstance(payload, dict) else None
-    if not isinstance(props, dict) or not isinstance(props.get("delivery_info"), dict):
-        return None
-    tag = props.get("delivery_tag")
-    return tag if isinstance(tag, str) else None
 
 
 def _trusting_claims(shipped: Callable[..., Any]) -> Callable[..., Any]:
@@ -371,11 +366,12 @@ def _ringing_put(shipped: Callable[..., Any]) -> Callable[..., Any]:
         (not with a global key prefix, where consumers keep kombu's ``BRPOP``)."""
         if self.global_keyprefix:
             return shipped(self, queue, message, **kwargs)
-        bell, ring = bell_key(queue), {_ring_of(message): 0}
+        bell, ring = bell_key(queue), {_ring_of(message): time()}
         batch = kwargs.get("_publish_batch")
-        if batch is not None:  # kombu >= 5.7's batched publish: one more command in it
+        if batch is not None:  # kombu >= 5.7's batched publish: more commands in it
             shipped(self, queue, message, **kwargs)
             batch.add("zadd", bell, ring)
+            batch.add("zremrangebyrank", bell, 0, -BELL_RINGS_KEPT - 1)
             batch.add("pexpire", bell, BELL_EXPIRE_MS)
             return None
         key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
@@ -385,6 +381,7 @@ def _ringing_put(shipped: Callable[..., Any]) -> Callable[..., Any]:
                 for pri in self.priority_steps:
                     pipe.pexpire(self._q_for_pri(queue, pri), self._expires[queue])
             pipe.zadd(bell, ring)
+            pipe.zremrangebyrank(bell, 0, -BELL_RINGS_KEPT - 1)
             pipe.pexpire(bell, BELL_EXPIRE_MS)
             pipe.execute()
         return None
