@@ -11,6 +11,7 @@ jobs for the shard's host, which reads its own copy.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -45,7 +46,7 @@ from pipeline.local import (
     read_memory_file,
     search_terms,
 )
-from pipeline.messages import FileChange, IndexRequest, QueryRequest
+from pipeline.messages import FileChange, FileChanges, IndexRequest, QueryRequest
 from pipeline.outcome import VectorOutcome, WithoutVector
 from pipeline.polling import POLL_S, Poll
 from pipeline.results import Appended, MemoryText, SearchResults
@@ -53,6 +54,8 @@ from pipeline.routing import control_queue, new_job_id
 
 if TYPE_CHECKING:
     from pipeline.fleet.job_log import JobLog
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RemoteMemory", "ShardReader", "unwrap"]
 
@@ -357,17 +360,36 @@ class RemoteMemory:
                 report.deleted += change.op == "delete"
                 yield change
 
-        job, sent = new_job_id(self.name), False
-        with taking(str(self.settings.broker_url), "the file changes"):
-            for message in packed(counted(), memory=self.name, job=job, files=report.files,
-                                  errors=report.errors, shard=self.shard,
-                                  interactive=interactive, origin=origin,
-                                  retry_failed=retry_failed,
-                                  folder=folder_identity(self.settings.workspace),
-                                  empty=retry_failed):
-                self.fleet.file_changes(message)
-                sent = True
+        job, sent = new_job_id(self.name), None  # the last part sent
+        parts = packed(counted(), memory=self.name, job=job, files=report.files,
+                       errors=report.errors, shard=self.shard, interactive=interactive,
+                       origin=origin, retry_failed=retry_failed,
+                       folder=folder_identity(self.settings.workspace), empty=retry_failed)
+        try:
+            for message in parts:
+                with taking(str(self.settings.broker_url), "the file changes"):
+                    self.fleet.file_changes(message)
+                sent = message
+        except BaseException as exc:
+            if sent is not None and not sent.last:
+                self._end_unfinished(sent, exc)
+            raise
         return (job if sent else None), report
+
+    def _end_unfinished(self, sent: FileChanges, why: BaseException) -> None:
+        """A pass that stopped after its first parts were sent (a read that raised, an
+        interrupt, a broker gone): a last, empty part ends its job on the writer, saying why,
+        so the job does not stay "started" for good (best effort: the broker may be gone)."""
+        ended = sent.model_copy(update={
+            "changes": (), "part": sent.part + 1, "last": True,
+            "errors": (f"the pass stopped on the host of the files before it sent every "
+                       f"change ({type(why).__name__}: {why})"[:500],)})
+        try:
+            with taking(str(self.settings.broker_url), "the end of the file changes"):
+                self.fleet.file_changes(ended)
+        except Exception as exc:  # the pass's own error is the one raised
+            log.warning("job %s of memory %s could not be ended on its writer: %s",
+                        sent.job, self.name, exc)
 
     def stale_files(self) -> list[str]:
         """The files on this host the shard's store does not reflect yet, when the workspace
