@@ -174,3 +174,47 @@ def test_a_store_replaced_at_its_path_gives_its_own_digest(indexed: Settings) ->
         memory.index()
         assert digests.of(memory.local) == files_digest(memory.local) != old
         assert digests.of(memory.local) == stats_digest(disk_stats(indexed) or {})
+
+
+def test_a_store_slow_to_open_holds_back_its_own_callers_only(
+        indexed: Settings, tmp_path: Path, make_settings: Callable[..., Settings]) -> None:
+    """Digests of different stores are taken side by side: while one store's first open
+    hangs (a store being created waits on SQLite's lock), another store's digest is given,
+    and a deleted store's kept connection is closed."""
+    from workers.shard_side import FilesDigests, files_digest
+
+    other_ws = tmp_path / "other"
+    (other_ws / "memory").mkdir(parents=True)
+    (other_ws / "memory" / "2026-12-01.md").write_text("# Other\n\nPelicans.\n")
+    other = make_settings(other_ws, provider="none",
+                          store={"path": str(tmp_path / "other.sqlite")})
+    with Memory(settings=other) as memory:
+        memory.index()
+    entered, release = threading.Event(), threading.Event()
+    with Memory(settings=indexed) as slow, Memory(settings=other) as fast, \
+            FilesDigests() as digests:
+        opened = slow.local.open_store
+
+        def hangs() -> object:
+            entered.set()
+            release.wait(30)
+            return opened()
+
+        slow.local.open_store = hangs  # type: ignore[method-assign]
+        waiting = threading.Thread(target=digests.of, args=(slow.local,))
+        waiting.start()
+        try:
+            assert entered.wait(30)
+            given: list[str] = []
+            beside = threading.Thread(target=lambda: given.append(digests.of(fast.local)))
+            beside.start()
+            beside.join(20)  # milliseconds when not held back; the slow open waits 30 s
+            assert given == [files_digest(fast.local)]
+        finally:
+            release.set()
+            waiting.join(30)
+        assert not waiting.is_alive()
+        assert len(digests._held) == 2
+        other.store.path.unlink()
+        digests.of(fast.local)
+        assert len(digests._held) == 1  # the deleted store's connection was closed

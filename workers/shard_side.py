@@ -78,50 +78,77 @@ class FilesDigests:
     file replaced at its path (moved aside and indexed again, a rebuild's new generation) is
     opened afresh. The version is read before the files, so a commit in between only makes
     the next call compute again: a digest is never newer than the version it is kept under.
-    Thread-safe (one digest at a time; a call that waits for another's gets its result).
+    Thread-safe: one digest of a store at a time (a call that waits for another's gets its
+    result), different stores side by side.
     :meth:`close` closes the connections."""
 
     def __init__(self, max_stores: int = 16) -> None:
         self.max_stores = max_stores
         self._held: OrderedDict[str, _Held] = OrderedDict()
-        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}  # one per store: its digest, its connection
+        self._lock = threading.Lock()  # the two maps
 
     def of(self, memory: LocalMemory) -> str:
-        """The digest of the memory files ``memory``'s store knows (:func:`files_digest`)."""
+        """The digest of the memory files ``memory``'s store knows (:func:`files_digest`).
+        Stores are looked at side by side: a store being opened or read (another being
+        created, a slow disk) holds back the callers of that store only."""
         path = memory.settings.store.path
+        key = str(path.resolve())
         try:
             stat = os.stat(path)  # the generation it names, now
         except FileNotFoundError:  # nothing indexed: nothing is created
+            self._forget(key)  # a store deleted since: its connection goes
             return files_digest(memory)
-        key, identity = str(path.resolve()), (stat.st_dev, stat.st_ino)
+        identity = (stat.st_dev, stat.st_ino)
         with self._lock:
-            held = self._held.get(key)
+            store_lock = self._locks.setdefault(key, threading.Lock())
+        with store_lock:
+            with self._lock:
+                held = self._held.get(key)
             if held is not None and held.identity != identity:
-                self._drop(key)
+                self._forget(key, locked=True)
                 held = None
             if held is None:
                 db = memory.open_store()
                 if db is None:  # gone since the stat
                     return files_digest(memory)
-                held = self._held[key] = _Held(db, identity)
-                while len(self._held) > self.max_stores:
-                    self._drop(next(iter(self._held)))
-            self._held.move_to_end(key)
+                held = _Held(db, identity)
+            with self._lock:
+                self._held[key] = held
+                self._held.move_to_end(key)
+                idle = [k for k in self._held if k != key]
+            for other in idle[:max(0, len(idle) + 1 - self.max_stores)]:
+                self._forget(other, wait=False)
             version = reads.data_version(held.db)
             if held.digest is None or held.version != version:
                 held.digest = stats_digest(reads.file_stats(held.db, MEMORY_SOURCE))
                 held.version = version
             return held.digest
 
-    def _drop(self, key: str) -> None:
-        held = self._held.pop(key)
-        held.db.close()
+    def _forget(self, key: str, *, locked: bool = False, wait: bool = True) -> None:
+        """Close the connection kept for store ``key``: ``locked`` when the caller holds the
+        store's lock; without ``wait``, a store in use now is left for a later call."""
+        with self._lock:
+            store_lock = self._locks.get(key)
+        if store_lock is None:
+            return
+        if not locked and not store_lock.acquire(blocking=wait):
+            return
+        try:
+            with self._lock:
+                held = self._held.pop(key, None)
+            if held is not None:
+                held.db.close()
+        finally:
+            if not locked:
+                store_lock.release()
 
     def close(self) -> None:
         """Close every connection kept (a later :meth:`of` opens again)."""
         with self._lock:
-            for key in list(self._held):
-                self._drop(key)
+            keys = list(self._held)
+        for key in keys:
+            self._forget(key)
 
     def __enter__(self) -> FilesDigests:
         return self
