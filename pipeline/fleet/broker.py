@@ -441,14 +441,20 @@ class FleetDispatcher:
         (:meth:`job_ended`): True as soon as it comes, False when it did not (then look at the
         job log: a writer of an older memq says nothing). On a broker other than Redis, a
         sleep of ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
         client = self._signal_client()
         if client is not None:
-            try:
-                return client.blpop([JOB_ENDED_PREFIX + job_id],
-                                    timeout=max(timeout_s, 0.01)) is not None
+            try:  # within the client's socket timeout (10 s): longer waits ask again
+                while True:
+                    left = deadline - time.monotonic()
+                    if client.blpop([JOB_ENDED_PREFIX + job_id],
+                                    timeout=min(max(left, 0.01), 5.0)) is not None:
+                        return True
+                    if left <= 5.0:
+                        return False
             except redis.RedisError as exc:
                 log.debug("no word of job %s's end: %s", job_id, exc)
-        time.sleep(timeout_s)
+        time.sleep(max(0.0, deadline - time.monotonic()))  # what is left of the wait
         return False
 
     # -- batch jobs' leases and resumption ---------------------------------------------------

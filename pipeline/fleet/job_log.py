@@ -234,7 +234,9 @@ class JobLogBackend:
                 from celery.app.backends import by_url
 
                 cls, url = by_url(self.url, self.app.loader)
-                self._built = cls(app=self.app, url=url, **self._kwargs)
+                built = cls(app=self.app, url=url, **self._kwargs)
+                if self._built is None:  # else a finaliser run during the build built it
+                    self._built = built
             return self._built
 
     def remove_pending_result(self, result: Any) -> Any:
