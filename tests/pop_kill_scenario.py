@@ -175,10 +175,13 @@ def latency(url: str, count: int) -> None:
         message.ack()
 
     def publisher() -> None:
-        for n in range(count):
-            time.sleep(0.35)  # the consumer has found its queues empty and waits
-            queue, priority = ("a", 0) if n % 4 == 3 else ("b", 9)
-            publish(url, f"{queue}{priority}-{n} {time.time()!r}", queue, priority)
+        with connect(url) as connection:  # opened once: a delay is the message's alone
+            producer = Producer(connection)
+            for n in range(count):
+                time.sleep(0.35)  # the consumer has found its queues empty and waits
+                queue, priority = ("a", 0) if n % 4 == 3 else ("b", 9)
+                producer.publish(f"{queue}{priority}-{n} {time.time()!r}", routing_key=queue,
+                                 priority=priority)
 
     with connect(url) as connection:
         Consumer(connection, [Queue("a"), Queue("b")], callbacks=[take],

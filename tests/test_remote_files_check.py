@@ -61,13 +61,35 @@ def looks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Looks]:
     counted.go.set()
 
 
-def _asking(shared: FilesHereDigest, into: list[object]) -> threading.Thread:
-    """A thread that asks ``shared`` once, started; back once it is about to ask (a moment
-    later it waits inside :meth:`FilesHereDigest.get`)."""
-    asking = threading.Event()
+class _CountingCondition(threading.Condition):
+    """A condition that counts the threads waiting on it (``wait`` is entered holding its
+    lock), so a test knows a caller is parked inside :meth:`FilesHereDigest.get`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting += 1
+        try:
+            return super().wait(timeout)
+        finally:
+            self.waiting -= 1
+
+
+def _shared(settings: Settings) -> FilesHereDigest:
+    """A FilesHereDigest whose callers can be seen waiting (its condition counts them)."""
+    shared = FilesHereDigest(settings)
+    shared._cond = _CountingCondition()
+    return shared
+
+
+def _asking(shared: FilesHereDigest, into: list[object], *, waiting: int | None = None
+            ) -> threading.Thread:
+    """A thread that asks ``shared`` once, started; with ``waiting``, back once that many
+    callers wait inside :meth:`FilesHereDigest.get` (this one among them)."""
 
     def ask() -> None:
-        asking.set()
         try:
             into.append(shared.get())
         except OSError as exc:
@@ -75,8 +97,10 @@ def _asking(shared: FilesHereDigest, into: list[object]) -> threading.Thread:
 
     thread = threading.Thread(target=ask)
     thread.start()
-    assert asking.wait(10)
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while waiting is not None and shared._cond.waiting < waiting:
+        assert time.monotonic() < deadline, "the caller never waited for the look under way"
+        time.sleep(0.002)
     return thread
 
 
@@ -97,7 +121,7 @@ def test_a_look_under_way_is_never_given_to_a_later_ask(settings: Settings,
                                                         looks: Looks) -> None:
     """B and C ask while A's look runs (it read the files before they were changed): they get
     the next look, begun after they asked, which sees the change; they share it."""
-    shared = FilesHereDigest(settings)
+    shared = _shared(settings)
     before = files_here_digest(settings)
     looks.count = 0
     looks.hold.set()
@@ -108,7 +132,7 @@ def test_a_look_under_way_is_never_given_to_a_later_ask(settings: Settings,
     after = files_here_digest(settings)
     looks.count = 0
     later: list[object] = []
-    others = [_asking(shared, later) for _ in range(2)]
+    others = [_asking(shared, later, waiting=n) for n in (1, 2)]
     looks.go.set()
     for thread in (first, *others):
         thread.join(10)
@@ -118,14 +142,14 @@ def test_a_look_under_way_is_never_given_to_a_later_ask(settings: Settings,
 
 def test_a_failed_look_fails_its_caller_and_the_others_look_again(settings: Settings,
                                                                   looks: Looks) -> None:
-    shared = FilesHereDigest(settings)
+    shared = _shared(settings)
     looks.hold.set()
     looks.fail = True
     a: list[object] = []
     first = _asking(shared, a)
     assert looks.held.wait(10)
     b: list[object] = []
-    second = _asking(shared, b)
+    second = _asking(shared, b, waiting=1)
     looks.go.set()
     first.join(10)
     second.join(10)

@@ -56,7 +56,7 @@ def test_a_long_job_is_left_to_the_usual_pace(tmp_path: Path, make_settings) -> 
     memory.ends_at = time.monotonic() + 60
     started = time.monotonic()
     assert memory.ended_soon("m:j", within_s=0.5) is False
-    assert 0.5 <= time.monotonic() - started < 0.8
+    assert 0.5 <= time.monotonic() - started < 1.0  # its time, and at most one look more
     assert memory.looks <= 25  # ~10 looks at 20 ms, then ~10 at a tenth of the wait
     assert QUICK_JOB_S <= 2.0  # the quick pace is short: its looks stay few
 
@@ -72,7 +72,7 @@ def test_the_writers_word_that_a_job_ended_is_noticed_at_once(
     monkeypatch.setattr("pipeline.remote.POLL_S", 5.0)
     settings = make_settings(tmp_path, provider="none", brokerUrl=broker_url)
     with Ends(settings) as memory, FleetDispatcher(broker_url) as writer:
-        for length in (0.3, 1.3):
+        for length in (1.0, 2.0):  # the word after the first look, even on a busy machine
             memory.looks, memory.woken = 0, []
             memory.ends_at = time.monotonic() + length
 
@@ -96,8 +96,8 @@ def test_without_the_writers_word_the_pace_is_kept(broker_url: str) -> None:
     is taken once."""
     with FleetDispatcher(broker_url) as fleet:
         started = time.monotonic()
-        assert fleet.await_job_end("m:none", 0.3) is False
-        assert 0.3 <= time.monotonic() - started < 0.6
+        assert fleet.await_job_end("m:none", 1.0) is False
+        assert 1.0 <= time.monotonic() - started < 2.0  # its time once, not twice
         fleet.job_ended("m:once")
         assert fleet.await_job_end("m:once", 1.0) is True
         started = time.monotonic()
