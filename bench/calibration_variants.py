@@ -7,7 +7,8 @@ on stores ``memq eval`` already indexed (``--work-dir``), so only the query side
 
   best       r / r_best: the best keyword hit scores 1.0 (memq before issue 36 item 2)
   pair       r_i / max_j bm25_j(max(|D_j|, |D_i|)): each hit against the best any hit
-             would have at its length or longer (memq's rule since issue 36 item 2)
+             would have at its length or longer (memq's ``keywordScore: "length"``,
+             off by default)
   sat        r / (1 + r): OpenClaw's absolute transform
   second     min(1, r / r_2nd): share of the second best
 
@@ -61,8 +62,12 @@ def second(db: Database, query: str, ranks: dict[int, float]) -> dict[int, float
     return {r: min(1.0, m / ref) for r, m in mags.items()} if ref > 0 else mags
 
 
+def pair(db: Database, query: str, ranks: dict[int, float]) -> dict[int, float]:
+    return _production(db, query, ranks, rule="length")
+
+
 def variant(name: str) -> Scorer:
-    return {"best": best, "sat": sat, "second": second, "pair": _production}[name]
+    return {"best": best, "sat": sat, "second": second, "pair": pair}[name]
 
 
 def use(name: str) -> None:
@@ -71,9 +76,9 @@ def use(name: str) -> None:
     chosen = variant(name)
 
     def score(db: Database, query: str, ranks: dict[int, float],
-              stats: TextStats | None = None, rule: str = "length") -> dict[int, float]:
-        if chosen is _production:
-            return _production(db, query, ranks, stats, "length")
+              stats: TextStats | None = None, *, rule: str) -> dict[int, float]:
+        if chosen is pair:  # with the held statistics the search passes
+            return _production(db, query, ranks, stats, rule="length")
         return chosen(db, query, ranks)
 
     calibration.keyword_scores = score  # type: ignore[assignment]

@@ -58,7 +58,7 @@ def _search(tmp: Path, make_settings, notes: dict[str, str], cosines: dict[str, 
                             max_results=20)
         ranks = keyword_hits(db, query, 200, None)
         paths = dict(db.conn.execute("SELECT rowid, path FROM chunks"))
-        scores = calibration.keyword_scores(db, query, ranks)
+        scores = calibration.keyword_scores(db, query, ranks, rule="length")
     finally:
         db.close()
     best: dict[str, float] = {}
@@ -129,18 +129,18 @@ def test_each_hit_is_measured_against_the_others_at_its_length(tmp_path: Path,
         entry, note = sorted(ranks, key=lambda r: ranks[r])
         assert paths[entry] == "MEMORY.md" and ranks[entry] < ranks[note]
         assert fusion.share_of_best(ranks)[note] < 0.8
-        assert calibration.keyword_scores(db, "hetzner", ranks) == {
+        assert calibration.keyword_scores(db, "hetzner", ranks, rule="length") == {
             entry: 1.0, note: pytest.approx(1.0)}
         ranks = keyword_hits(db, "backlog onboarding", 20, None)  # ten notes, one length each
         _, norms = postings.row_norms(db, list(ranks))
         best = min(ranks, key=lambda r: (ranks[r], r))
         assert all(norms[best] >= n for n in norms.values())
-        assert calibration.keyword_scores(db, "backlog onboarding", ranks) == \
+        assert calibration.keyword_scores(db, "backlog onboarding", ranks, rule="length") == \
             pytest.approx(fusion.share_of_best(ranks))
         # A phrase that is not one token: no per-token counts, the share of the best.
         phrase = '"cluster is on hetzner"'
         ranks = keyword_hits(db, phrase, 10, None)
-        assert ranks and calibration.keyword_scores(db, phrase, ranks) == \
+        assert ranks and calibration.keyword_scores(db, phrase, ranks, rule="length") == \
             fusion.share_of_best(ranks)
     finally:
         db.close()
@@ -151,8 +151,9 @@ def test_scores_without_a_reference_are_the_share_of_the_best(tmp_path: Path,
     db, _ = build(tmp_path, make_settings, _notes(),
                   store={"path": str(tmp_path / "store" / "memq.sqlite")})
     try:
-        assert calibration.keyword_scores(db, "anything", {}) == {}
-        assert calibration.keyword_scores(db, "x", {1: 0.5}) == fusion.share_of_best({1: 0.5})
+        assert calibration.keyword_scores(db, "anything", {}, rule="length") == {}
+        assert calibration.keyword_scores(db, "x", {1: 0.5}, rule="length") == \
+            fusion.share_of_best({1: 0.5})
     finally:
         db.close()
 
@@ -196,7 +197,12 @@ def test_the_array_form_is_the_rule_hit_by_hit() -> None:
             calibration.HitStats(magnitude, norm, idf, blanked)).tolist() == scores.tolist()
 
 
-def test_the_held_copy_gives_the_scores_fts5_gives(tmp_path: Path, make_settings) -> None:
+def _refused(*args: object) -> None:
+    raise AssertionError("FTS5's tables were read although the held copy is current")
+
+
+def test_the_held_copy_gives_the_scores_fts5_gives(tmp_path: Path, make_settings,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The held BM25 copy keeps each term's weight per row, not its count: the count recovered
     from the weight gives the same scores, to the bit, as FTS5's own tables; and a hybrid
     search with held copies answers as one without."""
@@ -215,8 +221,11 @@ def test_the_held_copy_gives_the_scores_fts5_gives(tmp_path: Path, make_settings
                       "the the cluster", "Hetzner hetzner cluster"):
             ranks = keyword_hits(db, query, 200, None)
             assert len(ranks) > 1
-            assert calibration.keyword_scores(db, query, ranks, stats) == \
-                calibration.keyword_scores(db, query, ranks)
+            by_fts5 = calibration.keyword_scores(db, query, ranks, rule="length")
+            with monkeypatch.context() as held_only:  # the held copy answers, not FTS5
+                held_only.setattr(calibration, "_from_fts", _refused)
+                assert calibration.keyword_scores(db, query, ranks, stats,
+                                                  rule="length") == by_fts5
         search_store(db, settings, QUERY, provider=QueryVector(), held=held)
         held.wait(30)
         assert held.text_stats.current(db) is not None

@@ -108,7 +108,7 @@ def _from_fts(db: Database, tokens: list[str], rowids: np.ndarray, magnitude: np
 
 
 def keyword_scores(db: Database, query: str, ranks: dict[int, float],
-                   stats: TextStats | None = None, rule: str = "length") -> dict[int, float]:
+                   stats: TextStats | None = None, *, rule: str) -> dict[int, float]:
     """The weighted merge's keyword score of each hit (FTS5 ranks, negative): with ``rule``
     "length" (``query.hybrid.keywordScore``), its BM25 as a share of the best any hit would
     have at its length or longer (see the module), ``stats`` being the held copy when current;

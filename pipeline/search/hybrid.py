@@ -188,7 +188,8 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
         vector, _ = _exact_sides(db, found, (), query_vector, matrix)
         return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
                                   hybrid.rrf_k), text, frozenset(vector), paths)
-    scores = _with_paths(calibration.keyword_scores(db, query, text, stats, hybrid.keyword_score),
+    scores = _with_paths(calibration.keyword_scores(db, query, text, stats,
+                                                      rule=hybrid.keyword_score),
                          paths)
     vector, missing = _exact_sides(db, found, [r for r in scores if r not in found],
                                    query_vector, matrix)
