@@ -25,6 +25,7 @@ from pipeline.fleet.job_log import RecordedJob
 from pipeline.ingest.producer import IndexReport, Known
 from pipeline.ingest.safety import record_files_from
 from pipeline.ingest.sources import MEMORY_SOURCE
+from pipeline.ingest.transfer import apply_changes as apply_to_store
 from pipeline.ingest.transfer import stats_digest
 from pipeline.local import LocalMemory, check_enabled
 from pipeline.messages import FileChanges
@@ -217,7 +218,6 @@ def _write_changes(memory: LocalMemory, message: FileChanges,
                    held: Callable[[str, Settings], Database | None] | None) -> IndexReport:
     from pipeline.ingest.multimodal import ReceivedMedia
     from pipeline.ingest.producer import queue_pending
-    from pipeline.ingest.transfer import apply_changes as apply_to_store
     from pipeline.messages import Route
 
     settings = memory.settings

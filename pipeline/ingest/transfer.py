@@ -1,10 +1,11 @@
 """A producer pass across hosts: the files on one host, the store on another.
 
 The host that holds a memory's files but not its store (an agent's gateway) runs the sending
-half, :func:`changes_since`: it lists the memory's files as a local pass would, compares them
-with the store's manifest (what its shard's reader says the store holds: hash, stat, error of
-each file) and turns what changed into :class:`~pipeline.messages.FileChange` items (the bytes
-of new and changed files, the new stat of touched ones, the paths that are gone), packed into
+half, :func:`changes_of` over a scan (:func:`~pipeline.ingest.producer.scan_sources`): it
+lists the memory's files as a local pass would, compares them with the store's manifest (what
+its shard's reader says the store holds: hash, stat, error of each file) and turns what
+changed into :class:`~pipeline.messages.FileChange` items (the bytes of new and changed files,
+the new stat of touched ones, the paths that are gone), packed into
 :class:`~pipeline.messages.FileChanges` messages of at most :data:`MESSAGE_MAX_BYTES`
 (:func:`packed`). A pass over unchanged files sends nothing.
 
@@ -24,7 +25,6 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from functools import partial
-from pathlib import Path
 
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
@@ -85,22 +85,11 @@ def _change(read: FileRead, decision: str) -> FileChange:
                       text=text, data=data)
 
 
-def changes_since(settings: Settings, manifest: dict[str, Known],
-                  paths: list[Path] | None = None, *, allow_deletions: bool = False
-                  ) -> tuple[list[FileChange], IndexReport]:
-    """What changed in the memory's files on this host since its store saw them
-    (``manifest``: the store's files, as its shard's reader lists them), and the pass's report
-    so far (files looked at, what could not be read). ``paths`` limits the pass as a watcher's
-    batch does. A pass that would empty the memory raises
-    :class:`~pipeline.errors.DeletionRefused` unless ``allow_deletions``."""
-    scan = scan_sources(settings, manifest, paths, allow_deletions=allow_deletions)
-    return list(changes_of(scan, manifest, settings)), scan.report
-
-
 def changes_of(scan: Scan, manifest: dict[str, Known], settings: Settings
                ) -> Iterator[FileChange]:
-    """:func:`changes_since` of a scan, each change as soon as its file is read (a pass sends
-    its first part while it reads the rest); the paths that are gone come last."""
+    """What changed in a scan's files since the store saw them (``manifest``: the store's
+    files, as its shard's reader lists them), each change as soon as its file is read (a pass
+    sends its first part while it reads the rest); the paths that are gone come last."""
     for read in scan.reads(manifest, settings):
         decision = decide(read, manifest.get(read.path), settings)
         if decision != "skip":
