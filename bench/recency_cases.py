@@ -9,7 +9,7 @@ whose newer note is shown first, of those whose old value is shown first, of the
 answers still shown, and of all questions answered as a memory should (new first, or kept).
 
     PYTHONPATH=. .venv/bin/python bench/recency_cases.py [--work-dir DIR] [--config memq.json]
-        [--limit N] [--json] [--quick]
+        [--floors 0.5,0.75] [--limit N] [--json] [--quick]
 
 ``--quick``: the first 4 cases of each kind, keyword-only (no model): a smoke run.
 """
@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                     "folder removed at the end)")
     ap.add_argument("--config", help="memq.json/.toml with the provider keys (default: local)")
     ap.add_argument("--cases", type=Path, default=changed_facts.CASES)
+    ap.add_argument("--floors", default="0.5,0.75", help="minFactor values (0.5,0.75)")
     ap.add_argument("--limit", type=int, default=0, help="the first N cases of each kind")
     ap.add_argument("--json", action="store_true", help="every outcome, as JSON")
     ap.add_argument("--quick", action="store_true",
@@ -44,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     data = changed_facts.load(args.cases)
     with scratch("memq-bench-recency-", keep=False) as tmp:
-        figures = changed_facts.run(args.work_dir or tmp / "work", base, data, limit=limit,
+        floors = tuple(float(f) for f in args.floors.split(",") if f)
+        figures = changed_facts.run(args.work_dir or tmp / "work", base, data,
+                                    changed_facts.decays(floors), limit=limit,
                                     log=lambda m: print(m, file=sys.stderr))
     if args.json:
         print(json.dumps(figures, indent=1))

@@ -37,13 +37,18 @@ NOW = dt.datetime(2026, 12, 7, 12, tzinfo=dt.UTC)
 #: Where the cases live in the repository.
 CASES = Path(__file__).resolve().parents[2] / "tests" / "data" / "changed_facts.json"
 
-#: The recency settings compared: memq.json ``query.hybrid.temporalDecay`` keys.
-DECAYS: dict[str, dict[str, Any]] = {
-    "decay off": {"enabled": False},
-    "OpenClaw decay": {"enabled": True, "halfLifeDays": 30, "minFactor": 0},
-    "minFactor 0.5": {"enabled": True, "halfLifeDays": 30, "minFactor": 0.5},
-    "minFactor 0.75": {"enabled": True, "halfLifeDays": 30, "minFactor": 0.75},
-}
+
+
+def decays(floors: tuple[float, ...] = (0.5, 0.75)) -> dict[str, dict[str, Any]]:
+    """The recency settings compared (memq.json ``query.hybrid.temporalDecay`` keys): decay
+    off, OpenClaw's decay (half-life 30 days, no floor) and a ``minFactor`` per floor."""
+    return {"decay off": {"enabled": False},
+            "OpenClaw decay": {"enabled": True, "halfLifeDays": 30, "minFactor": 0},
+            **{f"minFactor {f:g}": {"enabled": True, "halfLifeDays": 30, "minFactor": f}
+               for f in floors}}
+
+
+DECAYS = decays()
 
 
 @dataclass(frozen=True)
