@@ -3,14 +3,17 @@
 Not a test. On stores ``memq eval`` already built (``--work-dir``, one folder per layout and
 conversation), every question of the chosen conversations (default: conv-26, the tuning
 conversation) is searched as ``memq eval``'s ``hybrid`` mode does (weighted fusion, MMR and
-decay off; other modes with ``--mode``), and the whole candidate pool is ranked: the pool is
-the one a search of ``maxResults`` 6 reads (``6 x candidateMultiplier`` per side), so its first
-six are exactly that search's hits. For every evidence turn no hit covers, the cause:
+decay off; other modes with ``--mode``). Its candidates are each retriever's first
+``6 x candidateMultiplier`` (24) chunks; the same search is also run for 24 results with 24
+candidates per side (``candidateMultiplier`` 1), so its first six are the real hits and the
+rest shows where the others landed. For every evidence turn no hit covers, the cause:
 
-  several-found   the question has evidence turns in several chunks and some are found: the
-                  six places went to its other evidence, or to chunks near it
-  in-pool         the turn's chunk is among the fused candidates, ranked 7th or lower
-  outside-pool    neither retriever returned the turn's chunk among its candidates
+  several-found   the question has several evidence turns and some are found: the six places
+                  went to its other evidence, or to chunks near it
+  ranked-7-24     none found; the turn's chunk is ranked 7th to 24th
+  below-24        none found; a retriever returned the turn's chunk among its 24 candidates,
+                  but the ranking (fusion, decay, MMR) put it after the 24th place
+  outside-pool    none found; neither retriever returned it among its 24 candidates
 
 and, across causes, what the turn shares with the question: no content word at all (a
 vocabulary gap keyword search cannot cross), whether the turn's text lies in one chunk or two
@@ -97,6 +100,11 @@ def analyse(conv: locomo.Conversation, indexed: Indexed, work: EvalWorkspace, mo
     pool_keys = deep_update(json.loads(json.dumps(mode_keys)),
                             {"query": {"hybrid": {"candidateMultiplier": 1}}})
     pool_settings = work.settings(pool_keys, name=f"misses-{mode}-pool")
+    side_settings = {side: work.settings(deep_update(json.loads(json.dumps(MODES[side])),
+                                                     {"query": {"hybrid": {
+                                                         "candidateMultiplier": 1}}}),
+                                         name=f"misses-{side}-pool")
+                     for side in ("keyword", "vector")}
     texts = turn_texts(conv)
     names = {content_words(t.split("] ", 1)[-1].split(":", 1)[0]).pop()
              for t in texts.values() if content_words(t.split("] ", 1)[-1].split(":", 1)[0])}
@@ -104,7 +112,11 @@ def analyse(conv: locomo.Conversation, indexed: Indexed, work: EvalWorkspace, mo
     records = []
     for q in conv.questions:
         top = search(indexed, base, mode, q.text, K, now=conv.asked_at)
-        pool = search(indexed, pool_settings, mode, q.text, K * multiplier, now=conv.asked_at)
+        depth = K * multiplier
+        pool = search(indexed, pool_settings, mode, q.text, depth, now=conv.asked_at)
+        sides = [h for side, settings in side_settings.items()
+                 if mode != "keyword" or side == "keyword"
+                 for h in search(indexed, settings, side, q.text, depth, now=conv.asked_at)]
         found = locomo.turns_found(top, conv)
         holders = {t: chunks_holding(ranges, conv, t) for t in q.evidence}
         missed = []
@@ -116,7 +128,9 @@ def analyse(conv: locomo.Conversation, indexed: Indexed, work: EvalWorkspace, mo
             if any(t in found for t in q.evidence):
                 cause = "several-found"
             elif places:
-                cause = "in-pool"
+                cause = "ranked-7-24"
+            elif covering(sides, conv, turn):
+                cause = "below-24"
             else:
                 cause = "outside-pool"
             missed.append({"turn": turn, "cause": cause,
@@ -222,7 +236,7 @@ def main() -> None:
     print(f"{found['questions']} questions, R@6 {found['R@6']:.4f}; "
           f"{found['questionsMissing']} miss a turn")
     print(f"  missed turns {found['missedTurns']}")
-    for cause in ("several-found", "in-pool", "outside-pool"):
+    for cause in ("several-found", "ranked-7-24", "below-24", "outside-pool"):
         print(f"  {cause:<14} {found['byCause'].get(cause, 0)} turns, "
               f"{found['noSharedWordByCause'].get(cause, 0)} sharing no word with the question, "
               f"{found['onlyNamesByCause'].get(cause, 0)} only the speakers' names")
