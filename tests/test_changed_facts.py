@@ -1,16 +1,19 @@
 """The changed-facts cases (issue 36 item 3, :mod:`memq.evaluation.changed_facts`): their layout as
-dated notes, how a result list is scored, and a keyword-only run through the real pipeline
-(``run_index``, FTS5, ``search_store`` with the default ranking) in which OpenClaw's decay puts
-every newer value first and buries the old unique answers, while a floor keeps them."""
+dated notes, how a result list is scored, and keyword-only runs through the real pipeline
+(``run_index``, FTS5, ``search_store`` with the default ranking; in process and through
+``memq eval``) in which OpenClaw's decay puts every newer value first and buries the old unique
+answers, while a floor keeps them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from memq.evaluation import changed_facts as cf
 from pipeline.search import decay
+from tests.conftest import run_memq
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +77,21 @@ def test_keyword_only_run_openclaw_buries_the_old_answers_a_floor_keeps_them(
     assert off["kept"] == 1.0 and off["newFirst"] < 1.0  # undecayed, an old value can win
     assert set(openclaw["outcomes"]) == {c["slug"] for c in data["changed"][:4]} | {
         c["slug"] for c in data["unique"][:4]}
+
+
+def test_memq_eval_runs_the_changed_facts_cases(tmp_path: Path, data: dict) -> None:
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps({**data, "changed": data["changed"][:3],
+                                 "unique": data["unique"][:3]}))
+    cfg = tmp_path / "none.json"
+    cfg.write_text(json.dumps({"provider": "none"}))
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    done = run_memq("eval", "--collection", str(cases), "--work-dir", str(tmp_path / "work"),
+                    "--config", str(cfg), "--json", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["kind"] == "changed-facts" and list(out["figures"]) == list(cf.DECAYS)
+    assert out["figures"]["OpenClaw decay"]["changed"] == 3
+    assert out["figures"]["OpenClaw decay"]["kept"] == 0.0
+    assert out["figures"]["minFactor 0.5"]["kept"] == 1.0
+    assert "| OpenClaw decay | 1.000 | 0.000 | 0.000 |" in out["table"]
