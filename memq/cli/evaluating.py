@@ -11,7 +11,8 @@ from memq.cli.exits import CommandFailed, ExitCode
 @command("eval", "retrieval quality on a BEIR collection or LoCoMo, every mode side by side "
                  "(indexes through the normal pipeline)")
 @click.option("--collection", required=True,
-              help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or LoCoMo .json")
+              help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/), LoCoMo .json, or the "
+                   "changed-facts cases (tests/data/changed_facts.json)")
 @click.option("--split", default="test", help="qrels split of a BEIR folder (test)")
 @click.option("--limit", type=int, default=0,
               help="only the first N queries (LoCoMo: N questions per conversation)")

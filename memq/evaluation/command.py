@@ -1,7 +1,10 @@
 """``memq eval``: index a collection through the normal pipeline and score every mode.
 
 A folder is read as a BEIR collection (nDCG@10, Recall@10/100, MRR@10 per mode); a ``.json``
-file as LoCoMo (recall@k of the evidence turns per question category).
+file as LoCoMo (recall@k of the evidence turns per question category), or, when it holds the
+changed-facts cases (an object with ``changed`` and ``unique`` lists, such as
+``tests/data/changed_facts.json``), as those (:mod:`memq.evaluation.changed_facts`: each recency
+setting's share of newer values shown first and old unique answers kept).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from memq.evaluation import beir, locomo, report
+from memq.evaluation import beir, changed_facts, locomo, report
 from memq.evaluation.workspace import MODES, EvalWorkspace, default_work_dir
 
 BEIR_MODES = list(MODES)
@@ -56,7 +59,16 @@ def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
     work_dir = work_dir or default_work_dir(collection)
     started = time.monotonic()
     log = _stderr
-    if collection.is_file():
+    if collection.is_file() and _is_changed_facts(collection):
+        figures = changed_facts.run(work_dir, base, changed_facts.load(collection), limit=limit,
+                                    log=log)
+        first = next(iter(figures.values()))
+        title = (f"Changed facts {collection.name}: {first['changed']} changed facts, "
+                 f"{first['unique']} old unique answers, memq's default ranking per recency "
+                 f"setting")
+        out = {"kind": "changed-facts", "figures": figures,
+               "table": report.changed_facts_table(figures)}
+    elif collection.is_file():
         modes = modes or LOCOMO_MODES
         figures: Any = {}
         tables = []
@@ -87,6 +99,15 @@ def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
                seconds=round(time.monotonic() - started, 1))
     out["text"] = f"{title}\n\n{out['table']}"
     return out
+
+
+def _is_changed_facts(path: Path) -> bool:
+    """Whether a ``.json`` collection holds changed-facts cases rather than LoCoMo (a list)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # LoCoMo's loader says what is wrong with it
+    return isinstance(data, dict) and "changed" in data and "unique" in data
 
 
 def _stderr(message: str) -> None:

@@ -33,3 +33,13 @@ def locomo_table(figures: dict[str, dict[str, dict[str, float]]], measure: str =
         name = f"**{group}**" if group == "all" else group
         lines.append("| " + " | ".join([name, str(count), *cells]) + " |")
     return "\n".join(lines)
+
+
+def changed_facts_table(figures: dict[str, dict[str, float]]) -> str:
+    """One row per recency setting: changed facts with the newer value first, with the stale
+    value first, old unique answers kept, and all questions answered as they should be."""
+    lines = ["| recency | new first | old first | kept | both |", "|---|---|---|---|---|"]
+    for name, f in figures.items():
+        lines.append(f"| {name} | {f['newFirst']:.3f} | {f['oldFirst']:.3f} | {f['kept']:.3f} "
+                     f"| {f['both']:.3f} |")
+    return "\n".join(lines)
