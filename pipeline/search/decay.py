@@ -78,15 +78,25 @@ def multiplier(written_at: float | None, now: float, half_life_days: float,
 
 
 def multipliers(files: Iterable[tuple[int, str, int | None]], now: float,
-                half_life_days: float, min_factor: float = 0.0) -> dict[int, float]:
+                half_life_days: float, min_factor: float = 0.0,
+                times: dict[tuple[str, int | None], float | None] | None = None
+                ) -> dict[int, float]:
     """Decay multiplier per chunk of ``files`` ((rowid, path, its file's mtime_ns or None), as
-    :func:`pipeline.store.reads.chunk_weights` reads them), worked out once per file."""
+    :func:`pipeline.store.reads.chunk_weights` reads them), worked out once per file.
+    ``times``: each file's :func:`note_time`, kept across calls (a held copy's,
+    :mod:`pipeline.store.rows`); filled here."""
     per_file: dict[tuple[str, int | None], float] = {}
     out: dict[int, float] = {}
     for r, path, mtime in files:
         factor = per_file.get((path, mtime))
         if factor is None:
-            factor = per_file[path, mtime] = multiplier(note_time(path, mtime), now,
-                                                        half_life_days, min_factor)
+            if times is None:
+                written = note_time(path, mtime)
+            elif (path, mtime) in times:
+                written = times[path, mtime]
+            else:
+                written = times[path, mtime] = note_time(path, mtime)
+            factor = per_file[path, mtime] = multiplier(written, now, half_life_days,
+                                                        min_factor)
         out[r] = factor
     return out

@@ -25,6 +25,7 @@ from pipeline.search.fusion import Candidate
 from pipeline.search.paths import PathMatch, path_matches
 from pipeline.store import reads
 from pipeline.store.engine import Database
+from pipeline.store.rows import ChunkRows
 
 EntryValues = tuple[int | None, str | None, str | None]
 
@@ -62,19 +63,23 @@ def _with_named(matches: Sequence[PathMatch], ranked: list[Candidate]) -> dict[s
 
 def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
           decay_days: float | None, now: float, projects: Sequence[str] | None,
-          paths: Sequence[PathMatch] | None = None, decay_floor: float = 0.0) -> Weighed:
+          paths: Sequence[PathMatch] | None = None, decay_floor: float = 0.0,
+          held: ChunkRows | None = None) -> Weighed:
     """Temporal decay (``decay_days``: the half-life, None when off; ``decay_floor``: its
     ``minFactor``), importance, project
     ranking and exact-path order over the fused ``ranked`` candidates (see module doc).
     ``paths``: the files the query names (:func:`pipeline.search.paths.path_matches`), looked
-    up here (exact matches only) when None."""
+    up here (exact matches only) when None. ``held``: the store's chunk rows held in memory
+    (:mod:`pipeline.store.rows`) when current; else the rows are read from the store."""
     if paths is None:
         paths = path_matches(db, query, 0, sources)
     named = _with_named(paths, ranked)
-    rows = reads.chunk_weights(db, [c.rowid for c in ranked])
+    rowids = [c.rowid for c in ranked]
+    rows = held.weights(rowids) if held is not None else reads.chunk_weights(db, rowids)
     specific = {r: named[path] for r, path, *_ in rows if path in named}
     files = {r: (path, mtime) for r, path, mtime, *_ in rows}
-    factors = (decay.multipliers([row[:3] for row in rows], now, decay_days, decay_floor)
+    factors = (decay.multipliers([row[:3] for row in rows], now, decay_days, decay_floor,
+                                 None if held is None else held.written)
                if decay_days is not None else {})
     values = {r: (i, t, p) for r, _, _, i, t, p, *_ in rows
               if i is not None or t is not None or p is not None}

@@ -1,0 +1,183 @@
+"""The chunk rows a long-running reader holds (:mod:`pipeline.store.rows`): the same rows as
+the store, never stale whoever writes, one store's never another's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.search.hybrid import HeldCopies, search_store
+from pipeline.store import reads, schema
+from pipeline.store.engine import connect
+from tests.searchkit import QueryVector, build
+
+NOTES = {f"memory/n{i}.md": f"garden note number {i}" for i in range(4)}
+SCORES = {p: 0.5 + i / 100 for i, p in enumerate(sorted(NOTES))}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ranked(db, settings, held: HeldCopies | None) -> list[tuple[str, float]]:
+    hits = search_store(db, settings, "garden", provider=QueryVector(), min_score=0, held=held)
+    return [(h.path, h.score) for h in hits]
+
+
+def held_rows(db, held: HeldCopies):
+    return held.current_rows(db, held.versions(db))
+
+
+def rowid_of(db, path: str) -> int:
+    return db.conn.execute("SELECT rowid FROM chunks WHERE path = ?", (path,)).fetchone()[0]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
+
+
+def test_the_held_rows_are_the_stores(ws: Path, make_settings) -> None:
+    notes = {**NOTES, "MEMORY.md": "garden\n\n" * 400}  # several chunks of one file
+    db, _ = build(ws, make_settings, notes, SCORES)
+    held = HeldCopies()
+    try:
+        copy = held.rows.get(db)
+        rowids = [r for (r,) in db.conn.execute("SELECT rowid FROM chunks")]
+        assert len(rowids) > len(notes)
+        assert copy.weights(rowids) == reads.chunk_weights(db, rowids)
+        assert copy.weights([10**9]) == []
+        assert copy.sources == reads.present_sources(db)
+        assert copy.allowed(["memory"]) == reads.allowed_rowids(db, ["memory"])
+        assert copy.allowed(["sessions"]) == reads.allowed_rowids(db, ["sessions"]) == []
+    finally:
+        held.close()
+        db.close()
+
+
+WRITE = """
+import sys
+from pipeline.store import schema
+from pipeline.store.engine import connect
+db = connect(sys.argv[1])
+with schema.transaction(db):
+    db.conn.execute("UPDATE chunks SET importance = 10 WHERE rowid = ?", (int(sys.argv[2]),))
+db.close()
+"""
+
+
+def test_a_write_by_another_process_is_seen_by_the_next_search(ws: Path,
+                                                              make_settings) -> None:
+    """An entry value that no text or vector version covers changes in another process: the
+    held rows are no longer used, SQLite answers, and the reloaded rows answer as it does."""
+    db, settings = build(ws, make_settings, NOTES, SCORES)
+    held = HeldCopies()
+    try:
+        held.matrices.get(db)
+        held.text_stats.get(db)
+        held.rows.get(db)
+        before = ranked(db, settings, held)
+        assert held_rows(db, held) is not None
+        assert before == ranked(db, settings, None)
+        assert before[0][0] == "memory/n3.md"
+        subprocess.run([sys.executable, "-c", WRITE, str(db.path),
+                        str(rowid_of(db, "memory/n0.md"))], check=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert held_rows(db, held) is None  # behind the store: not used
+        after = ranked(db, settings, held)
+        assert after[0][0] == "memory/n0.md"  # importance 10: x1.25
+        assert after == ranked(db, settings, None)
+        held.wait()
+        assert held_rows(db, held) is not None
+        assert ranked(db, settings, held) == after
+    finally:
+        held.close()
+        db.close()
+
+
+def test_a_write_on_the_searching_connection_is_seen(ws: Path, make_settings) -> None:
+    """The search's own connection commits (a sync on search does): the copy's connection
+    sees the commit as another's. Inside an open transaction the copy is not used at all."""
+    db, settings = build(ws, make_settings, NOTES, SCORES)
+    held = HeldCopies()
+    try:
+        held.rows.get(db)
+        assert held_rows(db, held) is not None
+        db.conn.execute("BEGIN")
+        db.conn.execute("UPDATE chunks SET importance = 10 WHERE rowid = ?",
+                        (rowid_of(db, "memory/n1.md"),))
+        assert held_rows(db, held) is None  # uncommitted: only this connection sees it
+        assert ranked(db, settings, held)[0][0] == "memory/n1.md"
+        db.conn.execute("COMMIT")
+        assert held_rows(db, held) is None
+        assert ranked(db, settings, held)[0][0] == "memory/n1.md"
+        with schema.transaction(db):
+            db.conn.execute("UPDATE files SET path = path")  # a commit that changes nothing
+        held.wait()
+        held.rows.get(db)
+        assert held_rows(db, held) is not None
+        assert ranked(db, settings, held)[0][0] == "memory/n1.md"
+    finally:
+        held.close()
+        db.close()
+
+
+def test_one_memorys_rows_are_never_anothers(tmp_path: Path, make_settings) -> None:
+    """Two memories searched through one set of held copies: each search sees its own
+    store's rows only."""
+    dbs = {}
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        notes = {f"memory/{name}{i}.md": f"garden note {name} {i}" for i in range(3)}
+        scores = {p: 0.5 + i / 100 for i, p in enumerate(sorted(notes))}
+        dbs[name] = build(folder, make_settings, notes, scores,
+                          store={"path": str(tmp_path / f"{name}.sqlite")})
+    held = HeldCopies()
+    try:
+        for db, _ in dbs.values():
+            held.rows.get(db)
+        for name, (db, settings) in dbs.items():
+            copy = held_rows(db, held)
+            assert copy is not None
+            assert {row[1] for row in copy.rows.values()} == {
+                f"memory/{name}{i}.md" for i in range(3)}
+            hits = ranked(db, settings, held)
+            assert hits and all(path.startswith(f"memory/{name}") for path, _ in hits)
+            assert hits == ranked(db, settings, None)
+    finally:
+        held.close()
+        for db, _ in dbs.values():
+            db.close()
+
+
+def test_a_store_swapped_in_at_the_same_path_is_not_answered_from_the_old_rows(
+        tmp_path: Path, make_settings) -> None:
+    """A rebuild swaps a new store file in at the path: the copy's connection still reads the
+    old file, so its versions tell the generations apart."""
+    stores = {}
+    for name in ("old", "new"):
+        folder = tmp_path / name
+        folder.mkdir()
+        store = tmp_path / f"{name}.sqlite"
+        db, _ = build(folder, make_settings, {f"memory/{name}.md": "garden"},
+                      {f"memory/{name}.md": 0.5}, store={"path": str(store)})
+        db.close()
+        stores[name] = store
+    live = tmp_path / "live.sqlite"
+    held = HeldCopies()
+    try:
+        os.replace(stores["old"], live)
+        db = connect(live)
+        assert {row[1] for row in held.rows.get(db).rows.values()} == {"memory/old.md"}
+        db.close()
+        os.replace(stores["new"], live)
+        db = connect(live)
+        assert held_rows(db, held) is None
+        assert {row[1] for row in held.rows.get(db).rows.values()} == {"memory/new.md"}
+        db.close()
+    finally:
+        held.close()
