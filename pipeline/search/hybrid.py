@@ -17,7 +17,7 @@ same results faster; a one-shot caller passes none and SQLite answers.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,12 +26,12 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
-from pipeline.results import Provenance, SearchHit
+from pipeline.results import SearchHit
 from pipeline.search import calibration, entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.paths import PathMatch, path_matches
-from pipeline.search.provenance import provenances
+from pipeline.search.provenance import provenance
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     best_first,
@@ -45,6 +45,7 @@ from pipeline.store import reads
 from pipeline.store.engine import Database
 from pipeline.store.matrix import MatrixCache, VectorMatrix
 from pipeline.store.postings import TextStats, TextStatsCache
+from pipeline.store.reads import WeightRow
 from pipeline.store.rows import VERSION_KEYS, ChunkRows, RowsCache, versions_of
 from pipeline.store.schema import TEXT_VERSION_KEY, get_metas
 from pipeline.store.vectors import SINGLE_THREAD_ROWS
@@ -297,21 +298,18 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     note, head = None, len(picked)
     if reranker is not None:
         picked, reranked, note = reranker.apply(query, picked,
-                                                [rows[c.rowid][3] for c in picked],
+                                                [rows[c.rowid][8] for c in picked],
                                                 weighed.factors)
         head = reranked or head  # MMR stays among the reranked: their scores are another scale
     if hybrid.mmr.enabled:  # only the places left after the exact matches are shown
         picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
-                           [rows[c.rowid][3] for c in picked[:head]],
+                           [rows[c.rowid][8] for c in picked[:head]],
                            hybrid.mmr.lambda_, limit=max_results - len(exact)) + picked[head:]
     shown = (exact + picked + fill)[:max_results]
-    origins = provenances({c.rowid: (rows[c.rowid][0], rows[c.rowid][4]) for c in shown},
-                          weighed.files)
-    return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid), found,
-                        origins.get(c.rowid)) for c in shown], note)
+    return Answer([_hit(c, rows[c.rowid], found) for c in shown], note)
 
 
-def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple[Any, ...]],
+def _exact_order(weighed: entries.Weighed, kept: set[int], rows: Mapping[int, WeightRow],
                  mmr_lambda: float | None, limit: int) -> list[Candidate]:
     """The first ``limit`` exact-path matches that were ``kept``, in order; with MMR on
     (``mmr_lambda``), each group re-ordered by MMR over its ranking scores, as OpenClaw's
@@ -325,7 +323,7 @@ def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple
             out += [c for c, _ in members]
             continue
         out += mmr_order([c for c, _ in members], [score for _, score in members],
-                         [rows[c.rowid][3] for c, _ in members], mmr_lambda,
+                         [rows[c.rowid][8] for c, _ in members], mmr_lambda,
                          limit=limit - len(out))
     return out[:limit]
 
@@ -351,14 +349,14 @@ def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_resul
     return picked, fill[:max_results - len(picked) - exact]
 
 
-def _hit(c: Candidate, row: tuple[Any, ...], values: entries.EntryValues | None,
-         found: Ranking, provenance: Provenance | None) -> SearchHit:
-    """The hit of candidate ``c``: its fused ``score`` and the two sides' scores it was fused
-    from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not run has none)."""
-    path, start, end, text, source = row
-    importance, triggers, project = values or (None, None, None)
+def _hit(c: Candidate, row: WeightRow, found: Ranking) -> SearchHit:
+    """The hit of candidate ``c`` (its chunk's ``row``): its fused ``score`` and the two sides'
+    scores it was fused from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not
+    run has none)."""
+    _, path, mtime_ns, importance, triggers, project, start, end, text, source = row
     vector = round(c.vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
     keyword = round(c.text_score, SCORE_DECIMALS) if found.text_side else None
     return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source,
                      importance=importance, triggers=triggers, project_key=project,
-                     vector_score=vector, text_score=keyword, provenance=provenance)
+                     vector_score=vector, text_score=keyword,
+                     provenance=provenance(path, source, mtime_ns))
