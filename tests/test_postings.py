@@ -202,11 +202,13 @@ def test_rows_an_interrupted_tokenize_left_do_not_break_later_queries(
         insert(conn, ["lantern budget", "garden spike"])
     stats = load(store)
     assert stats.top(store, match_terms("lantern"), 5) is not None  # creates the scratch table
-    # what a call interrupted between its insert and its delete would leave behind
-    store.conn.execute("INSERT INTO temp.memq_query_text(rowid, text) VALUES (0, 'stale words')")
+    # what a call interrupted between its insert and its delete would leave behind, in the
+    # process's private scratch connection that cuts query words
+    scratch = postings._Scratch.of(store, stats.tokenizer).conn
+    scratch.execute("INSERT INTO temp.memq_query_text(rowid, text) VALUES (0, 'stale words')")
     fts, memory = both(store, "garden budget", 5)
     assert memory == fts and len(fts) == 2
-    assert store.conn.execute("SELECT count(*) FROM temp.memq_query_text").fetchone()[0] == 0
+    assert scratch.execute("SELECT count(*) FROM temp.memq_query_text").fetchone()[0] == 0
 
 
 def test_a_database_error_in_the_held_copy_falls_back_to_fts5(store: Database, caplog) -> None:
