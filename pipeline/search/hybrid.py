@@ -139,9 +139,10 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     # machine the woken thread waits for a core (2.6 ms inline vs 4.7 ms with a hop at 10,000
     # chunks, load 6); nothing to overlap with in a vector-only search.
     if not use_text or len(matrix.ids) <= SINGLE_THREAD_ROWS:
-        vector = matrix_hits(matrix, query_vector, candidates, among)
+        # The keyword side first: the scan streams the whole matrix through the core's caches,
+        # and what runs after it starts cold.
         text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
-        return vector, text, matrix
+        return matrix_hits(matrix, query_vector, candidates, among), text, matrix
     scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources, stats, among)
     return scan.result(), text, matrix
@@ -272,16 +273,16 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     if held is not None:
         versions = held.versions(db)
         current = Current(versions, held.current_rows(db, versions))
-    rows = current.rows if current is not None else None
+    held_rows = current.rows if current is not None else None
     wanted = source_filter(db, settings.sources if sources is None else sources,
-                           None if rows is None else rows.sources)
+                           None if held_rows is None else held_rows.sources)
     found = _rank(db, settings, query, candidates, provider, held, wanted, current)
     decay_on = hybrid.temporal_decay.enabled
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
                             decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
                             now=time.time() if now is None else now, projects=projects,
                             paths=found.paths, decay_floor=hybrid.temporal_decay.min_factor,
-                            held=rows)
+                            held=held_rows)
     ranked, exact = weighed.rest, weighed.exact
     # Scores are what a hit shows (6 decimals) before they are compared: a hit shown as 0.35
     # is kept at minScore 0.35, and equal shown scores go by rowid on every path.
@@ -302,9 +303,12 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
                                                 weighed.factors)
         head = reranked or head  # MMR stays among the reranked: their scores are another scale
     if hybrid.mmr.enabled:  # only the places left after the exact matches are shown
-        picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
-                           [rows[c.rowid][8] for c in picked[:head]],
-                           hybrid.mmr.lambda_, limit=max_results - len(exact)) + picked[head:]
+        pool = picked[:head]
+        word_sets = (None if held_rows is None
+                     else lambda i: held_rows.word_set(pool[i].rowid))
+        picked = mmr_order(pool, [c.score for c in pool], [rows[c.rowid][8] for c in pool],
+                           hybrid.mmr.lambda_, limit=max_results - len(exact),
+                           word_sets=word_sets) + picked[head:]
     shown = (exact + picked + fill)[:max_results]
     return Answer([_hit(c, rows[c.rowid], found) for c in shown], note)
 

@@ -7,8 +7,10 @@ candidate's path, its file's modification time, its entry values, lines, text an
 store, beside its vectors (:mod:`pipeline.store.matrix`) and BM25 statistics
 (:mod:`pipeline.store.postings`), so a search that finds them current touches no chunk row
 in SQLite. With them it keeps what the rows give that does not depend on the query: each
-file's decay date (:func:`pipeline.search.decay.note_time`) and each chunk's word set for MMR
-(:func:`pipeline.store.tokens.word_set`), worked out on first use.
+file's decay date (:func:`pipeline.search.decay.note_time`, worked out on first use) and each
+chunk's word set for MMR (:func:`pipeline.store.tokens.word_set`), as numbers standing for
+the words (4 bytes a distinct word of the chunk), worked out when the copy loads; a reload
+keeps those of the chunks whose text did not change.
 
 Never stale. A copy keeps the connection it was read on (one read transaction), and the value
 of SQLite's ``PRAGMA data_version`` on it at that moment: that value changes whenever any
@@ -20,9 +22,9 @@ copy's connection would still see the old file). Otherwise SQLite answers while 
 loads in the background (:class:`~pipeline.store.snapshots.SnapshotCache`).
 
 Memory: a held row is a tuple of the row's values, sharing its path and source strings with
-the other rows of its file; about 0.6 KB per chunk of the benchmark's 4-line notes beyond its
-text (bench/query_latency.py prints it). A store with more than :data:`MAX_ROWS` chunks is
-not held: SQLite answers as before.
+the other rows of its file, plus its word numbers (bench/query_latency.py prints what a copy
+costs). A store with more than :data:`MAX_ROWS` chunks is not held: SQLite answers as
+before.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 VERSION_KEYS = (TEXT_VERSION_KEY, VECTORS_VERSION_KEY)
 #: Chunks above which a store's rows are not held (about 1 GB of rows at the benchmark's size).
 MAX_ROWS = 1_000_000
-#: MMR word sets kept per store; past this many they are dropped and worked out again.
-MAX_WORD_SETS = 20_000
+#: Distinct words numbered per store; past this many a reload numbers them afresh.
+MAX_WORDS = 4_000_000
 
 Versions = tuple[Any, Any]
 
@@ -69,8 +71,10 @@ class ChunkRows:
     data_version: int = 0
     #: Per file (path, mtime_ns): its decay date (None: evergreen), filled on first use.
     written: dict[tuple[str, int | None], float | None] = field(default_factory=dict)
-    #: Per chunk rowid: its MMR word set, filled on first use (at most MAX_WORD_SETS).
-    word_sets: dict[int, frozenset[bytes]] = field(default_factory=dict)
+    #: Per chunk rowid: its MMR word set as the numbers of its words (native int32s).
+    word_ids: dict[int, bytes] = field(default_factory=dict, repr=False)
+    #: The number of each word (shared with the next copy of the store).
+    words: dict[bytes, int] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def unchanged(self) -> bool:
@@ -96,16 +100,10 @@ class ChunkRows:
         wanted = set(sources)
         return sorted(r for r, row in self.rows.items() if row[9] in wanted)
 
-    def word_set(self, rowid: int, text: str) -> frozenset[bytes]:
-        """Chunk ``rowid``'s MMR word set (of its ``text``), worked out once."""
-        found = self.word_sets.get(rowid)
-        if found is None:
-            from pipeline.store.tokens import word_set
-
-            if len(self.word_sets) >= MAX_WORD_SETS:
-                self.word_sets.clear()
-            found = self.word_sets[rowid] = word_set(text)
-        return found
+    def word_set(self, rowid: int) -> frozenset[int]:
+        """Chunk ``rowid``'s MMR word set, its words as numbers: as many, and as many in
+        common with another chunk's, as :func:`~pipeline.store.tokens.word_set` gives."""
+        return frozenset(memoryview(self.word_ids[rowid]).cast("i"))
 
     def close(self) -> None:
         """Close the copy's connection (it is then never current)."""
@@ -115,11 +113,34 @@ class ChunkRows:
                 self.db = None
 
 
-def load(path: Path) -> ChunkRows | None:
+def _numbered(rows: dict[int, WeightRow], before: ChunkRows | None
+              ) -> tuple[dict[int, bytes], dict[bytes, int]]:
+    """Each row's MMR word set as word numbers; a row whose text ``before`` held (same
+    chunk, same text) keeps its numbers."""
+    from array import array
+
+    from pipeline.store.tokens import word_set
+
+    words = before.words if before is not None and len(before.words) < MAX_WORDS else {}
+    kept = before.word_ids if before is not None and words is before.words else {}
+    old = before.rows if kept else {}
+    out: dict[int, bytes] = {}
+    for rowid, row in rows.items():
+        was = old.get(rowid)
+        if was is not None and was[8] == row[8]:
+            out[rowid] = kept[rowid]
+            continue
+        out[rowid] = array("i", [words.setdefault(w, len(words))
+                                 for w in word_set(row[8])]).tobytes()
+    return out, words
+
+
+def load(path: Path, before: ChunkRows | None = None) -> ChunkRows | None:
     """Read every chunk row of the store at ``path`` on a connection of its own, kept by the
     copy (one read transaction; its ``data_version`` read first, so a commit during the read
-    only makes the copy look changed). None for a store without a text version or with more
-    than :data:`MAX_ROWS` chunks."""
+    only makes the copy look changed); ``before``: the copy it replaces, whose word numbers
+    of unchanged chunks are kept. None for a store without a text version or with more than
+    :data:`MAX_ROWS` chunks."""
     db = connect(path, want_vectors=False)
     kept = False
     try:
@@ -140,8 +161,10 @@ def load(path: Path) -> ChunkRows | None:
         finally:
             conn.execute("COMMIT")
         sources = frozenset(row[9] for row in rows.values())
+        word_ids, words = _numbered(rows, before)
         kept = True
-        return ChunkRows(version, rows, sources, db, data_version)
+        return ChunkRows(version, rows, sources, db, data_version, word_ids=word_ids,
+                         words=words)
     finally:
         if not kept:
             db.close()
@@ -154,14 +177,14 @@ class RowsCache(SnapshotCache[ChunkRows]):
 
     def __init__(self, max_stores: int = MAX_STORES) -> None:
         super().__init__("chunk rows", lambda db: versions_of(get_metas(db, VERSION_KEYS)),
-                         lambda db: load(db.path), max_stores)
+                         lambda db: load(db.path, self.held(db.key)), max_stores)
 
     def _current(self, key: str, version: Any) -> ChunkRows | None:
         held = super()._current(key, version)
         return held if held is not None and held.unchanged() else None
 
-    def _fresh(self, path: Path, want_vectors: bool | str) -> ChunkRows | None:
-        return load(path)  # the rows need no vector library
+    def _fresh(self, key: str, path: Path, want_vectors: bool | str) -> ChunkRows | None:
+        return load(path, self.held(key))  # the rows need no vector library
 
     def dropped(self, copy: ChunkRows) -> None:
         copy.close()

@@ -49,6 +49,12 @@ class SnapshotCache(Generic[S]):
         self._held: OrderedDict[str, S] = OrderedDict()
         self._loading: dict[str, threading.Thread] = {}
 
+    def held(self, key: str) -> S | None:
+        """The copy held for ``key`` (a store's :attr:`~pipeline.store.engine.Database.key`),
+        current or not."""
+        with self._lock:
+            return self._held.get(key)
+
     def _current(self, key: str, version: str | None) -> S | None:
         with self._lock:
             held = self._held.get(key)
@@ -72,8 +78,9 @@ class SnapshotCache(Generic[S]):
         """Called for a copy no longer held (replaced, evicted, cleared): nothing to release
         here; a copy that keeps a resource (:mod:`pipeline.store.rows`) releases it."""
 
-    def _fresh(self, path: Path, want_vectors: bool | str) -> S | None:
-        """A fresh copy of the store at ``path``, read on a connection of its own."""
+    def _fresh(self, key: str, path: Path, want_vectors: bool | str) -> S | None:
+        """A fresh copy of the store at ``path`` (``key``), read on a connection of its
+        own."""
         db = connect(path, want_vectors=want_vectors)
         try:
             return self.load(db)
@@ -116,7 +123,7 @@ class SnapshotCache(Generic[S]):
 
     def _load_apart(self, key: str, path: Path, want_vectors: bool | str) -> None:
         try:
-            fresh = self._fresh(path, want_vectors)
+            fresh = self._fresh(key, path, want_vectors)
             if fresh is not None:
                 self._keep(key, fresh)
         except Exception:  # the search goes on with SQLite, and the next one tries again
