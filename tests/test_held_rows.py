@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.search.hybrid import HeldCopies, search_store
+from pipeline.search.paths import names_nothing, path_matches
 from pipeline.store import reads, schema
 from pipeline.store.engine import connect
+from pipeline.store.path_keys import normalized_path
 from tests.searchkit import QueryVector, build
 
 NOTES = {f"memory/n{i}.md": f"garden note number {i}" for i in range(4)}
@@ -62,6 +64,7 @@ WRITE = """
 import sys
 from pipeline.store import schema
 from pipeline.store.engine import connect
+from pipeline.store.path_keys import normalized_path
 db = connect(sys.argv[1])
 with schema.transaction(db):
     db.conn.execute("UPDATE chunks SET importance = 10 WHERE rowid = ?", (int(sys.argv[2]),))
@@ -181,3 +184,28 @@ def test_a_store_swapped_in_at_the_same_path_is_not_answered_from_the_old_rows(
         db.close()
     finally:
         held.close()
+
+
+def test_a_query_the_held_names_rule_out_names_no_file(ws: Path, make_settings) -> None:
+    """The file names a copy holds rule out the path lookups only where the store's own
+    lookups find nothing: every query gives the same matches with and without them."""
+    notes = {"memory/foo_bar.md": "alpha", "memory/Kafka-Notes.md": "beta", "MEMORY.md": "gamma",
+             "memory/2026-01-02.md": "delta", "memory/über/café.md": "epsilon"}
+    db, _ = build(ws, make_settings, notes)
+    held = HeldCopies()
+    try:
+        names = held.rows.get(db).names
+        assert names is not None and names.tokens is not None
+        ruled_out = 0
+        for query in ["foo", "bar", "foo_bar", "FOO_BAR.md", "kafka notes", "notes", "memory",
+                      "MEMORY.md", "memory.md", "2026", "2026-01-02", "01", "garden lantern",
+                      "lantern", "q17", "_", "md", "caf", "café", "über", "cafe", "kafka-notes",
+                      "what did alice say about kafka", "budget review", "./MEMORY.md", ""]:
+            key = normalized_path(query)
+            key = key.rsplit("/", 1)[-1] if key and key != "." else None
+            ruled_out += names_nothing(query, key, names)
+            assert path_matches(db, query, 24, None, names) == path_matches(db, query, 24, None)
+        assert ruled_out >= 4  # garden lantern, lantern, q17, budget review
+    finally:
+        held.close()
+        db.close()

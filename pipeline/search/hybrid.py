@@ -194,14 +194,14 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     hybrid = settings.query.hybrid
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
-    paths = path_matches(db, query, candidates, sources)
+    rows = current.rows if current is not None else None
+    paths = path_matches(db, query, candidates, sources, None if rows is None else rows.names)
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
     # fall under minScore), so keyword scores are relative to the best hit in every mode.
     vectors = query_vector is not None and bool(np.any(query_vector))
     stats, matrix = (held.current(db, text=use_text, vectors=vectors,
                                   versions=current.versions)
                      if held is not None and current is not None else (None, None))
-    rows = current.rows if current is not None else None
     if query_vector is None or not vectors:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)

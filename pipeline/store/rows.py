@@ -37,7 +37,7 @@ from typing import Any
 from pipeline.store import reads
 from pipeline.store.engine import Database, connect
 from pipeline.store.reads import WeightRow
-from pipeline.store.schema import TEXT_VERSION_KEY, get_metas
+from pipeline.store.schema import TEXT_VERSION_KEY, get_metas, has_path_index
 from pipeline.store.snapshots import MAX_STORES, SnapshotCache
 from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 
@@ -49,6 +49,15 @@ MAX_ROWS = 1_000_000
 MAX_WORDS = 4_000_000
 
 Versions = tuple[Any, Any]
+
+
+@dataclass(frozen=True)
+class FileNames:
+    """What a copy knows of the store's file names: every name and stem key (``files``), and
+    every token of the path index (``paths_fts``; None when the store has none)."""
+
+    keys: frozenset[str]
+    tokens: frozenset[str] | None
 
 
 def versions_of(metas: dict[str, Any]) -> Versions | None:
@@ -75,6 +84,8 @@ class ChunkRows:
     word_ids: dict[int, bytes] = field(default_factory=dict, repr=False)
     #: The number of each word (shared with the next copy of the store).
     words: dict[bytes, int] = field(default_factory=dict, repr=False)
+    #: The store's file names (:mod:`pipeline.search.paths` asks them first).
+    names: FileNames | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def unchanged(self) -> bool:
@@ -135,6 +146,18 @@ def _numbered(rows: dict[int, WeightRow], before: ChunkRows | None
     return out, words
 
 
+def _file_names(db: Database) -> FileNames:
+    """The store's :class:`FileNames` (in the caller's read transaction)."""
+    keys = frozenset(k for pair in db.conn.execute("SELECT name_key, stem_key FROM files")
+                     for k in pair if k is not None)
+    if not has_path_index(db):
+        return FileNames(keys, None)
+    db.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_paths_row "
+                    "USING fts5vocab(main, 'paths_fts', 'row')")
+    return FileNames(keys, frozenset(t for (t,) in db.conn.execute(
+        "SELECT term FROM temp.memq_paths_row")))
+
+
 def load(path: Path, before: ChunkRows | None = None) -> ChunkRows | None:
     """Read every chunk row of the store at ``path`` on a connection of its own, kept by the
     copy (one read transaction; its ``data_version`` read first, so a commit during the read
@@ -158,13 +181,14 @@ def load(path: Path, before: ChunkRows | None = None) -> ChunkRows | None:
                 path_, source = row[1], row[9]
                 rows[row[0]] = (row[0], shared.setdefault(path_, path_), *row[2:9],
                                 shared.setdefault(source, source))
+            names = _file_names(db)
         finally:
             conn.execute("COMMIT")
         sources = frozenset(row[9] for row in rows.values())
         word_ids, words = _numbered(rows, before)
         kept = True
         return ChunkRows(version, rows, sources, db, data_version, word_ids=word_ids,
-                         words=words)
+                         words=words, names=names)
     finally:
         if not kept:
             db.close()
