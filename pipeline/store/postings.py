@@ -213,10 +213,7 @@ class TextStats:
             return []
         # Every term's part of a row's score is positive (IDF floored above 0, tf at least 1),
         # so the rows matched are those scoring above 0.
-        scores = np.zeros(len(self.ids))
-        for posting in postings:  # FTS5's order of phrases, so the sums round the same way
-            if posting.size:
-                scores[posting.at] += posting.weight
+        scores = _summed([p for p in postings if p.size], len(self.ids))
         if among is not None:
             scores[~np.isin(self.ids, np.asarray(among, dtype=np.int64))] = 0.0
         n = len(scores)
@@ -278,6 +275,20 @@ class TextStats:
             while self._held > MAX_POSTINGS and len(self._postings) > 1:
                 self._held -= self._postings.popitem(last=False)[1].size
         return loaded
+
+
+def _summed(postings: list[Posting], rows: int) -> np.ndarray:
+    """Each of ``rows`` rows' sum of the ``postings``' weights in it, added in the postings'
+    order (FTS5's order of phrases, so the sums round the same way): ``bincount`` adds its
+    weights in the order given, one pass in C."""
+    if len(postings) == 1:
+        scores = np.zeros(rows)
+        scores[postings[0].at] = postings[0].weight
+        return scores
+    if not postings:
+        return np.zeros(rows)
+    return np.bincount(np.concatenate([p.at for p in postings]),
+                       np.concatenate([p.weight for p in postings]), minlength=rows)
 
 
 _EMPTY = Posting(np.zeros(0, dtype=np.int32), np.zeros(0))
