@@ -53,11 +53,19 @@ class _Pool:
 
     def nearest_to(self, i: int, taken: list[int]) -> float:
         """Item ``i``'s max similarity to everything ``taken`` (folding in the new ones)."""
-        if self.folded[i] < len(taken):
+        folded = self.folded[i]
+        if folded < len(taken):
             mine = self.words_of(i)
             near = self.nearest[i]
-            for j in taken[self.folded[i]:]:
-                near = max(near, jaccard(mine, self.words_of(j)))
+            if mine:  # jaccard, inline (a few dozen per search): 0 with an empty set
+                size = len(mine)
+                for j in taken[folded:]:
+                    other = self.words_of(j)
+                    if other:
+                        common = len(mine & other)
+                        similarity = common / (size + len(other) - common)
+                        if similarity > near:
+                            near = similarity
             self.nearest[i], self.folded[i] = near, len(taken)
         return self.nearest[i]
 
