@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,7 @@ def test_the_held_rows_are_the_stores(ws: Path, make_settings) -> None:
 
 WRITE = """
 import sys
+import time
 from pipeline.store import schema
 from pipeline.store.engine import connect
 from pipeline.store.path_keys import normalized_path
@@ -206,6 +208,30 @@ def test_a_query_the_held_names_rule_out_names_no_file(ws: Path, make_settings) 
             ruled_out += names_nothing(query, key, names)
             assert path_matches(db, query, 24, None, names) == path_matches(db, query, 24, None)
         assert ruled_out >= 4  # garden lantern, lantern, q17, budget review
+    finally:
+        held.close()
+        db.close()
+
+
+def test_reloads_are_spaced_while_a_writer_commits(ws: Path, make_settings) -> None:
+    """Every commit makes the rows stale; a reload starts no sooner than RELOAD_SPACING times
+    the last load's duration after it ended, SQLite answering meanwhile."""
+    db, settings = build(ws, make_settings, NOTES, SCORES)
+    held = HeldCopies()
+    try:
+        held.rows.get(db)
+        with schema.transaction(db):
+            db.conn.execute("UPDATE chunks SET importance = 10 WHERE rowid = ?",
+                            (rowid_of(db, "memory/n2.md"),))
+        held.rows._loads[db.key] = (time.monotonic(), 60.0)  # a load that took a minute
+        assert held_rows(db, held) is None
+        assert not held.rows._loading  # no reload started
+        assert ranked(db, settings, held)[0][0] == "memory/n2.md"  # SQLite answers
+        held.rows._loads[db.key] = (time.monotonic() - 5.0, 1.0)  # ended 5 s ago, took 1 s
+        assert held_rows(db, held) is None  # stale: a reload starts now
+        held.wait()
+        assert held_rows(db, held) is not None
+        assert ranked(db, settings, held)[0][0] == "memory/n2.md"
     finally:
         held.close()
         db.close()

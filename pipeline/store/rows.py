@@ -30,6 +30,7 @@ before.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 VERSION_KEYS = (TEXT_VERSION_KEY, VECTORS_VERSION_KEY)
 #: Chunks above which a store's rows are not held (about 1 GB of rows at the benchmark's size).
 MAX_ROWS = 1_000_000
+#: A background reload starts no sooner than this many times the last load's duration after
+#: it ended.
+RELOAD_SPACING = 4.0
 #: Distinct words numbered per store; past this many a reload numbers them afresh.
 MAX_WORDS = 4_000_000
 
@@ -202,13 +206,30 @@ class RowsCache(SnapshotCache[ChunkRows]):
     def __init__(self, max_stores: int = MAX_STORES) -> None:
         super().__init__("chunk rows", lambda db: versions_of(get_metas(db, VERSION_KEYS)),
                          lambda db: load(db.path, self.held(db.key)), max_stores)
+        #: Per store: when its last background load ended and how long it took.
+        self._loads: dict[str, tuple[float, float]] = {}
+
+    def _may_load(self, key: str) -> bool:
+        """Every commit to a store makes its rows stale (not only those that change text or
+        vectors): while a writer commits often, a reload starts at most every
+        :data:`RELOAD_SPACING` times the last load's duration (SQLite answers meanwhile),
+        so reloading takes at most about a fifth of one core."""
+        with self._lock:
+            ended, took = self._loads.get(key, (0.0, 0.0))
+        return time.monotonic() >= ended + RELOAD_SPACING * took
+
+    def _fresh(self, key: str, path: Path, want_vectors: bool | str) -> ChunkRows | None:
+        started = time.monotonic()
+        try:
+            return load(path, self.held(key))  # the rows need no vector library
+        finally:
+            ended = time.monotonic()
+            with self._lock:
+                self._loads[key] = (ended, ended - started)
 
     def _current(self, key: str, version: Any) -> ChunkRows | None:
         held = super()._current(key, version)
         return held if held is not None and held.unchanged() else None
-
-    def _fresh(self, key: str, path: Path, want_vectors: bool | str) -> ChunkRows | None:
-        return load(path, self.held(key))  # the rows need no vector library
 
     def dropped(self, copy: ChunkRows) -> None:
         copy.close()

@@ -111,7 +111,7 @@ class SnapshotCache(Generic[S]):
             return None
         key = db.key
         held = self._current(key, version)
-        if held is None:
+        if held is None and self._may_load(key):
             with self._lock:
                 if key not in self._loading:
                     loader = threading.Thread(target=self._load_apart, daemon=True,
@@ -120,6 +120,10 @@ class SnapshotCache(Generic[S]):
                     self._loading[key] = loader
                     loader.start()
         return held
+
+    def _may_load(self, key: str) -> bool:
+        """Whether a background load of ``key``'s copy may start now (always, here)."""
+        return True
 
     def _load_apart(self, key: str, path: Path, want_vectors: bool | str) -> None:
         try:
