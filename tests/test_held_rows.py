@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.search.paths import names_nothing, path_matches
-from pipeline.store import reads, schema
+from pipeline.store import reads, rows, schema
 from pipeline.store.engine import connect
 from pipeline.store.path_keys import normalized_path
 from tests.searchkit import QueryVector, build
@@ -232,6 +232,25 @@ def test_reloads_are_spaced_while_a_writer_commits(ws: Path, make_settings) -> N
         held.wait()
         assert held_rows(db, held) is not None
         assert ranked(db, settings, held)[0][0] == "memory/n2.md"
+    finally:
+        held.close()
+        db.close()
+
+
+def test_a_store_too_large_to_hold_is_answered_by_sqlite(ws: Path, make_settings,
+                                                         monkeypatch) -> None:
+    db, settings = build(ws, make_settings, NOTES, SCORES)
+    need = rows.held_bytes(db)
+    assert need == len(NOTES) * rows.ROW_BYTES + sum(
+        len(t.encode()) for (t,) in db.conn.execute("SELECT text FROM chunks"))
+    held = HeldCopies()
+    try:
+        monkeypatch.setattr(rows, "MAX_BYTES", need - 1)
+        assert held.rows.get(db) is None
+        assert held_rows(db, held) is None
+        assert ranked(db, settings, held) == ranked(db, settings, None)
+        monkeypatch.setattr(rows, "MAX_BYTES", need)
+        assert held.rows.get(db) is not None
     finally:
         held.close()
         db.close()

@@ -23,8 +23,8 @@ loads in the background (:class:`~pipeline.store.snapshots.SnapshotCache`).
 
 Memory: a held row is a tuple of the row's values, sharing its path and source strings with
 the other rows of its file, plus its word numbers (bench/query_latency.py prints what a copy
-costs). A store with more than :data:`MAX_ROWS` chunks is not held: SQLite answers as
-before.
+costs: 5.8 MiB at 10,000 chunks, 96 MiB at 100,000). A store whose rows would take more
+than :data:`MAX_BYTES` is not held: SQLite answers as before.
 """
 
 from __future__ import annotations
@@ -44,8 +44,13 @@ from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 
 #: The meta keys whose values name the store generation a copy was read from.
 VERSION_KEYS = (TEXT_VERSION_KEY, VECTORS_VERSION_KEY)
-#: Chunks above which a store's rows are not held (about 1 GB of rows at the benchmark's size).
-MAX_ROWS = 1_000_000
+#: What a held row costs beyond its text's bytes (tuple, numbers, word numbers, dict slots):
+#: measured 595 bytes on bench/query_latency.py's store (RSS +95.9 MiB for 100,000 chunks
+#: of 413 characters on average).
+ROW_BYTES = 600
+#: A store whose rows would take more than this (ROW_BYTES a chunk plus its text) is not
+#: held: SQLite answers as before. About 200,000 chunks of the benchmark's size.
+MAX_BYTES = 192 * 2**20
 #: A background reload starts no sooner than this many times the last load's duration after
 #: it ended.
 RELOAD_SPACING = 4.0
@@ -162,12 +167,20 @@ def _file_names(db: Database) -> FileNames:
         "SELECT term FROM temp.memq_paths_row")))
 
 
+def held_bytes(db: Database) -> int:
+    """About what holding the store's rows would take: :data:`ROW_BYTES` a chunk plus its
+    text's UTF-8 bytes."""
+    count, text = db.conn.execute(
+        "SELECT count(*), coalesce(sum(length(CAST(text AS BLOB))), 0) FROM chunks").fetchone()
+    return int(count) * ROW_BYTES + int(text)
+
+
 def load(path: Path, before: ChunkRows | None = None) -> ChunkRows | None:
     """Read every chunk row of the store at ``path`` on a connection of its own, kept by the
     copy (one read transaction; its ``data_version`` read first, so a commit during the read
     only makes the copy look changed); ``before``: the copy it replaces, whose word numbers
-    of unchanged chunks are kept. None for a store without a text version or with more than
-    :data:`MAX_ROWS` chunks."""
+    of unchanged chunks are kept. None for a store without a text version or whose rows
+    would take more than :data:`MAX_BYTES`."""
     db = connect(path, want_vectors=False)
     kept = False
     try:
@@ -176,8 +189,7 @@ def load(path: Path, before: ChunkRows | None = None) -> ChunkRows | None:
         try:
             data_version = int(conn.execute("PRAGMA data_version").fetchone()[0])
             version = versions_of(get_metas(db, VERSION_KEYS))
-            count = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-            if version is None or count > MAX_ROWS:
+            if version is None or held_bytes(db) > MAX_BYTES:
                 return None
             shared: dict[str, str] = {}
             rows: dict[int, WeightRow] = {}
