@@ -54,8 +54,9 @@ def test_the_held_rows_are_the_stores(ws: Path, make_settings) -> None:
         assert copy.weights(rowids) == reads.chunk_weights(db, rowids)
         assert copy.weights([10**9]) == []
         assert copy.sources == reads.present_sources(db)
-        assert copy.allowed(["memory"]) == reads.allowed_rowids(db, ["memory"])
-        assert copy.allowed(["sessions"]) == reads.allowed_rowids(db, ["sessions"]) == []
+        assert copy.allowed(["memory"]).tolist() == reads.allowed_rowids(db, ["memory"])
+        assert copy.allowed(["sessions"]).tolist() == reads.allowed_rowids(db, ["sessions"])
+        assert not reads.allowed_rowids(db, ["sessions"])
     finally:
         held.close()
         db.close()
@@ -251,6 +252,38 @@ def test_a_store_too_large_to_hold_is_answered_by_sqlite(ws: Path, make_settings
         assert ranked(db, settings, held) == ranked(db, settings, None)
         monkeypatch.setattr(rows, "MAX_BYTES", need)
         assert held.rows.get(db) is not None
+    finally:
+        held.close()
+        db.close()
+
+
+def test_a_source_filter_answers_from_the_held_rows_as_from_the_store(
+        ws: Path, make_settings) -> None:
+    """Chunks of a source a search does not want (a transcript among memory notes): the held
+    rows give the wanted chunks, and every search the same hits as SQLite alone."""
+    db, settings = build(ws, make_settings, NOTES, SCORES)
+    with schema.transaction(db):
+        for n in range(3):
+            db.conn.execute(
+                "INSERT INTO chunks(id, path, source, start_line, end_line, hash, text, state, "
+                "updated_at) VALUES (?, ?, 'sessions', 1, 1, ?, ?, 'ready', 0)",
+                (f"s{n}", f"sessions/t{n}.jsonl", f"hs{n}", f"garden garden talk {n}"))
+    held = HeldCopies()
+    try:
+        copy = held.rows.get(db)
+        assert copy.sources == {"memory", "sessions"}
+        both = copy.allowed(["sessions", "memory"]).tolist()
+        assert both == reads.allowed_rowids(db, ["memory", "sessions"]) and len(both) == 7
+        held.matrices.get(db)
+        held.text_stats.get(db)
+        for wanted in (["memory"], ["sessions"], ["memory", "sessions"]):
+            for provider in (QueryVector(), None):
+                hits = search_store(db, settings, "garden", provider=provider, min_score=0,
+                                    held=held, sources=wanted)
+                assert hits == search_store(db, settings, "garden", provider=provider,
+                                            min_score=0, sources=wanted)
+                assert hits and {h.source for h in hits} <= set(wanted)
+        assert held_rows(db, held) is not None
     finally:
         held.close()
         db.close()

@@ -203,7 +203,8 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
                                   versions=current.versions)
                      if held is not None and current is not None else (None, None))
     if query_vector is None or not vectors:
-        text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
+        among = rows.allowed(sources) if rows is not None and sources is not None else None
+        text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
         return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
                        text_side=use_text)

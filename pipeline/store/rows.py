@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeline.store import reads
 from pipeline.store.engine import Database, connect
 from pipeline.store.reads import WeightRow
@@ -95,6 +97,8 @@ class ChunkRows:
     words: dict[bytes, int] = field(default_factory=dict, repr=False)
     #: The store's file names (:mod:`pipeline.search.paths` asks them first).
     names: FileNames | None = None
+    #: Per source present: its chunks' rowids, ascending.
+    by_source: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def unchanged(self) -> bool:
@@ -114,11 +118,13 @@ class ChunkRows:
         rows = self.rows
         return [rows[r] for r in rowids if r in rows]
 
-    def allowed(self, sources: list[str]) -> list[int]:
+    def allowed(self, sources: list[str]) -> np.ndarray:
         """As :func:`~pipeline.store.reads.allowed_rowids`: the chunks of ``sources``,
-        ascending."""
-        wanted = set(sources)
-        return sorted(r for r, row in self.rows.items() if row[9] in wanted)
+        ascending (an int64 array)."""
+        parts = [self.by_source[s] for s in dict.fromkeys(sources) if s in self.by_source]
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
 
     def word_set(self, rowid: int) -> frozenset[int]:
         """Chunk ``rowid``'s MMR word set, its words as numbers: as many, and as many in
@@ -200,11 +206,15 @@ def load(path: Path, before: ChunkRows | None = None) -> ChunkRows | None:
             names = _file_names(db)
         finally:
             conn.execute("COMMIT")
-        sources = frozenset(row[9] for row in rows.values())
+        by_source: dict[str, list[int]] = {}
+        for rowid, row in rows.items():
+            by_source.setdefault(row[9], []).append(rowid)
         word_ids, words = _numbered(rows, before)
         kept = True
-        return ChunkRows(version, rows, sources, db, data_version, word_ids=word_ids,
-                         words=words, names=names)
+        return ChunkRows(version, rows, frozenset(by_source), db, data_version,
+                         word_ids=word_ids, words=words, names=names,
+                         by_source={s: np.sort(np.asarray(r, dtype=np.int64))
+                                    for s, r in by_source.items()})
     finally:
         if not kept:
             db.close()
