@@ -287,3 +287,30 @@ def test_a_source_filter_answers_from_the_held_rows_as_from_the_store(
     finally:
         held.close()
         db.close()
+
+
+def test_the_rows_of_a_deleted_store_file_are_dropped_at_the_next_load(
+        tmp_path: Path, make_settings) -> None:
+    """A rebuild deletes the old generation's file: its copy's connection, which keeps the
+    file open, is closed when the next copy loads."""
+    stores = {}
+    for name in ("old", "new"):
+        folder = tmp_path / name
+        folder.mkdir()
+        db, _ = build(folder, make_settings, {f"memory/{name}.md": "garden"},
+                      store={"path": str(tmp_path / f"{name}.sqlite")})
+        stores[name] = db
+    held = HeldCopies()
+    try:
+        old = held.rows.get(stores["old"])
+        assert old.db is not None
+        stores["old"].close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{tmp_path / 'old.sqlite'}{suffix}").unlink(missing_ok=True)
+        held.rows.get(stores["new"])
+        assert old.db is None  # closed
+        assert held.rows.held(str((tmp_path / "old.sqlite").resolve())) is None
+        assert held_rows(stores["new"], held) is not None
+    finally:
+        held.close()
+        stores["new"].close()

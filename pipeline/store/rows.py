@@ -29,6 +29,7 @@ than :data:`MAX_BYTES` is not held: SQLite answers as before.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -252,6 +253,16 @@ class RowsCache(SnapshotCache[ChunkRows]):
     def _current(self, key: str, version: Any) -> ChunkRows | None:
         held = super()._current(key, version)
         return held if held is not None and held.unchanged() else None
+
+    def _keep(self, key: str, copy: ChunkRows) -> None:
+        super()._keep(key, copy)
+        # A rebuild swaps a new generation in and deletes the old one's file, whose copy would
+        # otherwise keep it open (its space not freed) until evicted: dropped at the next load.
+        with self._lock:
+            gone = [k for k in self._held if not os.path.exists(k)]
+            stale = [self._held.pop(k) for k in gone]
+        for old in stale:
+            self.dropped(old)
 
     def dropped(self, copy: ChunkRows) -> None:
         copy.close()
