@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.store import porter
 from pipeline.store.engine import Database
 from pipeline.store.schema import TEXT_VERSION_KEY, get_meta
 from pipeline.store.snapshots import MAX_STORES, SnapshotCache
@@ -365,15 +366,21 @@ _SCRATCH_LOCK = threading.Lock()
 
 
 def _cut(db: Database, tokenizer: str, phrases: list[str]) -> dict[str, tuple[str, ...] | None]:
-    """Run FTS5's tokenizer over each phrase's words (:class:`_Scratch`)."""
+    """Run FTS5's tokenizer over each phrase's words (:class:`_Scratch`); a plain ASCII word
+    under the store's ``porter unicode61`` is cut in Python (:mod:`pipeline.store.porter`)."""
     words: dict[str, tuple[str, ...] | None] = {}
     rows = []
     for n, phrase in enumerate(phrases):
         inner = _QUOTED.match(phrase)
         if inner is None:  # a prefix query, or not a quoted phrase at all
             words[phrase] = None
+            continue
+        text = inner.group(1).replace('""', '"')
+        token = porter.ascii_token(text) if tokenizer == porter.TOKENIZER else None
+        if token is not None:  # plain ASCII: cut as FTS5 cuts it, without a round trip
+            words[phrase] = (token,)
         else:
-            rows.append((n, inner.group(1).replace('""', '"')))
+            rows.append((n, text))
     if rows:
         cut = _Scratch.of(db, tokenizer).cut(rows)
         words.update((phrases[n], tuple(tokens)) for n, tokens in cut.items())
