@@ -29,8 +29,9 @@ The query embedding is excluded: the provider is a stub whose ``embed_query`` re
 prepared random unit vector. The one-off loads are timed apart: the in-memory vectors, the
 BM25 row lengths and the chunk rows, with the memory the rows take (once per process, and
 again after the store changes), and each query word's postings (on the word's first search;
-every query also carries a word of its own, ``q<i>``, which no chunk holds: it is cut by
-FTS5's tokenizer on every search and found in no posting). Before timing, the in-memory and
+every query also carries a word of its own, ``q<i>``, which no chunk holds; its cut and its
+empty posting are made once, before the timed loop, when the keyword-score rows' ranks are
+computed, so the timed searches find every word cut). Before timing, the in-memory and
 SQLite paths are checked to give identical results. The methods take turns query by query
 (load drift on a shared machine hits all alike). Defaults are OpenClaw's (maxResults
 6, candidateMultiplier 4: 24 candidates per side). Reported: p50 and p95 in milliseconds,
