@@ -51,8 +51,8 @@ def test_the_held_rows_are_the_stores(ws: Path, make_settings) -> None:
         copy = held.rows.get(db)
         rowids = [r for (r,) in db.conn.execute("SELECT rowid FROM chunks")]
         assert len(rowids) > len(notes)
-        assert copy.weights(rowids) == reads.chunk_weights(db, rowids)
-        assert copy.weights([10**9]) == []
+        assert [copy.rows[r] for r in rowids] == reads.chunk_weights(db, rowids)
+        assert set(copy.rows) == set(rowids)
         assert copy.sources == reads.present_sources(db)
         assert copy.allowed(["memory"]).tolist() == reads.allowed_rowids(db, ["memory"])
         assert copy.allowed(["sessions"]).tolist() == reads.allowed_rowids(db, ["sessions"])

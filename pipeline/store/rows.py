@@ -23,8 +23,9 @@ loads in the background (:class:`~pipeline.store.snapshots.SnapshotCache`).
 
 Memory: a held row is a tuple of the row's values, sharing its path and source strings with
 the other rows of its file, plus its word numbers (bench/query_latency.py prints what a copy
-costs: 5.8 MiB at 10,000 chunks, 96 MiB at 100,000). A store whose rows would take more
-than :data:`MAX_BYTES` is not held: SQLite answers as before.
+costs: 5.1-6.0 MiB at 10,000 chunks, 96-98 MiB at 100,000), and each distinct word once (about
+100 bytes; the benchmark's notes have few). A store whose rows would take more than
+:data:`MAX_BYTES` is not held: SQLite answers as before.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ MAX_BYTES = 192 * 2**20
 #: A background reload starts no sooner than this many times the last load's duration after
 #: it ended.
 RELOAD_SPACING = 4.0
-#: Distinct words numbered per store; past this many a reload numbers them afresh.
-MAX_WORDS = 4_000_000
+#: Distinct words numbered per store (about 100 bytes each, beyond ROW_BYTES); past this many
+#: a reload numbers them afresh, forgetting words no chunk holds any more.
+MAX_WORDS = 1_000_000
 
 Versions = tuple[Any, Any]
 
@@ -112,12 +114,6 @@ class ChunkRows:
             except self.db.database_error:
                 return False
         return int(now) == self.data_version
-
-    def weights(self, rowids: list[int]) -> list[WeightRow]:
-        """As :func:`~pipeline.store.reads.chunk_weights`: the rows of those chunks held
-        (every chunk of the store is), in the order asked."""
-        rows = self.rows
-        return [rows[r] for r in rowids if r in rows]
 
     def allowed(self, sources: list[str]) -> np.ndarray:
         """As :func:`~pipeline.store.reads.allowed_rowids`: the chunks of ``sources``,
