@@ -116,6 +116,8 @@ def observed(tmp: Path) -> dict[str, list[list[Any]]]:
     held.text_stats.current(db)
     held.text_stats.wait()
     assert held.text_stats.current(db) is not None
+    held.rows.get(db)  # the chunk rows too: the held searches touch no chunk row in SQLite
+    assert held.current_rows(db, held.versions(db)) is not None
     out: dict[str, list[list[Any]]] = {}
     try:
         for mode, chosen in settings.items():

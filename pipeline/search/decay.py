@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Iterable
 
 _DATED = re.compile(r"(?:^|/)memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:-[^/]+)?\.md\Z", re.ASCII)
 _EVERGREEN = frozenset({"MEMORY.md", "USER.md"})
@@ -77,16 +76,16 @@ def multiplier(written_at: float | None, now: float, half_life_days: float,
     return decayed if min_factor <= 0 else min_factor + (1.0 - min_factor) * decayed
 
 
-def multipliers(files: Iterable[tuple[int, str, int | None]], now: float,
-                half_life_days: float, min_factor: float = 0.0) -> dict[int, float]:
-    """Decay multiplier per chunk of ``files`` ((rowid, path, its file's mtime_ns or None), as
-    :func:`pipeline.store.reads.chunk_weights` reads them), worked out once per file."""
-    per_file: dict[tuple[str, int | None], float] = {}
-    out: dict[int, float] = {}
-    for r, path, mtime in files:
-        factor = per_file.get((path, mtime))
-        if factor is None:
-            factor = per_file[path, mtime] = multiplier(note_time(path, mtime), now,
-                                                        half_life_days, min_factor)
-        out[r] = factor
-    return out
+def file_multiplier(path: str, mtime_ns: int | None, now: float, half_life_days: float,
+                    min_factor: float = 0.0,
+                    times: dict[tuple[str, int | None], float | None] | None = None) -> float:
+    """The decay factor of the chunks of file ``path`` (its modification time ``mtime_ns``,
+    None when unknown). ``times``: each file's :func:`note_time`, kept across calls (a held
+    copy's, :mod:`pipeline.store.rows`), filled here."""
+    if times is None:
+        written = note_time(path, mtime_ns)
+    elif (path, mtime_ns) in times:
+        written = times[path, mtime_ns]
+    else:
+        written = times[path, mtime_ns] = note_time(path, mtime_ns)
+    return multiplier(written, now, half_life_days, min_factor)

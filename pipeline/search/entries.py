@@ -16,15 +16,16 @@ after fusion), between fusion and ``minScore``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pipeline.search import decay, weights
 from pipeline.search.fusion import Candidate
 from pipeline.search.paths import PathMatch, path_matches
 from pipeline.store import reads
 from pipeline.store.engine import Database
+from pipeline.store.reads import WeightRow
+from pipeline.store.rows import ChunkRows
 
 EntryValues = tuple[int | None, str | None, str | None]
 
@@ -32,22 +33,25 @@ EntryValues = tuple[int | None, str | None, str | None]
 @dataclass
 class Weighed:
     """The candidates after this stage: ``exact`` (in their final order, showing their
-    project multiplier) and ``rest`` (weighted scores, unsorted), and the entry values read.
+    project multiplier) and ``rest`` (weighted scores, unsorted), and the rows read.
     ``groups`` holds ``exact`` as OpenClaw's MMR sees it: per tier (with decay off, its
     content-backed and its path-only matches apart), each with its ranking score."""
 
     exact: list[Candidate] = field(default_factory=list)
     groups: list[list[tuple[Candidate, float]]] = field(default_factory=list)
     rest: list[Candidate] = field(default_factory=list)
-    values: dict[int, EntryValues] = field(default_factory=dict)
     #: Decay × importance × project multiplier per candidate of ``rest`` (what a reranker's
     #: relevance is multiplied by in place of the fused score).
     factors: dict[int, float] = field(default_factory=dict)
-    #: (path, its file's mtime_ns or None) per candidate read.
-    files: dict[int, tuple[str, int | None]] = field(default_factory=dict)
-    #: (path, start_line, end_line, text, source) per candidate still in the store, as
-    #: :func:`pipeline.store.reads.chunk_rows` gives them.
-    rows: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    #: :data:`~pipeline.store.reads.WeightRow` per candidate still in the store (more rows
+    #: when they are the held copy's: every chunk of the store).
+    rows: Mapping[int, WeightRow] = field(default_factory=dict)
+
+
+def entry_values(row: WeightRow) -> EntryValues | None:
+    """A row's (importance, triggers, project key), None when it has none of them."""
+    values = row[3:6]
+    return None if values == (None, None, None) else values
 
 
 def _with_named(matches: Sequence[PathMatch], ranked: list[Candidate]) -> dict[str, int]:
@@ -62,43 +66,55 @@ def _with_named(matches: Sequence[PathMatch], ranked: list[Candidate]) -> dict[s
 
 def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
           decay_days: float | None, now: float, projects: Sequence[str] | None,
-          paths: Sequence[PathMatch] | None = None, decay_floor: float = 0.0) -> Weighed:
+          paths: Sequence[PathMatch] | None = None, decay_floor: float = 0.0,
+          held: ChunkRows | None = None) -> Weighed:
     """Temporal decay (``decay_days``: the half-life, None when off; ``decay_floor``: its
     ``minFactor``), importance, project
     ranking and exact-path order over the fused ``ranked`` candidates (see module doc).
     ``paths``: the files the query names (:func:`pipeline.search.paths.path_matches`), looked
-    up here (exact matches only) when None."""
+    up here (exact matches only) when None. ``held``: the store's chunk rows held in memory
+    (:mod:`pipeline.store.rows`) when current; else the rows are read from the store."""
     if paths is None:
         paths = path_matches(db, query, 0, sources)
     named = _with_named(paths, ranked)
-    rows = reads.chunk_weights(db, [c.rowid for c in ranked])
-    specific = {r: named[path] for r, path, *_ in rows if path in named}
-    files = {r: (path, mtime) for r, path, mtime, *_ in rows}
-    factors = (decay.multipliers([row[:3] for row in rows], now, decay_days, decay_floor)
-               if decay_days is not None else {})
-    values = {r: (i, t, p) for r, _, _, i, t, p, *_ in rows
-              if i is not None or t is not None or p is not None}
+    if held is not None:
+        rows: Mapping[int, WeightRow] = held.rows
+        times = held.written
+    else:
+        rows = {row[0]: row for row in reads.chunk_weights(db, [c.rowid for c in ranked])}
+        times = None
     active = weights.active_keys(projects)
-    out = Weighed(values=values, files=files,
-                  rows={r: (path, start, end, text, source)
-                        for r, path, _, _, _, _, start, end, text, source in rows})
+    out = Weighed(rows=rows)
+    per_file: dict[tuple[str, int | None], float] = {}
     tiers: dict[int, list[tuple[float, bool, Candidate]]] = {3: [], 2: [], 1: []}
     for c in ranked:
-        if c.rowid not in values and c.rowid not in specific:  # most: only decay applies
-            factor = factors.get(c.rowid, 1.0)  # importance and project multipliers are 1
-            c.score *= factor
+        row = rows.get(c.rowid)
+        if row is None:  # deleted since it was ranked: dropped later
+            out.rest.append(c)
+            out.factors[c.rowid] = 1.0
+            continue
+        factor = 1.0
+        if decay_days is not None:
+            file = row[1], row[2]
+            factor = per_file.get(file, -1.0)
+            if factor < 0:
+                factor = per_file[file] = decay.file_multiplier(
+                    row[1], row[2], now, decay_days, decay_floor, times)
+        values = entry_values(row)
+        level = named.get(row[1], 0) if named else 0
+        if values is None and not level:  # most: only decay applies
+            c.score *= factor  # importance and project multipliers are 1
             out.rest.append(c)
             out.factors[c.rowid] = factor
             continue
-        importance, _, project = values.get(c.rowid, (None, None, None))
+        importance, _, project = values or (None, None, None)
         if not weights.project_eligible(project):
             continue
         content = c.score
-        level = specific.get(c.rowid, 0)
         if level:
             content = ((1 + max(0.0, min(1.0, content))) / 2 if decay_days is not None
                        else content if content > 0 else 1.0)
-        factor = (factors.get(c.rowid, 1.0) * weights.importance_multiplier(importance)
+        factor = (factor * weights.importance_multiplier(importance)
                   * weights.project_multiplier(project, active))
         c.score = content * factor
         if level:
@@ -115,7 +131,6 @@ def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequenc
         out.groups += [[(c, score) for score, _, c in part] for part in parts if part]
     for group in out.groups:
         for c, _ in group:
-            c.score = weights.project_multiplier(values.get(c.rowid, (None, None, None))[2],
-                                                 active)
+            c.score = weights.project_multiplier(rows[c.rowid][5], active)
             out.exact.append(c)
     return out

@@ -17,7 +17,7 @@ same results faster; a one-shot caller passes none and SQLite answers.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,12 +26,12 @@ import numpy as np
 
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
-from pipeline.results import Provenance, SearchHit
+from pipeline.results import SearchHit
 from pipeline.search import calibration, entries, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.paths import PathMatch, path_matches
-from pipeline.search.provenance import provenances
+from pipeline.search.provenance import provenance
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     best_first,
@@ -45,6 +45,8 @@ from pipeline.store import reads
 from pipeline.store.engine import Database
 from pipeline.store.matrix import MatrixCache, VectorMatrix
 from pipeline.store.postings import TextStats, TextStatsCache
+from pipeline.store.reads import WeightRow
+from pipeline.store.rows import VERSION_KEYS, ChunkRows, RowsCache, versions_of
 from pipeline.store.schema import TEXT_VERSION_KEY, get_metas
 from pipeline.store.vectors import SINGLE_THREAD_ROWS
 from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
@@ -58,41 +60,66 @@ MAX_CANDIDATES = 200
 class HeldCopies:
     """A long-running reader's copies of its stores, each reloaded in the background whenever
     the store changed (never stale; see :mod:`pipeline.store.snapshots`): the vectors as one
-    matrix, the BM25 statistics, and a thread that scans the matrix while the keyword side
-    ranks."""
+    matrix, the BM25 statistics, the chunk rows (:mod:`pipeline.store.rows`), and a thread
+    that scans the matrix while the keyword side ranks."""
 
     matrices: MatrixCache = field(default_factory=MatrixCache)
     text_stats: TextStatsCache = field(default_factory=TextStatsCache)
+    rows: RowsCache = field(default_factory=RowsCache)
     scans: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="memq-vector-scan"))
 
-    def current(self, db: Database, *, text: bool, vectors: bool
+    def versions(self, db: Database) -> dict[str, Any]:
+        """The store's text and vectors versions, which every copy is checked by, in one
+        read."""
+        return get_metas(db, VERSION_KEYS)
+
+    def current_rows(self, db: Database, versions: dict[str, Any]) -> ChunkRows | None:
+        """The store's held chunk rows if current (``versions``: :meth:`versions`); never
+        while ``db`` is inside a transaction, whose view may differ from the committed
+        store."""
+        if db.conn.in_transaction:
+            return None
+        return self.rows.current_at(db, versions_of(versions))
+
+    def current(self, db: Database, *, text: bool, vectors: bool,
+                versions: dict[str, Any] | None = None
                 ) -> tuple[TextStats | None, VectorMatrix | None]:
         """The store's held BM25 statistics (when ``text``) and vectors (when ``vectors``),
-        each None unless current (as their caches' ``current`` gives them), the versions of
-        both read in one statement."""
-        if not (text and vectors):
-            return (self.text_stats.current(db) if text else None,
-                    self.matrices.current(db) if vectors else None)
-        versions = get_metas(db, (TEXT_VERSION_KEY, VECTORS_VERSION_KEY))
-        return (self.text_stats.current_at(db, versions.get(TEXT_VERSION_KEY)),
-                self.matrices.current_at(db, versions.get(VECTORS_VERSION_KEY)))
+        each None unless current (as their caches' ``current`` gives them); ``versions``:
+        :meth:`versions`, read here when None."""
+        if versions is None:
+            versions = self.versions(db)
+        return (self.text_stats.current_at(db, versions.get(TEXT_VERSION_KEY)) if text else None,
+                self.matrices.current_at(db, versions.get(VECTORS_VERSION_KEY)) if vectors
+                else None)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for the background loads started so far (tests and benchmarks)."""
         self.matrices.wait(timeout)
         self.text_stats.wait(timeout)
+        self.rows.wait(timeout)
 
     def close(self) -> None:
         """Drop the copies and stop the scan threads."""
         self.matrices.clear()
         self.text_stats.clear()
+        self.rows.clear()
         self.scans.shutdown(wait=False)
+
+
+@dataclass
+class Current:
+    """What one search found current in the held copies: the store's versions as its
+    connection read them, and the chunk rows if held and current."""
+
+    versions: dict[str, Any]
+    rows: ChunkRows | None
 
 
 def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: int,
               sources: list[str] | None, use_text: bool, held: HeldCopies | None,
-              stats: TextStats | None, matrix: VectorMatrix | None
+              stats: TextStats | None, matrix: VectorMatrix | None, rows: ChunkRows | None
               ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
     """Both retrievers' hits (vector, text) and the in-memory vectors if used (``matrix``:
     the held copy if current). The vector side's scores are the scan's own
@@ -106,14 +133,16 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     if matrix is None or held is None:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
         return vector_hits(db, query_vector, candidates, sources), text, None
-    among = None if sources is None else reads.allowed_rowids(db, sources)
+    among = (None if sources is None else rows.allowed(sources) if rows is not None
+             else reads.allowed_rowids(db, sources))
     # A thread hop pays off only for a scan that takes longer than a wake-up: on a busy
     # machine the woken thread waits for a core (2.6 ms inline vs 4.7 ms with a hop at 10,000
     # chunks, load 6); nothing to overlap with in a vector-only search.
     if not use_text or len(matrix.ids) <= SINGLE_THREAD_ROWS:
-        vector = matrix_hits(matrix, query_vector, candidates, among)
+        # The keyword side first: the scan streams the whole matrix through the core's caches,
+        # and what runs after it starts cold.
         text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
-        return vector, text, matrix
+        return matrix_hits(matrix, query_vector, candidates, among), text, matrix
     scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources, stats, among)
     return scan.result(), text, matrix
@@ -157,7 +186,7 @@ def _with_paths(scores: dict[int, float], paths: list[PathMatch]) -> dict[int, f
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
           provider: EmbeddingProvider | None, held: HeldCopies | None,
-          sources: list[str] | None) -> Ranking:
+          sources: list[str] | None, current: Current | None) -> Ranking:
     """Fused candidates and what each retriever returned; ``sources`` as
     :func:`~pipeline.search.retrievers.source_filter` gives them. Files named partially by the
     query (:func:`~pipeline.search.paths.path_matches`) are keyword hits in every mode (in a
@@ -165,19 +194,22 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     hybrid = settings.query.hybrid
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
-    paths = path_matches(db, query, candidates, sources)
+    rows = current.rows if current is not None else None
+    paths = path_matches(db, query, candidates, sources, None if rows is None else rows.names)
     # BM25 magnitudes depend on corpus size (a small memory gives small ranks that would all
     # fall under minScore), so keyword scores are relative to the best hit in every mode.
     vectors = query_vector is not None and bool(np.any(query_vector))
-    stats, matrix = (held.current(db, text=use_text, vectors=vectors) if held is not None
-                     else (None, None))
+    stats, matrix = (held.current(db, text=use_text, vectors=vectors,
+                                  versions=current.versions)
+                     if held is not None and current is not None else (None, None))
     if query_vector is None or not vectors:
-        text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
+        among = rows.allowed(sources) if rows is not None and sources is not None else None
+        text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
         return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
                        text_side=use_text)
     found, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
-                                    held, stats, matrix)
+                                    held, stats, matrix, rows)
     if not use_text:
         named = [r for r in _with_paths({}, paths) if r not in found]
         vector, missing = _exact_sides(db, found, named, query_vector, matrix)
@@ -239,13 +271,20 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
-    wanted = source_filter(db, settings.sources if sources is None else sources)
-    found = _rank(db, settings, query, candidates, provider, held, wanted)
+    current = None
+    if held is not None:
+        versions = held.versions(db)
+        current = Current(versions, held.current_rows(db, versions))
+    held_rows = current.rows if current is not None else None
+    wanted = source_filter(db, settings.sources if sources is None else sources,
+                           None if held_rows is None else held_rows.sources)
+    found = _rank(db, settings, query, candidates, provider, held, wanted, current)
     decay_on = hybrid.temporal_decay.enabled
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
                             decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
                             now=time.time() if now is None else now, projects=projects,
-                            paths=found.paths, decay_floor=hybrid.temporal_decay.min_factor)
+                            paths=found.paths, decay_floor=hybrid.temporal_decay.min_factor,
+                            held=held_rows)
     ranked, exact = weighed.rest, weighed.exact
     # Scores are what a hit shows (6 decimals) before they are compared: a hit shown as 0.35
     # is kept at minScore 0.35, and equal shown scores go by rowid on every path.
@@ -262,21 +301,21 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     note, head = None, len(picked)
     if reranker is not None:
         picked, reranked, note = reranker.apply(query, picked,
-                                                [rows[c.rowid][3] for c in picked],
+                                                [rows[c.rowid][8] for c in picked],
                                                 weighed.factors)
         head = reranked or head  # MMR stays among the reranked: their scores are another scale
     if hybrid.mmr.enabled:  # only the places left after the exact matches are shown
-        picked = mmr_order(picked[:head], [c.score for c in picked[:head]],
-                           [rows[c.rowid][3] for c in picked[:head]],
-                           hybrid.mmr.lambda_, limit=max_results - len(exact)) + picked[head:]
+        pool = picked[:head]
+        word_sets = (None if held_rows is None
+                     else lambda i: held_rows.word_set(pool[i].rowid))
+        picked = mmr_order(pool, [c.score for c in pool], [rows[c.rowid][8] for c in pool],
+                           hybrid.mmr.lambda_, limit=max_results - len(exact),
+                           word_sets=word_sets) + picked[head:]
     shown = (exact + picked + fill)[:max_results]
-    origins = provenances({c.rowid: (rows[c.rowid][0], rows[c.rowid][4]) for c in shown},
-                          weighed.files)
-    return Answer([_hit(c, rows[c.rowid], weighed.values.get(c.rowid), found,
-                        origins.get(c.rowid)) for c in shown], note)
+    return Answer([_hit(c, rows[c.rowid], found) for c in shown], note)
 
 
-def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple[Any, ...]],
+def _exact_order(weighed: entries.Weighed, kept: set[int], rows: Mapping[int, WeightRow],
                  mmr_lambda: float | None, limit: int) -> list[Candidate]:
     """The first ``limit`` exact-path matches that were ``kept``, in order; with MMR on
     (``mmr_lambda``), each group re-ordered by MMR over its ranking scores, as OpenClaw's
@@ -290,7 +329,7 @@ def _exact_order(weighed: entries.Weighed, kept: set[int], rows: dict[int, tuple
             out += [c for c, _ in members]
             continue
         out += mmr_order([c for c, _ in members], [score for _, score in members],
-                         [rows[c.rowid][3] for c, _ in members], mmr_lambda,
+                         [rows[c.rowid][8] for c, _ in members], mmr_lambda,
                          limit=limit - len(out))
     return out[:limit]
 
@@ -316,14 +355,14 @@ def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_resul
     return picked, fill[:max_results - len(picked) - exact]
 
 
-def _hit(c: Candidate, row: tuple[Any, ...], values: entries.EntryValues | None,
-         found: Ranking, provenance: Provenance | None) -> SearchHit:
-    """The hit of candidate ``c``: its fused ``score`` and the two sides' scores it was fused
-    from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not run has none)."""
-    path, start, end, text, source = row
-    importance, triggers, project = values or (None, None, None)
+def _hit(c: Candidate, row: WeightRow, found: Ranking) -> SearchHit:
+    """The hit of candidate ``c`` (its chunk's ``row``): its fused ``score`` and the two sides'
+    scores it was fused from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not
+    run has none)."""
+    _, path, mtime_ns, importance, triggers, project, start, end, text, source = row
     vector = round(c.vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
     keyword = round(c.text_score, SCORE_DECIMALS) if found.text_side else None
     return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source,
                      importance=importance, triggers=triggers, project_key=project,
-                     vector_score=vector, text_score=keyword, provenance=provenance)
+                     vector_score=vector, text_score=keyword,
+                     provenance=provenance(path, source, mtime_ns))

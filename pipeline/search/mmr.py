@@ -16,7 +16,7 @@ plain greedy loop gives (``tests/test_mmr_order.py`` pins it).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
 from pipeline.store.tokens import word_set
@@ -35,39 +35,53 @@ def jaccard(a: frozenset[Hashable], b: frozenset[Hashable]) -> float:
 class _Pool:
     """The items' relevance, tokens (read on first use) and nearest similarity to the taken."""
 
-    def __init__(self, scores: Sequence[float], texts: Sequence[str]) -> None:
+    def __init__(self, scores: Sequence[float], texts: Sequence[str],
+                 word_sets: Callable[[int], frozenset[Hashable]] | None) -> None:
         lo, hi = min(scores), max(scores)
         self.rel = [(s - lo) / (hi - lo) if hi > lo else 1.0 for s in scores]
         self.texts = texts
-        self.tokens: list[frozenset[bytes] | None] = [None] * len(texts)
+        self.sets = word_sets or (lambda i: word_set(self.texts[i]))
+        self.tokens: list[frozenset[Hashable] | None] = [None] * len(texts)
         self.nearest = [0.0] * len(texts)  # max similarity to the taken items folded in
         self.folded = [0] * len(texts)  # how many of the taken items that covers
 
-    def words_of(self, i: int) -> frozenset[bytes]:
+    def words_of(self, i: int) -> frozenset[Hashable]:
         found = self.tokens[i]
         if found is None:
-            found = self.tokens[i] = word_set(self.texts[i])
+            found = self.tokens[i] = self.sets(i)
         return found
 
     def nearest_to(self, i: int, taken: list[int]) -> float:
         """Item ``i``'s max similarity to everything ``taken`` (folding in the new ones)."""
-        if self.folded[i] < len(taken):
+        folded = self.folded[i]
+        if folded < len(taken):
             mine = self.words_of(i)
             near = self.nearest[i]
-            for j in taken[self.folded[i]:]:
-                near = max(near, jaccard(mine, self.words_of(j)))
+            if mine:  # jaccard, inline (a few dozen per search): 0 with an empty set
+                size = len(mine)
+                for j in taken[folded:]:
+                    other = self.words_of(j)
+                    if other:
+                        common = len(mine & other)
+                        similarity = common / (size + len(other) - common)
+                        if similarity > near:
+                            near = similarity
             self.nearest[i], self.folded[i] = near, len(taken)
         return self.nearest[i]
 
 
 def mmr_order(items: Sequence[T], scores: Sequence[float], texts: Sequence[str],
-              lambda_: float, limit: int | None = None) -> list[T]:
+              lambda_: float, limit: int | None = None,
+              word_sets: Callable[[int], frozenset[Hashable]] | None = None) -> list[T]:
     """``items`` re-ordered by MMR; ``scores`` and ``texts`` are parallel to ``items``.
-    ``limit``: only the first ``limit`` of that order (None: all of it)."""
+    ``limit``: only the first ``limit`` of that order (None: all of it). ``word_sets``: item
+    ``i``'s word set, standing for :func:`~pipeline.store.tokens.word_set` of its text (any
+    set whose sizes and overlaps are those: a held copy's word numbers,
+    :mod:`pipeline.store.rows`); None: cut from ``texts``."""
     count = len(items) if limit is None else max(0, min(limit, len(items)))
     if len(items) < 2:
         return list(items)[:count]
-    pool = _Pool(scores, texts)
+    pool = _Pool(scores, texts, word_sets)
     rel = pool.rel
     left = sorted(range(len(items)), key=lambda i: (-rel[i], i))  # bounds non-increasing
     taken: list[int] = []

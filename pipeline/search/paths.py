@@ -35,10 +35,11 @@ from pipeline.search.keywords import extract_keywords
 from pipeline.store import reads
 from pipeline.store.engine import Database
 from pipeline.store.path_keys import js_trim, name_keys, normalized_path
+from pipeline.store.rows import FileNames
 from pipeline.store.schema import has_path_index
 
-__all__ = ["EXACT_PATH_LIMIT", "PathMatch", "exact_path_specificity", "path_matches",
-           "path_plans"]
+__all__ = ["EXACT_PATH_LIMIT", "PathMatch", "exact_path_specificity", "names_nothing",
+           "path_matches", "path_plans"]
 
 #: OpenClaw's ``EXACT_PATH_CANDIDATE_LIMIT``: files an exact path query adds at most.
 EXACT_PATH_LIMIT = 200
@@ -179,13 +180,31 @@ def _exact(db: Database, query: str, sources: Sequence[str] | None) -> dict[str,
             for level, path, rowid in levels[:EXACT_PATH_LIMIT]}
 
 
-def path_matches(db: Database, query: str, limit: int, sources: Sequence[str] | None
-                 ) -> list[PathMatch]:
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9]+")
+
+
+def names_nothing(query: str, key: str | None, names: FileNames) -> bool:
+    """True when ``query`` (plain ASCII) surely names no file, exactly or partially: no file
+    has ``key`` (the query's last path segment) as its name or stem, and none of the query's
+    tokens as the path index cuts them (``unicode61``: ASCII letter and digit runs,
+    lower-cased) is in any path, while every lookup matches only paths holding all of its
+    words' tokens (the words and keywords of an ASCII query are runs of its own)."""
+    if names.tokens is None or not query.isascii() or (key is not None and key in names.keys):
+        return False
+    return not any(t.lower() in names.tokens for t in _ASCII_TOKEN.findall(query))
+
+
+def path_matches(db: Database, query: str, limit: int, sources: Sequence[str] | None,
+                 names: FileNames | None = None) -> list[PathMatch]:
     """Every file ``query`` names exactly (at most :data:`EXACT_PATH_LIMIT`, by specificity
     then path) and the best ``limit`` it names partially (by score, then path), of the
-    ``sources`` unless None (see the module doc)."""
+    ``sources`` unless None (see the module doc). ``names``: the store's file names held in
+    memory (:mod:`pipeline.store.rows`) when current: a query that surely names no file
+    (:func:`names_nothing`) is then not looked up at all."""
     wanted = normalized_path(query)
     key = wanted.rsplit("/", 1)[-1] if wanted and wanted != "." else None
+    if names is not None and names_nothing(query, key, names):
+        return []
     indexed = limit > 0 and db.fts_ok
     plans: list[Plan] = []
     if indexed:

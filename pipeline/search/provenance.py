@@ -20,7 +20,6 @@ labels a transcript chunk from its lines' origins (memq labels every transcript 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from pipeline.results import Provenance
 
@@ -43,16 +42,8 @@ def origin_class(path: str, source: str) -> str:
     return "agent" if workspace_memory else "untrusted"
 
 
-def provenances(rows: Mapping[int, tuple[str, str]],
-                files: Mapping[int, tuple[str, int | None]]) -> dict[int, Provenance]:
-    """The provenance of each chunk in ``rows`` (rowid -> (path, source)) that ``files`` holds
-    (rowid -> (path, its file's mtime_ns or None), as :func:`pipeline.store.reads.chunk_weights`
-    reads them)."""
-    out: dict[int, Provenance] = {}
-    for rowid, (_, source) in rows.items():
-        if rowid not in files:
-            continue
-        path, mtime_ns = files[rowid]
-        observed = max(0, int(mtime_ns // 1_000_000)) if mtime_ns is not None else 0
-        out[rowid] = Provenance(origin_class(path, source), "unknown", observed)
-    return out
+def provenance(path: str, source: str, mtime_ns: int | None) -> Provenance:
+    """The provenance of a chunk of file ``path`` from ``source``, its file's modification
+    time ``mtime_ns`` (None when the store has no file row for it: observed at 0)."""
+    observed = max(0, int(mtime_ns // 1_000_000)) if mtime_ns is not None else 0
+    return Provenance(origin_class(path, source), "unknown", observed)

@@ -15,7 +15,7 @@ source is never starved by a larger one filling vec0's top k.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 import numpy as np
 
@@ -31,9 +31,13 @@ EXACT_SCAN_MAX = 20_000  # wanted chunks scanned exactly; above this, vec0 over-
 OVERFETCH = 8
 
 
-def source_filter(db: Database, sources: Sequence[str]) -> list[str] | None:
-    """The sources to filter on, or None when every chunk belongs to a wanted source."""
-    return None if reads.present_sources(db) <= set(sources) else list(sources)
+def source_filter(db: Database, sources: Sequence[str],
+                  present: Set[str] | None = None) -> list[str] | None:
+    """The sources to filter on, or None when every chunk belongs to a wanted source;
+    ``present``: the sources the store holds, when known (read from it when None)."""
+    if present is None:
+        present = reads.present_sources(db)
+    return None if present <= set(sources) else list(sources)
 
 
 def keyword_hits(db: Database, query: str, limit: int, sources: Sequence[str] | None,

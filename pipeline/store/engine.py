@@ -67,6 +67,12 @@ class Database:
     def database_error(self) -> type[Exception]:
         return self._module.DatabaseError  # type: ignore[union-attr]
 
+    def open_memory(self) -> Any:
+        """A private in-memory connection of this store's SQLite library (scratch work that
+        needs its FTS5, never the store)."""
+        return self._module.connect(":memory:", isolation_level=None,  # type: ignore[union-attr]
+                                    check_same_thread=False)
+
     def close(self) -> None:
         self.conn.close()
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.store import porter
 from pipeline.store.engine import Database
 from pipeline.store.schema import TEXT_VERSION_KEY, get_meta
 from pipeline.store.snapshots import MAX_STORES, SnapshotCache
@@ -171,12 +172,26 @@ class TextStats:
     rows: int
     ids: np.ndarray
     norm: np.ndarray
+    #: The hashes (Python's, of this process) of every term the index holds, sorted: a term
+    #: whose hash is not among them has no rows, and its posting is known empty without a
+    #: read. None: not known (every posting is read).
+    terms: np.ndarray | None = None
     _postings: OrderedDict[str, Posting] = field(default_factory=OrderedDict)
     _held: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def idf(self, hits: int) -> float:
         return idf(self.rows, hits)
+
+    def absent(self, tokens: list[str]) -> set[str]:
+        """Those of ``tokens`` the index surely does not hold (their hash is not among
+        :attr:`terms`; a hash collision only makes a term look present)."""
+        if self.terms is None or not len(self.terms):
+            return set(tokens) if self.terms is not None else set()
+        hashes = np.fromiter((hash(t) for t in tokens), dtype=np.int64, count=len(tokens))
+        at = np.minimum(np.searchsorted(self.terms, hashes), len(self.terms) - 1)
+        return {t for t, found in zip(tokens, (self.terms[at] == hashes).tolist(),
+                                      strict=True) if not found}
 
     def weights(self, at: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """A term's part of the ``bm25()`` of each row it is in (rows ``at``, ``counts`` times
@@ -199,10 +214,7 @@ class TextStats:
             return []
         # Every term's part of a row's score is positive (IDF floored above 0, tf at least 1),
         # so the rows matched are those scoring above 0.
-        scores = np.zeros(len(self.ids))
-        for posting in postings:  # FTS5's order of phrases, so the sums round the same way
-            if posting.size:
-                scores[posting.at] += posting.weight
+        scores = _summed([p for p in postings if p.size], len(self.ids))
         if among is not None:
             scores[~np.isin(self.ids, np.asarray(among, dtype=np.int64))] = 0.0
         n = len(scores)
@@ -222,6 +234,10 @@ class TextStats:
             for t in found:
                 self._postings.move_to_end(t)
         missing = [t for t in dict.fromkeys(tokens) if t not in found]
+        if missing:
+            for term in self.absent(missing):  # in no row: nothing to read
+                found[term] = _EMPTY
+            missing = [t for t in missing if t not in found]
         if missing:
             loaded = self._load(db, missing)
             if loaded is None:
@@ -262,6 +278,21 @@ class TextStats:
         return loaded
 
 
+def _summed(postings: list[Posting], rows: int) -> np.ndarray:
+    """Each of ``rows`` rows' sum of the ``postings``' weights in it, added in the postings'
+    order (FTS5's order of phrases, so the sums round the same way): ``bincount`` adds its
+    weights in the order given, one pass in C."""
+    if len(postings) == 1:
+        scores = np.zeros(rows)
+        scores[postings[0].at] = postings[0].weight
+        return scores
+    if not postings:
+        return np.zeros(rows)
+    return np.bincount(np.concatenate([p.at for p in postings]),
+                       np.concatenate([p.weight for p in postings]), minlength=rows)
+
+
+_EMPTY = Posting(np.zeros(0, dtype=np.int32), np.zeros(0))
 _TOKENIZED: dict[tuple[str, str], tuple[str, ...] | None] = {}
 _TOKENIZED_LOCK = threading.Lock()
 
@@ -290,28 +321,68 @@ def tokenize(db: Database, tokenizer: str, phrases: Sequence[str]) -> list[str] 
     return out
 
 
+class _Scratch:
+    """A private in-memory connection of the store's SQLite library with an empty FTS5 table
+    per tokenizer, which cuts query phrases as the store's index does (one per tokenizer and
+    process; a search's connection, often opened for that search alone, then creates no
+    scratch tables of its own)."""
+
+    def __init__(self, db: Database, tokenizer: str) -> None:
+        self.conn = db.open_memory()
+        _scratch_tokens(self.conn, tokenizer, "memq_query_text", "memq_query_tokens")
+        self.lock = threading.Lock()
+
+    @classmethod
+    def of(cls, db: Database, tokenizer: str) -> _Scratch:
+        with _SCRATCH_LOCK:
+            found = _SCRATCHES.get(tokenizer)
+            if found is None:
+                found = _SCRATCHES[tokenizer] = cls(db, tokenizer)
+            return found
+
+    def cut(self, rows: list[tuple[int, str]]) -> dict[int, list[str]]:
+        """The tokens of each (n, text) of ``rows``, in order, by n: written in a transaction
+        that is rolled back (cheaper than deleting them from FTS5 again)."""
+        cut: dict[int, list[str]] = {n: [] for n, _ in rows}
+        with self.lock:
+            conn = self.conn
+            if conn.in_transaction:  # an interrupted call's
+                conn.execute("ROLLBACK")
+            conn.execute("DELETE FROM temp.memq_query_text")  # rows an interrupted call left
+            conn.execute("BEGIN")
+            try:
+                conn.executemany("INSERT INTO temp.memq_query_text(rowid, text) VALUES (?, ?)",
+                                 rows)
+                for term, doc in conn.execute("SELECT term, doc FROM temp.memq_query_tokens "
+                                              "ORDER BY doc, offset"):
+                    cut[doc].append(term)
+            finally:
+                conn.execute("ROLLBACK")
+        return cut
+
+
+_SCRATCHES: dict[str, _Scratch] = {}
+_SCRATCH_LOCK = threading.Lock()
+
+
 def _cut(db: Database, tokenizer: str, phrases: list[str]) -> dict[str, tuple[str, ...] | None]:
-    """Run FTS5's tokenizer over each phrase's words through a scratch table in ``temp``."""
-    conn = db.conn
+    """Run FTS5's tokenizer over each phrase's words (:class:`_Scratch`); a plain ASCII word
+    under the store's ``porter unicode61`` is cut in Python (:mod:`pipeline.store.porter`)."""
     words: dict[str, tuple[str, ...] | None] = {}
     rows = []
     for n, phrase in enumerate(phrases):
         inner = _QUOTED.match(phrase)
         if inner is None:  # a prefix query, or not a quoted phrase at all
             words[phrase] = None
+            continue
+        text = inner.group(1).replace('""', '"')
+        token = porter.ascii_token(text) if tokenizer == porter.TOKENIZER else None
+        if token is not None:  # plain ASCII: cut as FTS5 cuts it, without a round trip
+            words[phrase] = (token,)
         else:
-            rows.append((n, inner.group(1).replace('""', '"')))
+            rows.append((n, text))
     if rows:
-        _scratch_tokens(conn, tokenizer, "memq_query_text", "memq_query_tokens")
-        try:
-            conn.executemany("INSERT INTO temp.memq_query_text(rowid, text) VALUES (?, ?)",
-                             rows)
-            cut: dict[int, list[str]] = {n: [] for n, _ in rows}
-            for term, doc in conn.execute("SELECT term, doc FROM temp.memq_query_tokens "
-                                          "ORDER BY doc, offset"):
-                cut[doc].append(term)
-        finally:
-            conn.execute("DELETE FROM temp.memq_query_text")
+        cut = _Scratch.of(db, tokenizer).cut(rows)
         words.update((phrases[n], tuple(tokens)) for n, tokens in cut.items())
     return words
 
@@ -334,11 +405,24 @@ def load(db: Database) -> TextStats | None:
                 ids.append(rowid)
                 lengths.append(_row_length(size))
         tokenizer = fts_tokenizer(db)
+        terms = term_hashes(db)
     finally:
         if own:
             db.conn.execute("COMMIT")
     norm = length_norm(np.asarray(lengths, dtype=np.float64), avgdl)
-    return TextStats(version, tokenizer, rows, np.asarray(ids, dtype=np.int64), norm)
+    return TextStats(version, tokenizer, rows, np.asarray(ids, dtype=np.int64), norm, terms)
+
+
+def term_hashes(db: Database) -> np.ndarray:
+    """The sorted hashes of every term in the store's full-text index (``fts5vocab``), 8
+    bytes a term."""
+    db.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memq_fts_row "
+                    "USING fts5vocab(main, 'chunks_fts', 'row')")
+    cursor = db.conn.execute("SELECT term FROM temp.memq_fts_row")
+    hashes: list[int] = []
+    while batch := cursor.fetchmany(_FETCH):
+        hashes += [hash(term) for (term,) in batch]
+    return np.sort(np.asarray(hashes, dtype=np.int64))
 
 
 class TextStatsCache(SnapshotCache[TextStats]):

@@ -197,6 +197,11 @@ def bm25_ranks(db: Database, match: str | None, limit: int, sources: Sequence[st
 WeightRow = tuple[int, str, int | None, int | None, str | None, str | None, int, int, str, str]
 
 
+_WEIGHTS = ("SELECT c.rowid, c.path, f.mtime_ns, c.importance, c.triggers, c.project_key, "
+            "c.start_line, c.end_line, c.text, c.source "
+            "FROM chunks c LEFT JOIN files f ON f.path = c.path")
+
+
 def chunk_weights(db: Database, rowids: Sequence[int]) -> list[WeightRow]:
     """:data:`WeightRow` per chunk still in the store: what a search weighs its candidates by
     (decay, entry weights, exact paths), labels its hits with (provenance) and shows of them
@@ -204,11 +209,18 @@ def chunk_weights(db: Database, rowids: Sequence[int]) -> list[WeightRow]:
     if not rowids:
         return []
     marks = ",".join("?" * len(rowids))
-    return db.conn.execute(
-        f"SELECT c.rowid, c.path, f.mtime_ns, c.importance, c.triggers, c.project_key, "
-        f"c.start_line, c.end_line, c.text, c.source "
-        f"FROM chunks c LEFT JOIN files f ON f.path = c.path WHERE c.rowid IN ({marks})",
-        [int(r) for r in rowids]).fetchall()
+    return db.conn.execute(f"{_WEIGHTS} WHERE c.rowid IN ({marks})",
+                           [int(r) for r in rowids]).fetchall()
+
+
+def all_chunk_weights(db: Database) -> Iterator[WeightRow]:
+    """:data:`WeightRow` of every chunk, read lazily (:mod:`pipeline.store.rows` holds them)."""
+    cursor = db.conn.execute(_WEIGHTS)
+    try:
+        while batch := cursor.fetchmany(4096):
+            yield from batch
+    finally:
+        cursor.close()
 
 
 def first_chunks_named(db: Database, key: str, sources: Sequence[str] | None,

@@ -49,6 +49,12 @@ class SnapshotCache(Generic[S]):
         self._held: OrderedDict[str, S] = OrderedDict()
         self._loading: dict[str, threading.Thread] = {}
 
+    def held(self, key: str) -> S | None:
+        """The copy held for ``key`` (a store's :attr:`~pipeline.store.engine.Database.key`),
+        current or not."""
+        with self._lock:
+            return self._held.get(key)
+
     def _current(self, key: str, version: str | None) -> S | None:
         with self._lock:
             held = self._held.get(key)
@@ -59,10 +65,27 @@ class SnapshotCache(Generic[S]):
 
     def _keep(self, key: str, copy: S) -> None:
         with self._lock:
+            old = self._held.get(key)
             self._held[key] = copy
             self._held.move_to_end(key)
+            gone = [] if old is None or old is copy else [old]
             while len(self._held) > self.max_stores:
-                self._held.popitem(last=False)
+                gone.append(self._held.popitem(last=False)[1])
+        for dropped in gone:
+            self.dropped(dropped)
+
+    def dropped(self, copy: S) -> None:
+        """Called for a copy no longer held (replaced, evicted, cleared): nothing to release
+        here; a copy that keeps a resource (:mod:`pipeline.store.rows`) releases it."""
+
+    def _fresh(self, key: str, path: Path, want_vectors: bool | str) -> S | None:
+        """A fresh copy of the store at ``path`` (``key``), read on a connection of its
+        own."""
+        db = connect(path, want_vectors=want_vectors)
+        try:
+            return self.load(db)
+        finally:
+            db.close()
 
     def get(self, db: Database) -> S | None:
         """The store's copy as of now: the held one if current, else a fresh load (waited
@@ -88,7 +111,7 @@ class SnapshotCache(Generic[S]):
             return None
         key = db.key
         held = self._current(key, version)
-        if held is None:
+        if held is None and self._may_load(key):
             with self._lock:
                 if key not in self._loading:
                     loader = threading.Thread(target=self._load_apart, daemon=True,
@@ -98,13 +121,13 @@ class SnapshotCache(Generic[S]):
                     loader.start()
         return held
 
+    def _may_load(self, key: str) -> bool:
+        """Whether a background load of ``key``'s copy may start now (always, here)."""
+        return True
+
     def _load_apart(self, key: str, path: Path, want_vectors: bool | str) -> None:
         try:
-            db = connect(path, want_vectors=want_vectors)
-            try:
-                fresh = self.load(db)
-            finally:
-                db.close()
+            fresh = self._fresh(key, path, want_vectors)
             if fresh is not None:
                 self._keep(key, fresh)
         except Exception:  # the search goes on with SQLite, and the next one tries again
@@ -122,4 +145,7 @@ class SnapshotCache(Generic[S]):
 
     def clear(self) -> None:
         with self._lock:
+            gone = list(self._held.values())
             self._held.clear()
+        for dropped in gone:
+            self.dropped(dropped)
