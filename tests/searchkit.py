@@ -62,3 +62,8 @@ def build(ws: Path, make_settings: Callable[..., Settings], notes: dict[str, str
                    if p in scores}
         writer.attach_cached(db, pending, by_hash)
     return db, settings
+
+
+def rowid_of(db, path: str) -> int:
+    """The rowid of ``path``'s first chunk in an open store."""
+    return db.conn.execute("SELECT rowid FROM chunks WHERE path = ?", (path,)).fetchone()[0]

@@ -16,7 +16,7 @@ from pipeline.search.paths import names_nothing, path_matches
 from pipeline.store import reads, rows, schema
 from pipeline.store.engine import connect
 from pipeline.store.path_keys import normalized_path
-from tests.searchkit import QueryVector, build
+from tests.searchkit import QueryVector, build, rowid_of
 
 NOTES = {f"memory/n{i}.md": f"garden note number {i}" for i in range(4)}
 SCORES = {p: 0.5 + i / 100 for i, p in enumerate(sorted(NOTES))}
@@ -30,10 +30,6 @@ def ranked(db, settings, held: HeldCopies | None) -> list[tuple[str, float]]:
 
 def held_rows(db, held: HeldCopies):
     return held.current_rows(db, held.versions(db))
-
-
-def rowid_of(db, path: str) -> int:
-    return db.conn.execute("SELECT rowid FROM chunks WHERE path = ?", (path,)).fetchone()[0]
 
 
 @pytest.fixture
@@ -160,19 +156,27 @@ def test_one_memorys_rows_are_never_anothers(tmp_path: Path, make_settings) -> N
             db.close()
 
 
+def _generations(tmp_path: Path, make_settings) -> dict[str, object]:
+    """Two stores of one note each, ``old.sqlite`` and ``new.sqlite`` (a rebuild's two
+    generations), open."""
+    stores = {}
+    for name in ("old", "new"):
+        folder = tmp_path / name
+        folder.mkdir()
+        stores[name], _ = build(folder, make_settings, {f"memory/{name}.md": "garden"},
+                                {f"memory/{name}.md": 0.5},
+                                store={"path": str(tmp_path / f"{name}.sqlite")})
+    return stores
+
+
 def test_a_store_swapped_in_at_the_same_path_is_not_answered_from_the_old_rows(
         tmp_path: Path, make_settings) -> None:
     """A rebuild swaps a new store file in at the path: the copy's connection still reads the
     old file, so its versions tell the generations apart."""
     stores = {}
-    for name in ("old", "new"):
-        folder = tmp_path / name
-        folder.mkdir()
-        store = tmp_path / f"{name}.sqlite"
-        db, _ = build(folder, make_settings, {f"memory/{name}.md": "garden"},
-                      {f"memory/{name}.md": 0.5}, store={"path": str(store)})
+    for name, db in _generations(tmp_path, make_settings).items():
         db.close()
-        stores[name] = store
+        stores[name] = tmp_path / f"{name}.sqlite"
     live = tmp_path / "live.sqlite"
     held = HeldCopies()
     try:
@@ -293,13 +297,7 @@ def test_the_rows_of_a_deleted_store_file_are_dropped_at_the_next_load(
         tmp_path: Path, make_settings) -> None:
     """A rebuild deletes the old generation's file: its copy's connection, which keeps the
     file open, is closed when the next copy loads."""
-    stores = {}
-    for name in ("old", "new"):
-        folder = tmp_path / name
-        folder.mkdir()
-        db, _ = build(folder, make_settings, {f"memory/{name}.md": "garden"},
-                      store={"path": str(tmp_path / f"{name}.sqlite")})
-        stores[name] = db
+    stores = _generations(tmp_path, make_settings)
     held = HeldCopies()
     try:
         old = held.rows.get(stores["old"])

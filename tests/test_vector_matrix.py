@@ -21,7 +21,7 @@ from pipeline.store.vectors import (
     put_vectors,
     vectors_version,
 )
-from tests.searchkit import QueryVector, build, vector_with_cosine
+from tests.searchkit import QueryVector, build, rowid_of, vector_with_cosine
 
 VECTOR_ONLY = {"hybrid": {"enabled": False}}
 NOTES = {f"memory/n{i}.md": f"garden note number {i}" for i in range(4)}
@@ -36,10 +36,6 @@ MATRICES = HELD.matrices
 def top(db, settings) -> list[str]:
     hits = search_store(db, settings, "garden", provider=QueryVector(), min_score=0, held=HELD)
     return [h.path for h in hits]
-
-
-def rowid_of(db, path: str) -> int:
-    return db.conn.execute("SELECT rowid FROM chunks WHERE path = ?", (path,)).fetchone()[0]
 
 
 @pytest.fixture
