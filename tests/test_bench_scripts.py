@@ -95,6 +95,8 @@ QUICK: dict[str, Quick] = {
     "fusion_variants": Quick((), ("| keyword (FTS5 BM25) |", "| vector |", "| rrf k=60 v=0.7 |",
                                   "| saturated/best v=0.5 |", "| bm25/best v=0.8 |",
                                   "| min-max v=0.8 |"), slow=True, data=True),
+    "index_scifact": Quick((), ("vectors compared:", "(a) streams auto", "(b) streams 1",
+                                "ratio (a)/(b):"), slow=True, data=True),
     "index_local": Quick((), ("(a) bare LocalProvider loop", "(b) memq pipeline (run_index)",
                               "ratio pipeline/bare:", "pipeline phases"), slow=True),
     "keyword_index": Quick((), ("(a) memq run_index, provider none", "(b) floor:",
