@@ -23,16 +23,16 @@ Facts this module is built around (measured with llama-cpp-python 0.3.36 on CPU)
 * A short query is decoded on one thread. ggml's threads meet at a barrier after every graph
   node, so on a busy machine a descheduled thread stalls the others: a 10-token MiniLM query
   took a median 42 ms on one thread and 349 ms on two (2 cores, load 12), while the work is
-  only a few milliseconds. Documents (throughput, often long) use all ``threads``.
+  only a few milliseconds. A long query uses all ``threads``; documents, the streams below.
 * Documents are decoded by several one-thread streams side by side (``streams``, default one
   per thread): each a llama.cpp context of its own on the one model (the weights are loaded
   once), in a Python thread of its own (ctypes releases the GIL while llama.cpp decodes), each
-  taking the next sequence when it is done. One sequence on two threads pays a rendezvous of
-  the threads after every graph node (OpenMP's barrier spins while it waits), so a thread the
-  machine descheduled stalls the other: bench/embed_batching.py, 2 cores, load 6-10, SciFact
-  chunks: one stream of two threads 569-786 tokens/s, two streams of one thread 2,446-3,591
-  (the same vectors, 1 - cosine <= 1.5e-7 against one stream). A stream's vectors do not
-  depend on the stream: every sequence is decoded alone, as before.
+  taking the next sequence (longest first) when it is done. One sequence on two threads pays a
+  rendezvous of the threads after every graph node (OpenMP's barrier spins while it waits), so
+  a thread the machine descheduled stalls the other: bench/embed_batching.py, 2 cores, load
+  6-10, SciFact chunks: one stream of two threads 569-786 tokens/s, two streams of one thread
+  2,446-3,591 (the same vectors, 1 - cosine <= 1.5e-7 against one stream). A stream's vectors
+  do not depend on the stream: every sequence is decoded alone, as before.
 * Empty or whitespace-only text is embedded as the empty input (for BERT: just [CLS] [SEP]),
   which gives a valid unit vector, so every stored vector has unit length and cosine distances
   are always defined. Only a model that adds no special tokens at all yields a zero vector.
