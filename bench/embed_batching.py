@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +45,7 @@ from evalsets import add_data_arg
 from harness import add_common_args, add_quick_arg, header
 
 from memq.evaluation import beir
+from pipeline.embeddings import local
 from pipeline.embeddings.base import l2_normalise
 from pipeline.embeddings.default_model import default_model_path
 from pipeline.embeddings.llama_model import load_llama
@@ -88,17 +91,21 @@ def pieces(token_ids: list[list[int]], prefix: list[int], suffix: list[int],
 
 class Packed:
     """A bare llama.cpp embedding context for up to ``k`` sequences of at most ``n_ctx``
-    tokens each, ``budget`` tokens per decode (one ubatch: an encoder cannot split one)."""
+    tokens each, ``budget`` tokens per decode (one ubatch: an encoder cannot split one).
+    ``model``: an already loaded ``LlamaModel`` to share (its weights), else its own."""
 
-    def __init__(self, path: Path, threads: int, n_ctx: int, k: int, budget: int) -> None:
+    def __init__(self, path: Path, threads: int, n_ctx: int, k: int, budget: int, *,
+                 model: object = None, flash: bool = True) -> None:
         import llama_cpp
         from llama_cpp import _internals as internals
 
         self.k, self.budget = k, budget
         self._stack = contextlib.ExitStack()
-        mparams = llama_cpp.llama_model_default_params()
-        self.model = self._stack.enter_context(contextlib.closing(
-            internals.LlamaModel(path_model=str(path), params=mparams, verbose=False)))
+        if model is None:
+            model = self._stack.enter_context(contextlib.closing(internals.LlamaModel(
+                path_model=str(path), params=llama_cpp.llama_model_default_params(),
+                verbose=False)))
+        self.model = model
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = max(budget, n_ctx)
         cparams.n_batch = cparams.n_ubatch = budget
@@ -106,7 +113,8 @@ class Packed:
         cparams.kv_unified = False
         cparams.embeddings = True
         cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash
+                                   else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         self.ctx = self._stack.enter_context(contextlib.closing(
             internals.LlamaContext(model=self.model, params=cparams, verbose=False)))
         self.batch = self._stack.enter_context(contextlib.closing(
@@ -115,13 +123,8 @@ class Packed:
 
     def embed(self, seqs: list[Piece], n_chunks: int) -> np.ndarray:
         """Unit vectors, one per chunk, from ``seqs`` packed in order."""
-        total = np.zeros((n_chunks, self.dims), dtype=np.float64)
-        weights = np.zeros(n_chunks)
-        for group in self.groups(seqs):
-            for vec, piece in zip(self._decode(group), group, strict=True):
-                total[piece.chunk] += piece.weight * vec
-                weights[piece.chunk] += piece.weight
-        return l2_normalise(total / np.maximum(weights, 1)[:, None])
+        vectors = [v for group in self.groups(seqs) for v in self._decode(group)]
+        return combine(seqs, vectors, n_chunks, self.dims)
 
     def groups(self, seqs: list[Piece]) -> Iterator[list[Piece]]:
         """``seqs``, in order, in the groups one call decodes: at most K sequences and
@@ -154,36 +157,113 @@ class Packed:
         self._stack.close()
 
 
+def combine(seqs: list[Piece], vectors: list[np.ndarray], n_chunks: int, dims: int) -> np.ndarray:
+    """One unit vector per chunk: its pieces' pooled vectors averaged by their weights."""
+    total = np.zeros((n_chunks, dims), dtype=np.float64)
+    weights = np.zeros(n_chunks)
+    for piece, vec in zip(seqs, vectors, strict=True):
+        total[piece.chunk] += piece.weight * vec
+        weights[piece.chunk] += piece.weight
+    return l2_normalise(total / np.maximum(weights, 1)[:, None])
+
+
+class Streams:
+    """``n`` one-sequence contexts on one model, each decoding on ``threads`` threads in a
+    Python thread of its own (ctypes releases the GIL during ``llama_decode``); each stream
+    takes the next sequence when it is done with its last one."""
+
+    def __init__(self, path: Path, n: int, threads: int, n_ctx: int, flash: bool) -> None:
+        import llama_cpp
+        from llama_cpp import _internals as internals
+
+        self._stack = contextlib.ExitStack()
+        model = self._stack.enter_context(contextlib.closing(internals.LlamaModel(
+            path_model=str(path), params=llama_cpp.llama_model_default_params(),
+            verbose=False)))
+        self.contexts = [self._stack.enter_context(contextlib.closing(
+            Packed(path, threads, n_ctx, 1, n_ctx, model=model, flash=flash)))
+            for _ in range(n)]
+        self.dims = self.contexts[0].dims
+
+    def embed(self, seqs: list[Piece], n_chunks: int) -> np.ndarray:
+        """Unit vectors, one per chunk; the sequences shared out among the streams."""
+        vectors: list[np.ndarray] = [np.empty(0)] * len(seqs)
+        taken = itertools.count()
+
+        def stream(ctx: Packed) -> None:
+            while (i := next(taken)) < len(seqs):
+                vectors[i] = ctx._decode([seqs[i]])[0]
+
+        if len(self.contexts) == 1:
+            stream(self.contexts[0])
+        else:
+            with ThreadPoolExecutor(len(self.contexts)) as pool:
+                for done in [pool.submit(stream, ctx) for ctx in self.contexts]:
+                    done.result()
+        return combine(seqs, vectors, n_chunks, self.dims)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
 @dataclass
 class Run:
     label: str
     embed: Callable[[], np.ndarray]
     calls: int
     tokens: int
-    seconds: float = float("inf")
     cpu: float = float("inf")
     vectors: np.ndarray | None = None
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        """The best round's wall-clock time."""
+        return min(self.times)
+
+
+def layout_name(streams: int, threads: int) -> str:
+    """"2 streams x 1 thr"."""
+    return f"{streams} stream{'s' if streams > 1 else ''} x {threads} thr"
+
+
+def parse_layout(ap: argparse.ArgumentParser, spec: str) -> tuple[int, int, bool]:
+    """``SxT`` or ``SxT:nofa`` as (streams, threads per stream, flash attention)."""
+    shape, _, flag = spec.partition(":")
+    try:
+        n, threads = (int(x) for x in shape.split("x"))
+    except ValueError:
+        ap.error(f"--streams: {spec!r} is not SxT (e.g. 2x1)")
+    if n < 1 or threads < 1 or flag not in ("", "nofa"):
+        ap.error(f"--streams: {spec!r}: S and T >= 1, and ':nofa' the only suffix")
+    return n, threads, flag != "nofa"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=300, help="SciFact chunks to embed (300)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads, every run (2)")
-    ap.add_argument("--ks", default="2,4,8", help="sequences per packed call (2,4,8)")
+    ap.add_argument("--ks", default="2,4,8",
+                    help="sequences per packed call (2,4,8; empty: no packed rows)")
     ap.add_argument("--budgets", default="k,ctx",
                     help="token budgets per packed call: k (K x context), ctx (one context), "
                          "or numbers (k,ctx)")
+    ap.add_argument("--streams", default="1x2,2x1",
+                    help="one-sequence streams rows, SxT: S contexts on one model decoding side "
+                         "by side, T threads each; ':nofa' after one: flash attention off "
+                         "(1x2,2x1; empty: none)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds per run, best kept (2)")
     ap.add_argument("--model", type=Path, default=None, help="GGUF (memq's default model)")
     add_data_arg(ap)
     add_common_args(ap)
-    add_quick_arg(ap, chunks=12, ks="2,4", rounds=1)
+    add_quick_arg(ap, chunks=12, ks="2,4", streams="1x2,2x1,2x1:nofa", rounds=1)
     args = ap.parse_args()
     if args.chunks < 1 or args.rounds < 1:
         ap.error("--chunks and --rounds must be >= 1")
-    ks = [int(k) for k in args.ks.split(",")]
-    if min(ks) < 2:
+    ks = [int(k) for k in args.ks.split(",") if k]
+    if ks and min(ks) < 2:
         ap.error("--ks: packing needs K >= 2")
+    layouts = [parse_layout(ap, spec) for spec in args.streams.split(",") if spec]
 
     texts = scifact_chunks(args.data, args.chunks)
     path = args.model or default_model_path()
@@ -195,9 +275,7 @@ def main() -> None:
     seqs = pieces(token_ids, prefix, suffix, n_ctx)
     tokens = sum(len(p.ids) for p in seqs)
 
-    memq = LocalProvider(path, threads=args.threads)
-    memq.embed_documents(["warm-up: load the model before timing"])
-    contexts: list[Packed] = []
+    contexts: list[Packed | Streams] = []
 
     def packed_run(label: str, k: int, budget: int) -> Run:
         ctx = Packed(path, args.threads, n_ctx, k, budget)
@@ -206,37 +284,54 @@ def main() -> None:
         return Run(label, lambda: ctx.embed(seqs, len(texts)),
                    sum(1 for _ in ctx.groups(seqs)), tokens)
 
-    memq_calls: list[int] = []
+    # memq's default layout (one stream per thread), and one stream on every thread (before)
+    providers = {n: LocalProvider(path, threads=args.threads, streams=n)
+                 for n in dict.fromkeys([args.threads, 1])}
+    calls: dict[int, list[int]] = {n: [] for n in providers}
 
-    def memq_run() -> np.ndarray:
-        ctx = memq._llm._ctx
-        real = ctx.decode
-        ctx.decode = lambda batch: (memq_calls.append(1), real(batch))[1]
+    def memq_run(n: int) -> np.ndarray:
+        real = local.decode_pooled
+
+        def counted(*a: object, **kw: object) -> np.ndarray | None:
+            calls[n].append(1)
+            return real(*a, **kw)
+
+        local.decode_pooled = counted
         try:
-            return memq.embed_documents(texts)
+            return providers[n].embed_documents(texts)
         finally:
-            del ctx.decode  # the class's method again
+            local.decode_pooled = real
 
-    memq_row = Run("(a) memq LocalProvider", memq_run, 0, tokens)
-    runs = [memq_row,
-            packed_run("(b) bare, 1 sequence/call", 1, n_ctx)]
+    memq_rows = {}
+    for n, provider in providers.items():
+        provider.embed_documents(["warm-up: load the model", "and open its streams"])
+        label = f"(a) memq LocalProvider, {layout_name(n, args.threads // n)}"
+        memq_rows[n] = Run(label, lambda n=n: memq_run(n), 0, tokens)
+    runs = [*memq_rows.values(), packed_run("(b) bare, 1 sequence/call", 1, n_ctx)]
     for k in ks:
         for budget in args.budgets.split(","):
             size = k * n_ctx if budget == "k" else n_ctx if budget == "ctx" else int(budget)
             if size % k:  # llama.cpp's graph reserve asserts (aborts) unless K divides it
                 continue
             runs.append(packed_run(f"(c) packed K={k}, {size} tokens", k, size))
+    for n, threads, flash in layouts:
+        streams = Streams(path, n, threads, n_ctx, flash)
+        contexts.append(streams)
+        streams.embed(seqs[:n], n)  # warm-up: every stream's first graph
+        label = f"(d) {layout_name(n, threads)}" + ("" if flash else ", no FA")
+        runs.append(Run(label, lambda s=streams: s.embed(seqs, len(texts)), len(seqs), tokens))
 
     for r in range(args.rounds):
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         for run in order:
             t0, c0 = time.perf_counter(), time.process_time()
             vectors = run.embed()
-            run.seconds = min(run.seconds, time.perf_counter() - t0)
+            run.times.append(time.perf_counter() - t0)
             run.cpu = min(run.cpu, time.process_time() - c0)
             run.vectors = vectors
-    memq_row.calls = len(memq_calls) // args.rounds
-    memq.close()
+    for n, row in memq_rows.items():
+        row.calls = len(calls[n]) // args.rounds
+        providers[n].close()
     for ctx in contexts:
         ctx.close()
 
@@ -245,8 +340,8 @@ def main() -> None:
 
 def report(args: argparse.Namespace, texts: list[str], seqs: list[Piece], n_ctx: int,
            runs: list[Run]) -> None:
-    print(header("embed batching", threads=args.threads, chunks=len(texts), ks=args.ks,
-                 budgets=args.budgets, rounds=args.rounds))
+    print(header("embed batching", threads=args.threads, chunks=len(texts), ks=args.ks or "-",
+                 budgets=args.budgets, streams=args.streams or "-", rounds=args.rounds))
     lengths = np.array([len(p.ids) for p in seqs])
     windowed = len(seqs) - len({p.chunk for p in seqs})
     print(f"chunks: {len(texts)} (avg {np.mean([len(t) for t in texts]):.0f} chars), "
@@ -254,17 +349,18 @@ def report(args: argparse.Namespace, texts: list[str], seqs: list[Piece], n_ctx:
           f"sequence: median {np.median(lengths):.0f}, p90 {np.percentile(lengths, 90):.0f}, "
           f"max {lengths.max()}")
     print()
-    base = runs[1]
-    print(f"{'run':<30}{'calls':>6}{'seconds':>9}{'texts/s':>9}{'tokens/s':>10}"
-          f"{'vs (b)':>8}{'cpu s':>8}{'cpu vs (b)':>11}{'max 1-cos':>11}")
+    base = next(run for run in runs if run.label.startswith("(b)"))
+    width = max(len(run.label) for run in runs) + 2
+    print(f"{'run':<{width}}{'calls':>6}{'best s':>8}{'median s':>9}{'texts/s':>8}{'tokens/s':>9}"
+          f"{'vs (b)':>7}{'median':>7}{'cpu s':>7}{'cpu vs (b)':>11}{'max 1-cos':>10}")
     for run in runs:
         assert run.vectors is not None and base.vectors is not None
         dev = float(np.max(1.0 - np.sum(run.vectors.astype(np.float64) * base.vectors, axis=1)))
-        print(f"{run.label:<30}{run.calls:>6}{run.seconds:>9.2f}"
-              f"{len(texts) / run.seconds:>9.1f}{run.tokens / run.seconds:>10.0f}"
-              f"{base.seconds / run.seconds:>7.2f}x{run.cpu:>8.2f}{base.cpu / run.cpu:>10.2f}x"
-              f"{dev:>11.1e}")
-
+        median = float(np.median(run.times))
+        print(f"{run.label:<{width}}{run.calls:>6}{run.seconds:>8.2f}{median:>9.2f}"
+              f"{len(texts) / run.seconds:>8.1f}{run.tokens / run.seconds:>9.0f}"
+              f"{base.seconds / run.seconds:>6.2f}x{np.median(base.times) / median:>6.2f}x"
+              f"{run.cpu:>7.2f}{base.cpu / run.cpu:>10.2f}x{dev:>10.1e}")
 
 if __name__ == "__main__":
     main()

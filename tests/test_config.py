@@ -627,6 +627,8 @@ def test_memorysearch_section_in_memq_file_gets_a_hint(tmp_path: Path, env: dict
         ("MEMQ_LOCAL_THREADS", "abc", "whole number"),
         ("MEMQ_LOCAL_THREADS", "0", ">= 1"),
         ("MEMQ_LOCAL_THREADS", "2.5", "whole number"),
+        ("MEMQ_LOCAL_STREAMS", "0", ">= 1"),
+        ("MEMQ_LOCAL_STREAMS", "two", "whole number"),
         ("MEMQ_PROVIDER", "foo", "one of"),
         ("MEMQ_FALLBACK", "auto", "one of"),
         ("MEMQ_BROKER_URL", "not a url", "URL"),
@@ -649,6 +651,23 @@ def test_env_threads_none_means_auto(env: dict[str, str], ws: Path) -> None:
     assert (
         load_settings(workspace=ws, env={**env, "MEMQ_LOCAL_THREADS": "auto"}).local.threads is None
     )
+
+
+def test_local_streams_from_file_and_env_reach_the_provider_and_workers(
+        tmp_path: Path, env: dict[str, str], ws: Path) -> None:
+    from pipeline.embeddings.registry import _local
+    from workers.embedded import worker_env
+
+    assert load_settings(workspace=ws, env=env).local.streams is None  # one per thread
+    s = load_toml(tmp_path, env, "[local]\nthreads = 4\nstreams = 2\n")
+    assert (s.local.threads, s.local.streams) == (4, 2)
+    provider = _local(s, None)
+    assert (provider.streams, provider._stream_threads) == (2, 2)
+    assert worker_env(s)["MEMQ_LOCAL_STREAMS"] == "2"
+    s = load_settings(workspace=ws, env={**env, "MEMQ_LOCAL_STREAMS": "1"})
+    assert s.local.streams == 1
+    assert load_settings(workspace=ws, env={**env, "MEMQ_LOCAL_STREAMS": "auto"}
+                         ).local.streams is None
 
 
 def test_workspace_must_be_a_directory(tmp_path: Path, env: dict[str, str]) -> None:

@@ -73,3 +73,22 @@ def test_slices_cut_by_bytes_and_for_the_local_model_by_chunks() -> None:
     assert [len(p.chunks) for p in parts] == [5, 5]
     assert tuple(c for p in parts for c in p.chunks) == large.chunks
     assert all(p.route == large.route and p.memory == large.memory for p in parts)
+
+
+def test_a_provider_with_streams_gets_slices_as_many_times_longer(tiny_model: Path) -> None:
+    provider = LocalProvider(tiny_model, threads=2)  # two decode streams
+    assert provider.streams == 2
+    asked: list[int] = []
+    try:
+        job = make_job(40, words=5)  # about 200 bytes a chunk: the chunk limit cuts
+        result, rest = embed_yielding(job, provider, should_yield=lambda: bool(asked.append(1)))
+        assert rest is None and [v.id for v in result.vectors] == [c.id for c in job.chunks]
+        assert len(asked) == 2  # slices of 16, 16 and 8 chunks
+        big = make_job(40, words=40)  # about 1,530 bytes a chunk: 16,000 bytes cut
+        asked.clear()
+        result, rest = embed_yielding(big, provider, should_yield=lambda: bool(asked.append(1)))
+        assert rest is None and len(result.vectors) == big.size
+        assert len(asked) == -(-big.size // (2 * YIELD_SLICE_BYTES // len(
+            big.chunks[0].text.encode()))) - 1
+    finally:
+        provider.close()

@@ -27,6 +27,7 @@ import pytest
 from safetensors.numpy import load as load_safetensors
 
 from pipeline.embeddings import default_model
+from pipeline.embeddings import local as local_module
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.default_model import (
     DEFAULT_MODEL_FILE,
@@ -38,7 +39,7 @@ from pipeline.embeddings.default_model import (
 from pipeline.embeddings.gguf_bert import convert_bert_to_gguf
 from pipeline.embeddings.local import LocalProvider, split_windows
 from pipeline.embeddings.model_source import model_source
-from pipeline.errors import BertConversionError, ProviderUnavailable
+from pipeline.errors import BertConversionError, EmbeddingError, ProviderUnavailable
 from tests.fakes.bert_reference import bert_token_states, wordpiece_ids
 from tests.fakes.tiny_gguf import (
     default_model_path_in_child,
@@ -621,3 +622,109 @@ def test_model_without_pooling_is_mean_pooled_here(tmp_path: Path, tiny_files, t
     np.testing.assert_allclose(
         p.embed_documents(texts), tiny_provider.embed_documents(texts), atol=1e-5
     )
+
+
+# -- decode streams ------------------------------------------------------------------------
+
+
+def _stream_texts() -> list[str]:
+    """Texts of every shape a stream decodes: short, longer than the tiny context (windows
+    that may go to different streams), empty; more than one hold of the model's lock."""
+    rng = np.random.default_rng(3)
+    words = ["the", "cat", "sat", "on", "mat", "dog", "memory", "token", "zebra", "quux"]
+    texts = [f"the cat {i} sat on mat {i * 7}" for i in range(20)]
+    texts[5] = " ".join(rng.choice(words, size=150))  # three windows and more
+    texts[11] = ""
+    texts[17] = " ".join(rng.choice(words, size=90))
+    return texts
+
+
+def test_streams_layout_from_threads(tiny_gguf: Path) -> None:
+    assert (LocalProvider(tiny_gguf, threads=2)._streams, LocalProvider(tiny_gguf, threads=2)
+            ._stream_threads) == (2, 1)  # default: one stream per thread
+    p = LocalProvider(tiny_gguf, threads=4, streams=2)
+    assert (p._streams, p._stream_threads) == (2, 2)
+    assert repr(p) == "LocalProvider(model='tiny-bert', threads=4, streams=2)"
+    p = LocalProvider(tiny_gguf, threads=2, streams=5)  # never more streams than threads
+    assert (p._streams, p._stream_threads) == (2, 1)
+    p = LocalProvider(tiny_gguf, threads=3, streams=1)
+    assert (p._streams, p._stream_threads) == (1, 3)
+    with pytest.raises(ValueError, match="streams"):
+        LocalProvider(tiny_gguf, threads=2, streams=0)
+
+
+def test_streams_give_one_streams_vectors_in_order(tiny_gguf: Path, tiny_files,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = _stream_texts()
+    one = LocalProvider(tiny_gguf, threads=2, streams=1).embed_documents(texts)
+    two = LocalProvider(tiny_gguf, threads=2, streams=2)
+    used: list[object] = []
+    real = local_module.decode_pooled
+
+    def seen(stream: object, ids: list[int], width: int) -> np.ndarray | None:
+        used.append(stream)
+        return real(stream, ids, width)
+
+    monkeypatch.setattr(local_module, "decode_pooled", seen)
+    got = two.embed_documents(texts)
+    assert len({id(s) for s in used}) == 2  # both streams decoded some of them
+    assert got.shape == one.shape == (len(texts), 32) and got.dtype == np.float32
+    assert float(np.max(1.0 - np.sum(got.astype(np.float64) * one, axis=1))) <= 1e-6
+    np.testing.assert_allclose(got, one, atol=1e-6)
+    ref = Reference(tiny_files)
+    assert cosine(got[5], ref.embed_windowed(texts[5], TINY_CTX - 2)) > 0.999
+    # the order is the texts' order, whichever stream finished first
+    order = np.random.default_rng(5).permutation(len(texts))
+    np.testing.assert_allclose(two.embed_documents([texts[i] for i in order]), one[order],
+                               atol=1e-6)
+    # two callers at once share the streams one call at a time
+    results: dict[int, np.ndarray] = {}
+    callers = [threading.Thread(target=lambda k=k: results.update(
+        {k: two.embed_documents(texts[k::2])})) for k in range(2)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    np.testing.assert_allclose(results[0], one[0::2], atol=1e-6)
+    np.testing.assert_allclose(results[1], one[1::2], atol=1e-6)
+    two.close()
+    np.testing.assert_allclose(two.embed_documents(texts[:4]), one[:4], atol=1e-6)  # reloads
+
+
+def test_streams_without_pooling_mean_pool_the_same(tmp_path: Path, tiny_files) -> None:
+    none = convert_bert_to_gguf(
+        tiny_files, tmp_path / "none.gguf", dtype="f32", pooling=gguf.PoolingType.NONE)
+    texts = _stream_texts()
+    np.testing.assert_allclose(LocalProvider(none, threads=2, streams=2).embed_documents(texts),
+                               LocalProvider(none, threads=1).embed_documents(texts), atol=1e-5)
+
+
+def test_a_failing_stream_is_a_clear_error(tiny_gguf: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    p = LocalProvider(tiny_gguf, threads=2, streams=2)
+    texts = _stream_texts()
+    want = p.embed_documents(texts)
+    real = local_module.decode_pooled
+    calls: list[int] = []
+
+    def second_stream_fails(stream: object, ids: list[int], width: int) -> np.ndarray | None:
+        if isinstance(stream, local_module._Stream):
+            calls.append(1)
+            raise local_module.EmbeddingError("llama.cpp failed to decode 9 tokens: boom")
+        return real(stream, ids, width)
+
+    monkeypatch.setattr(local_module, "decode_pooled", second_stream_fails)
+    with pytest.raises(EmbeddingError, match=r"decode stream 2 of 2: .*boom") as err:
+        p.embed_documents(texts)
+    assert isinstance(err.value.__cause__, EmbeddingError)
+    assert calls == [1]  # the failed stream took no further text
+    monkeypatch.setattr(local_module, "decode_pooled", real)
+    np.testing.assert_allclose(p.embed_documents(texts), want, atol=1e-6)  # usable after
+
+
+def test_minilm_streams_match_one_stream(minilm_gguf: Path) -> None:
+    texts = [*SENTENCES, "Δψm NF-κB p53 " * 130, "", "IL-6/STAT3 signalling in CD4+ cells"]
+    one = LocalProvider(threads=2, streams=1).embed_documents(texts)
+    two = LocalProvider(threads=2, streams=2).embed_documents(texts)
+    assert float(np.max(1.0 - np.sum(two.astype(np.float64) * one, axis=1))) <= 1e-6
+    np.testing.assert_allclose(two, one, atol=1e-5)

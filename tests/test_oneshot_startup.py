@@ -156,7 +156,7 @@ def test_a_one_shot_search_process_imports_neither_gguf_nor_redis(tiny_model: Pa
 
 def test_a_short_query_is_decoded_on_one_thread(tiny_model: Path) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
-    provider = LocalProvider(tiny_model, threads=2)
+    provider = LocalProvider(tiny_model, threads=2, streams=1)  # documents on both threads
     text = "the cat sat on the mat"
 
     def ctx_threads() -> int:
@@ -171,6 +171,12 @@ def test_a_short_query_is_decoded_on_one_thread(tiny_model: Path) -> None:
     assert provider.count_tokens(long_query) > QUERY_ONE_THREAD_TOKENS
     provider.embed_query(long_query)
     assert ctx_threads() == 2
+    provider.close()
+    provider = LocalProvider(tiny_model, threads=2)  # the default: one stream per thread
+    np.testing.assert_allclose(provider.embed_documents([text])[0], doc, atol=1e-6)
+    assert ctx_threads() == 1  # each stream decodes on one thread
+    provider.embed_query(long_query)
+    assert ctx_threads() == 2  # a long query: one sequence on every thread
     provider.close()
 
 

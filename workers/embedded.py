@@ -38,6 +38,8 @@ def worker_env(settings: Settings) -> dict[str, str]:
         env["MEMQ_CACHE_DIR"] = str(settings.local.model_cache_dir)
     if settings.local.threads is not None:
         env["MEMQ_LOCAL_THREADS"] = str(settings.local.threads)
+    if settings.local.streams is not None:
+        env["MEMQ_LOCAL_STREAMS"] = str(settings.local.streams)
     return env
 
 

@@ -267,6 +267,7 @@ LIST = Spec("list")
 _RATE = _int(1, nullable=True, null_hint="null for no limit")
 _DURATION = Spec("duration")
 _AUTO = '"auto" (or null) to let llama.cpp decide'
+_AUTO_STREAMS = '"auto" (or null) for one stream per thread'
 
 
 def _snake(name: str) -> str:
@@ -385,6 +386,8 @@ KEYS: tuple[Key, ...] = (
     Key("local.modelPath", OPT_STR, env="MEMQ_LOCAL_MODEL_PATH"),
     Key("local.modelCacheDir", Spec("dir", nullable=True), env="MEMQ_CACHE_DIR"),
     Key("local.threads", _int(1, nullable=True, null_hint=_AUTO), env="MEMQ_LOCAL_THREADS"),
+    Key("local.streams", _int(1, nullable=True, null_hint=_AUTO_STREAMS),
+        env="MEMQ_LOCAL_STREAMS"),
     # An openclaw.json's models.providers.<id> (apiKey, baseUrl, headers, auth): see providers.py
     Key("models.providers", Spec("model_providers"), attr="model_providers", read=False),
     Key("brokerUrl", Spec("url", nullable=True), env="MEMQ_BROKER_URL", top_only=True),

@@ -360,11 +360,13 @@ class RemoteSettings(_Validated):
 
 @dataclass(frozen=True)
 class LocalSettings(_Validated):
-    """``local.*``: the in-process llama.cpp model. ``threads=None`` lets llama.cpp decide."""
+    """``local.*``: the in-process llama.cpp model. ``threads=None`` lets llama.cpp decide;
+    ``streams``: documents decoded side by side on those threads (None: one per thread)."""
 
     model_path: str | None = None
     model_cache_dir: Path | None = None
     threads: int | None = None
+    streams: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

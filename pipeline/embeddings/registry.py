@@ -99,6 +99,7 @@ def _local(settings: Settings, model_path: str | None) -> EmbeddingProvider:
     from pipeline.embeddings.local import LocalProvider
 
     provider = LocalProvider(model_path, threads=settings.local.threads,
+                             streams=settings.local.streams,
                              cache_dir=settings.local.model_cache_dir)
     if model_path:
         from pipeline.embeddings.model_source import is_downloadable, model_source

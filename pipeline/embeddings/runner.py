@@ -132,7 +132,9 @@ def after_crash(job: EmbedJob) -> tuple[list[EmbedJob], EmbedResult | None]:
 #: request budget: one remote request)...
 YIELD_SLICE_BYTES = 8000
 #: ...or, with the local model (one llama.cpp call per text), after this many chunks: a
-#: fraction of a second whatever the chunk size.
+#: fraction of a second whatever the chunk size. Both are per decode stream of a provider that
+#: embeds several texts side by side (``streams``: the local model's), whose slices are as long
+#: in time with that many times the texts (and one stream's last text idles the others less).
 YIELD_SLICE_LOCAL_CHUNKS = 8
 
 
@@ -158,14 +160,17 @@ def embed_yielding(job: EmbedJob, provider: EmbeddingProvider, redis_client: Any
     """:func:`embed_job` for a bulk job that gives way to interactive work.
 
     The job is embedded slice by slice (:func:`slices`: :data:`YIELD_SLICE_BYTES` of text,
-    and at most :data:`YIELD_SLICE_LOCAL_CHUNKS` chunks for the local model); between slices
+    and at most :data:`YIELD_SLICE_LOCAL_CHUNKS` chunks for the local model, each times the
+    provider's ``streams``); between slices
     ``should_yield`` is asked whether interactive work waits on the same queue. If so, the
     vectors so far are returned with the rest of the chunks as a new job (same memory, store
     and lane), for the caller to queue again behind the interactive work. An interactive
     job, or a job of one slice, is embedded whole. Errors are raised as by :func:`embed_job`.
     """
+    width = max(1, int(getattr(provider, "streams", 1)))
     parts = [job] if job.route.interactive else slices(
-        job, max_chunks=YIELD_SLICE_LOCAL_CHUNKS if job.spec.name == "local" else None)
+        job, YIELD_SLICE_BYTES * width,
+        max_chunks=YIELD_SLICE_LOCAL_CHUNKS * width if job.spec.name == "local" else None)
     vectors: list[ChunkVector] = []
     failed: list[tuple[str, str]] = []
     for i, part in enumerate(parts):
