@@ -44,14 +44,19 @@ from pathlib import Path
 import numpy as np
 from evalsets import add_data_arg
 from harness import add_common_args, add_quick_arg, header, scratch
-from index_scifact import index_once, load, store_vectors, write_workspace
+from index_scifact import index_once, load, store_vectors
 
+from memq.evaluation import beir
 from pipeline.embeddings.default_model import default_model_path
+from pipeline.ingest.chunking import chunk_markdown
 
 PLUGIN = "@openclaw/llama-cpp-provider@2026.9.5"  # the newest published; peer openclaw >=2026.9.5
 OPENCLAW_VERSION = "2026.9.6"
 NOT_RUN = 3
 PORT = 19432  # the plugin's default loopback port
+#: llama-server's default physical batch: the most tokens one input may have (the plugin sets a
+#: larger one only for its default EmbeddingGemma)
+UBATCH = 512
 
 
 def tools_dir() -> Path:
@@ -63,6 +68,49 @@ def tools_dir() -> Path:
 def default_llama_server() -> Path:
     """Where bench/build_llama_server.sh installs the server."""
     return tools_dir() / "llama-server" / "bin" / "llama-server"
+
+
+def pick_documents(data: Path, docs: int, model: Path, fit: bool
+                   ) -> tuple[list[dict[str, object]], int, int]:
+    """The first ``docs`` SciFact documents, or with ``fit`` the first ``docs`` of those every
+    OpenClaw chunk of which (400 tokens, 80 overlap: fixed in 2026.9.6) fits the model's
+    context and llama-server's physical batch once tokenised with its special tokens:
+    llama-server answers a longer input with HTTP 500 and OpenClaw then leaves the whole index
+    without vectors. Returns (documents,
+    documents skipped, the context)."""
+    import llama_cpp
+
+    corpus = beir.load_collection(data / "scifact", "test").corpus
+    if not fit:
+        return corpus[:docs], 0, 0
+    vocab = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
+    trained = next((int(v) for k, v in vocab.metadata.items()
+                    if k.endswith(".context_length")), UBATCH)
+    context = min(trained, UBATCH)
+    kept: list[dict[str, object]] = []
+    skipped = 0
+    for doc in corpus:
+        files, _ = beir.memory_files([doc])
+        longest = max((len(vocab.tokenize(c.text.encode("utf-8"), add_bos=True, special=False))
+                       for text in files.values() for c in chunk_markdown(text)), default=0)
+        if longest <= context:
+            kept.append(doc)
+            if len(kept) == docs:
+                break
+        else:
+            skipped += 1
+    vocab.close()
+    return kept, skipped, context
+
+
+def write_documents(root: Path, documents: list[dict[str, object]]) -> int:
+    """The documents as memory files under ``root`` (as bench/index_scifact.py writes them)."""
+    files, _ = beir.memory_files(documents)
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return len(files)
 
 
 def missing(openclaw: Path, node: Path, server: Path) -> str | None:
@@ -180,6 +228,9 @@ def main() -> None:
     ap.add_argument("--llama-server", type=Path, default=default_llama_server(),
                     help="the llama-server OpenClaw's plugin starts (default: "
                          "bench/build_llama_server.sh's)")
+    ap.add_argument("--all", action="store_true",
+                    help="the first --docs documents even where a chunk is longer than the "
+                         "model's context (OpenClaw then indexes no vector at all)")
     add_data_arg(ap)
     add_common_args(ap)
     add_quick_arg(ap, docs=12, pairs=1)
@@ -195,15 +246,17 @@ def main() -> None:
         print(f"openclaw index benchmark not run: {problem}", file=sys.stderr)
         sys.exit(NOT_RUN)
     model = default_model_path()
+    documents, skipped, context = pick_documents(args.data, args.docs, model, not args.all)
 
     with scratch("memq-openclaw-index-", args.keep) as tmp:
-        docs = write_workspace(tmp / "memq-ws", args.data, args.docs)
-        write_workspace(tmp / "openclaw-ws", args.data, args.docs)
+        docs = write_documents(tmp / "memq-ws", documents)
+        write_documents(tmp / "openclaw-ws", documents)
         claw = OpenClaw(tmp / "openclaw", openclaw, node, tmp / "openclaw-ws", model, server)
         sides = ("(a) memq index", "(b) openclaw memory index")
         times: dict[str, list[float]] = {side: [] for side in sides}
         loads: dict[str, list[float]] = {side: [] for side in sides}
         store = tmp
+        incomplete: list[str] = []
         for p in range(args.pairs):
             for side in (sides if p % 2 == 0 else sides[::-1]):
                 loads[side].append(load())
@@ -212,6 +265,10 @@ def main() -> None:
                                                 None)
                 else:
                     seconds = claw.index_once()
+                    chunks, ready, _ = claw.vectors()
+                    if ready < chunks or not chunks:
+                        incomplete.append(f"OpenClaw's run {p + 1} left {chunks - ready} of "
+                                          f"{chunks} chunks without a vector")
                 times[side].append(seconds)
         memq_chunks, memq_ready, memq_vectors = store_vectors(store)
         claw_chunks, claw_ready, claw_vectors = claw.vectors()
@@ -220,7 +277,12 @@ def main() -> None:
     print(header("openclaw index", threads=args.threads, docs=docs, pairs=args.pairs))
     print(f"model: {model} ({model.stat().st_size / 2**20:.1f} MiB); OpenClaw {OPENCLAW_VERSION}"
           f" + {PLUGIN}, llama-server {server}")
+    chosen = (f"the first {docs} documents whose chunks fit the model's {context} tokens "
+              f"({skipped} skipped)" if context else f"the first {docs} documents")
+    print(f"documents: {chosen}")
     print(f"vectors compared: {shared} chunks cut alike (max 1-cos {dev:.1e})")
+    for line in incomplete:
+        print(f"INCOMPLETE: {line}: OpenClaw's time is not an index's")
     print()
     print(f"{'run':<28}{'chunks':>7}{'vectors':>8}{'best s':>8}{'median s':>9}  runs (s @ load)")
     counts = {sides[0]: (memq_chunks, memq_ready), sides[1]: (claw_chunks, claw_ready)}
