@@ -271,8 +271,8 @@ def main() -> None:
         shared, dev = max_distance(memq_vectors, claw_vectors)
 
     print(header("openclaw index", threads=args.threads, docs=docs, pairs=args.pairs))
-    print(f"model: {model} ({model.stat().st_size / 2**20:.1f} MiB); OpenClaw {OPENCLAW_VERSION}"
-          f" + {PLUGIN}, llama-server {server}")
+    print(f"model: {_shown(model)} ({model.stat().st_size / 2**20:.1f} MiB); OpenClaw "
+          f"{OPENCLAW_VERSION} + {PLUGIN}, llama-server {_shown(server)}")
     chosen = (f"the first {docs} documents whose chunks fit the model's {context} tokens "
               f"({skipped} skipped)" if context else f"the first {docs} documents")
     print(f"documents: {chosen}")
@@ -284,6 +284,15 @@ def main() -> None:
     ratio, pairs = paired_runs(sides, counts, times, loads, width=28, ready="vectors")
     print(f"ratio memq/OpenClaw: median {ratio:.2f}, per pair "
           + " ".join(f"{r:.2f}" for r in pairs) + " (goal <= 0.5)")
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the report shows it: under the home folder as ``~/…`` (no user's folder in
+    figures that docs quote)."""
+    try:
+        return "~/" + Path(path).resolve().relative_to(Path.home().resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":
