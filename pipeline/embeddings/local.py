@@ -249,10 +249,9 @@ class LocalProvider:
         takes the next piece, longest first, when it is done). An error in one stream stops
         the others after their current piece and is raised as an EmbeddingError naming the
         stream. The caller holds ``self._lock``."""
-        if self._streams == 1 or len(pieces) < 2:
-            self._use_threads(self._stream_threads)
-            return [self._decode(self._llm, p.ids) for p in pieces]
         self._use_threads(self._stream_threads)
+        if self._streams == 1 or len(pieces) < 2:
+            return [self._decode(self._llm, p.ids) for p in pieces]
         streams = [self._llm, *self._other_streams()]
         vectors: list[np.ndarray | None] = [None] * len(pieces)
         # longest first, so that the pieces left when one stream is done are the short ones
