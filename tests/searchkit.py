@@ -44,8 +44,10 @@ def vector_with_cosine(score: float, axis: int) -> np.ndarray:
 
 def build(ws: Path, make_settings: Callable[..., Settings], notes: dict[str, str],
           scores: dict[str, float] | None = None, *, want_vectors: bool = True,
-          **config: object) -> tuple[Database, Settings]:
-    """Write ``notes`` (path -> text) under ``ws``, sync them, give each a vector by ``scores``."""
+          axes: dict[str, int] | None = None, **config: object) -> tuple[Database, Settings]:
+    """Write ``notes`` (path -> text) under ``ws``, sync them, give each a vector by ``scores``;
+    ``axes`` puts some files' vectors' rest on a shared axis (path -> axis number, 1 up), so
+    those chunks resemble each other; every other file has its own."""
     for rel, text in notes.items():
         path = ws / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,7 @@ def build(ws: Path, make_settings: Callable[..., Settings], notes: dict[str, str
     sync_files(db, settings, ProviderChoice(None, None, "test"))
     if scores:
         rows = db.conn.execute("SELECT rowid, id, hash, text, path FROM chunks").fetchall()
-        axes = {path: n for n, path in enumerate(sorted(scores), 1)}
+        axes = {path: n for n, path in enumerate(sorted(scores), 1)} | (axes or {})
         pending = [writer.PendingChunk(r, i, h, t) for r, i, h, t, p in rows if p in scores]
         by_hash = {h: vector_with_cosine(scores[p], axes[p]) for _, _, h, _, p in rows
                    if p in scores}

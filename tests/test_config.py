@@ -522,6 +522,17 @@ BAD_VALUES = [
         "query.hybrid.temporalDecay.halfLifeDays",
         ">= 1",
     ),
+    (
+        '[query.hybrid.temporalDecay]\nmode = "newest"',
+        "query.hybrid.temporalDecay.mode",
+        '"decay", "superseded"',
+    ),
+    (
+        "[query.hybrid.temporalDecay]\nsimilarity = 1.5",
+        "query.hybrid.temporalDecay.similarity",
+        "from 0 to 1",
+    ),
+    ("[query.hybrid.temporalDecay]\nband = -1", "query.hybrid.temporalDecay.band", "from 0 to 1"),
     ('provider = "foo"', "provider", '"auto", "local", "openai"'),
     ('provider = "opnai"', "provider", 'did you mean "openai"'),
     ('fallback = "auto"', "fallback", "one of"),

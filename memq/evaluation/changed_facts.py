@@ -39,13 +39,20 @@ CASES = Path(__file__).resolve().parents[2] / "tests" / "data" / "changed_facts.
 
 
 
-def decays(floors: tuple[float, ...] = (0.5, 0.75)) -> dict[str, dict[str, Any]]:
+def decays(floors: tuple[float, ...] = (0.5, 0.75), superseded: tuple[float, ...] = (0.5,),
+           bands: tuple[float, ...] = (0.0,)) -> dict[str, dict[str, Any]]:
     """The recency settings compared (memq.json ``query.hybrid.temporalDecay`` keys): decay
-    off, OpenClaw's decay (half-life 30 days, no floor) and a ``minFactor`` per floor."""
+    off, OpenClaw's decay (half-life 30 days, no floor), a ``minFactor`` per floor, and
+    superseded recency (``mode: "superseded"``) per cosine threshold in ``superseded`` and
+    relevance band in ``bands``."""
     return {"decay off": {"enabled": False},
             "OpenClaw decay": {"enabled": True, "halfLifeDays": 30, "minFactor": 0},
             **{f"minFactor {f:g}": {"enabled": True, "halfLifeDays": 30, "minFactor": f}
-               for f in floors}}
+               for f in floors},
+            **{f"superseded {s:g}" + (f" band {b:g}" if b else ""):
+               {"enabled": True, "halfLifeDays": 30, "mode": "superseded", "similarity": s,
+                "band": b}
+               for s in superseded for b in bands}}
 
 
 DECAYS = decays()

@@ -51,6 +51,9 @@ MODES: dict[str, dict[str, Any]] = {
     "hybrid+mmr": _hybrid(mmr=True),
     "hybrid+decay": _hybrid(decay=True),
     "defaults": {},
+    # memq's defaults with superseded recency (issue 36 goal 4), whatever the default mode is
+    "superseded": {"query": {"hybrid": {"temporalDecay": {"enabled": True,
+                                                          "mode": "superseded"}}}},
 }
 KEYWORD_ONLY = "keyword"
 
@@ -156,15 +159,16 @@ class EvalWorkspace:
         return Indexed(db, provider, spec.model if spec else None, chunks, providers)
 
 
-def mode_settings(work: EvalWorkspace, modes: Iterable[str], fused: dict[str, Any] | None = None
-                  ) -> dict[str, Settings]:
+def mode_settings(work: EvalWorkspace, modes: Iterable[str], fused: dict[str, Any] | None = None,
+                  named: dict[str, dict[str, Any]] | None = None) -> dict[str, Settings]:
     """Settings per mode name; ``fused`` (hybrid keys such as vectorWeight) applies to the
-    fused modes only."""
+    fused modes only. ``named``: more modes (name -> memq.json keys), on top of memq's defaults."""
+    known = {**MODES, **(named or {})}
     out = {}
     for name in modes:
-        if name not in MODES:
-            raise ValueError(f"unknown mode {name!r}; choose from {', '.join(MODES)}")
-        keys = copy.deepcopy(MODES[name])
+        if name not in known:
+            raise ValueError(f"unknown mode {name!r}; choose from {', '.join(known)}")
+        keys = copy.deepcopy(known[name])
         if fused and name not in (KEYWORD_ONLY, "vector"):
             deep_update(keys, {"query": {"hybrid": fused}})
         out[name] = work.settings(keys, name=name)
@@ -176,7 +180,7 @@ def search(indexed: Indexed, settings: Settings, mode: str, query: str, depth: i
     """The ``depth`` best chunks for ``query`` in ``mode`` (no minScore floor); ``now`` (epoch
     seconds, default the clock) is when the question is asked, for temporal decay."""
     provider = None if mode == KEYWORD_ONLY else indexed.provider
-    if provider is None and mode != KEYWORD_ONLY:
+    if provider is None and mode != KEYWORD_ONLY and settings.provider != "none":
         raise RuntimeError("the store has no vectors (keyword-only index): only the keyword "
                            "mode can run")
     hits = search_store(indexed.db, settings, query, max_results=depth, min_score=0.0,

@@ -40,6 +40,10 @@ FUSIONS: tuple[str, ...] = ("weighted", "rrf")
 #: ``query.hybrid.keywordScore``: the weighted merge's keyword score, a share of the best hit's
 #: BM25 or each hit at its length (:mod:`pipeline.search.calibration`, issue 36 item 2).
 KEYWORD_SCORES: tuple[str, ...] = ("best", "length")
+#: ``query.hybrid.temporalDecay.mode`` (memq's own): OpenClaw's decay of every dated note, or
+#: "superseded": an older note is demoted only under a newer candidate like it
+#: (:mod:`pipeline.search.superseded`, issue 36 goal 4).
+DECAY_MODES: tuple[str, ...] = ("decay", "superseded")
 #: ``rerank.provider``: an HTTP ``/rerank`` endpoint (Jina, Cohere, Voyage, llama.cpp's server
 #: shape), or "local" (a GGUF cross-encoder run in process by llama.cpp).
 RERANK_PROVIDERS: tuple[str, ...] = ("http", "local")
@@ -346,6 +350,10 @@ KEYS: tuple[Key, ...] = (
     Key("query.hybrid.temporalDecay.enabled", BOOL),
     Key("query.hybrid.temporalDecay.halfLifeDays", _int(1)),
     Key("query.hybrid.temporalDecay.minFactor", UNIT),  # memq's own floor on the factor
+    # memq's own: demote an old note only under a newer look-alike (pipeline.search.superseded)
+    Key("query.hybrid.temporalDecay.mode", _enum(DECAY_MODES)),
+    Key("query.hybrid.temporalDecay.similarity", UNIT),
+    Key("query.hybrid.temporalDecay.band", UNIT),
     Key("query.timeoutMs", _int(100)),
     # memq's own (OpenClaw has no reranker): memory.search.rerank.* in an openclaw.json
     Key("rerank.enabled", BOOL),

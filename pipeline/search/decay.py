@@ -82,10 +82,14 @@ def file_multiplier(path: str, mtime_ns: int | None, now: float, half_life_days:
     """The decay factor of the chunks of file ``path`` (its modification time ``mtime_ns``,
     None when unknown). ``times``: each file's :func:`note_time`, kept across calls (a held
     copy's, :mod:`pipeline.store.rows`), filled here."""
+    return multiplier(written_at(path, mtime_ns, times), now, half_life_days, min_factor)
+
+
+def written_at(path: str, mtime_ns: int | None,
+               times: dict[tuple[str, int | None], float | None] | None = None) -> float | None:
+    """:func:`note_time` of file ``path``, looked up in (and added to) ``times`` when given."""
     if times is None:
-        written = note_time(path, mtime_ns)
-    elif (path, mtime_ns) in times:
-        written = times[path, mtime_ns]
-    else:
-        written = times[path, mtime_ns] = note_time(path, mtime_ns)
-    return multiplier(written, now, half_life_days, min_factor)
+        return note_time(path, mtime_ns)
+    if (path, mtime_ns) not in times:
+        times[path, mtime_ns] = note_time(path, mtime_ns)
+    return times[path, mtime_ns]

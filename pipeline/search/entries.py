@@ -46,6 +46,9 @@ class Weighed:
     #: :data:`~pipeline.store.reads.WeightRow` per candidate still in the store (more rows
     #: when they are the held copy's: every chunk of the store).
     rows: Mapping[int, WeightRow] = field(default_factory=dict)
+    #: With the decay of ``rest`` left to the caller (``weigh(defer_decay=True)``): each
+    #: candidate of ``rest``'s note time (None: evergreen), for :mod:`pipeline.search.superseded`.
+    written: dict[int, float | None] = field(default_factory=dict)
 
 
 def entry_values(row: WeightRow) -> EntryValues | None:
@@ -67,9 +70,11 @@ def _with_named(matches: Sequence[PathMatch], ranked: list[Candidate]) -> dict[s
 def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequence[str] | None,
           decay_days: float | None, now: float, projects: Sequence[str] | None,
           paths: Sequence[PathMatch] | None = None, decay_floor: float = 0.0,
-          held: ChunkRows | None = None) -> Weighed:
+          held: ChunkRows | None = None, defer_decay: bool = False) -> Weighed:
     """Temporal decay (``decay_days``: the half-life, None when off; ``decay_floor``: its
-    ``minFactor``), importance, project
+    ``minFactor``; ``defer_decay``: not applied to ``rest``, whose note times are kept in
+    ``written`` instead, for superseded recency; exact-path matches still decay), importance,
+    project
     ranking and exact-path order over the fused ``ranked`` candidates (see module doc).
     ``paths``: the files the query names (:func:`pipeline.search.paths.path_matches`), looked
     up here (exact matches only) when None. ``held``: the store's chunk rows held in memory
@@ -102,6 +107,9 @@ def weigh(db: Database, query: str, ranked: list[Candidate], *, sources: Sequenc
                     row[1], row[2], now, decay_days, decay_floor, times)
         values = entry_values(row)
         level = named.get(row[1], 0) if named else 0
+        if defer_decay and not level:
+            out.written[c.rowid] = decay.written_at(row[1], row[2], times)
+            factor = 1.0
         if values is None and not level:  # most: only decay applies
             c.score *= factor  # importance and project multipliers are 1
             out.rest.append(c)

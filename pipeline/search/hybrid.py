@@ -27,7 +27,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.results import SearchHit
-from pipeline.search import calibration, entries, fusion
+from pipeline.search import calibration, entries, fusion, superseded
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.paths import PathMatch, path_matches
@@ -35,6 +35,7 @@ from pipeline.search.provenance import provenance
 from pipeline.search.rerank import Reranker
 from pipeline.search.retrievers import (
     best_first,
+    chunk_vectors,
     cosine_for,
     keyword_hits,
     matrix_hits,
@@ -279,17 +280,20 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     wanted = source_filter(db, settings.sources if sources is None else sources,
                            None if held_rows is None else held_rows.sources)
     found = _rank(db, settings, query, candidates, provider, held, wanted, current)
-    decay_on = hybrid.temporal_decay.enabled
+    recency = hybrid.temporal_decay
+    superseding = recency.enabled and recency.mode == "superseded"
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
-                            decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
+                            decay_days=recency.half_life_days if recency.enabled else None,
                             now=time.time() if now is None else now, projects=projects,
-                            paths=found.paths, decay_floor=hybrid.temporal_decay.min_factor,
-                            held=held_rows)
+                            paths=found.paths, decay_floor=recency.min_factor,
+                            held=held_rows, defer_decay=superseding)
     ranked, exact = weighed.rest, weighed.exact
     # Scores are what a hit shows (6 decimals) before they are compared: a hit shown as 0.35
     # is kept at minScore 0.35, and equal shown scores go by rowid on every path.
     for c in ranked + exact:
         c.score = round(c.score, SCORE_DECIMALS)
+    if superseding:
+        _supersede(db, settings, weighed, held, current)
     ranked.sort(key=lambda c: (-c.score, c.rowid))
     exact = [c for c in exact if c.score >= min_score]
     picked, fill = _select(ranked, found, min_score, max_results, len(exact))
@@ -313,6 +317,26 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
                            word_sets=word_sets) + picked[head:]
     shown = (exact + picked + fill)[:max_results]
     return Answer([_hit(c, rows[c.rowid], found) for c in shown], note)
+
+
+def _supersede(db: Database, settings: Settings, weighed: entries.Weighed,
+               held: HeldCopies | None, current: Current | None) -> None:
+    """Superseded recency over ``weighed.rest`` (:mod:`pipeline.search.superseded`), the
+    chunk vectors from the held matrix when current; a demoted candidate's reranker factor
+    shrinks by its demotion."""
+    recency = settings.query.hybrid.temporal_decay
+    dated = [c.rowid for c in weighed.rest if weighed.written.get(c.rowid) is not None]
+    if len(dated) < 2:
+        return
+    matrix = (held.current(db, text=False, vectors=True, versions=current.versions)[1]
+              if held is not None and current is not None else None)
+    demoted = superseded.supersede(weighed.rest, weighed.written,
+                                   chunk_vectors(db, dated, matrix),
+                                   similarity=recency.similarity, band=recency.band,
+                                   half_life_days=recency.half_life_days,
+                                   shown=settings.query.min_score)
+    for rowid, factor in demoted.items():
+        weighed.factors[rowid] *= factor
 
 
 def _exact_order(weighed: entries.Weighed, kept: set[int], rows: Mapping[int, WeightRow],

@@ -113,6 +113,13 @@ def cosine_for(db: Database, rowids: Sequence[int], query_vector: np.ndarray,
     return {r: float(s) for r, s in zip(found, sims, strict=True)}
 
 
+def chunk_vectors(db: Database, rowids: Sequence[int],
+                  matrix: VectorMatrix | None = None) -> dict[int, np.ndarray]:
+    """The stored vectors of the given chunks (from the matrix held in memory when current, else
+    the store); chunks without one are absent."""
+    return matrix.vectors(rowids) if matrix is not None else get_vectors(db, rowids)
+
+
 def rescored(db: Database, hits: dict[int, float], query_vector: np.ndarray,
              matrix: VectorMatrix | None = None) -> dict[int, float]:
     """The vector side's hits with their exact scores (:func:`cosine_for`), best first, ties

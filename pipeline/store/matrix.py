@@ -82,6 +82,15 @@ class VectorMatrix:
         sims = exact_cosines(self.unit[at[found]], query)
         return dict(zip(wanted[found].tolist(), sims.tolist(), strict=True))
 
+    def vectors(self, rowids: Sequence[int]) -> dict[int, np.ndarray]:
+        """The given chunks' unit vectors; absent ones are left out."""
+        if not len(self.ids) or not len(rowids):
+            return {}
+        wanted = np.fromiter(dict.fromkeys(int(r) for r in rowids), dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
+        found = self.ids[at] == wanted
+        return dict(zip(wanted[found].tolist(), self.unit[at[found]], strict=True))
+
 
 def load(db: Database) -> VectorMatrix:
     """Read every vector of the store into a :class:`VectorMatrix` (one read transaction).

@@ -1,0 +1,137 @@
+"""Superseded recency (``query.hybrid.temporalDecay.mode: "superseded"``, issue 36 goal 4): an
+older note is demoted only under a newer candidate like it. Real stores (the producer's chunks
+and FTS5 rows), vectors set per file (:mod:`tests.searchkit`; the two database notes share
+their vectors' rest, so their chunks resemble each other), memory_search's default ranking
+path (hybrid, MMR, ``minScore`` 0.35), asked on 2026-12-06.
+
+OpenClaw's decay buries the lake-house note, the only one that answers (218 days old); the
+superseded rule leaves it its whole score, and still puts the newer Postgres note first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.search import superseded
+from pipeline.search.fusion import Candidate
+from pipeline.search.hybrid import search_store
+from tests.searchkit import QueryVector, build
+
+NOW = dt.datetime(2026, 12, 6, 12, tzinfo=dt.UTC).timestamp()
+DAY = 86400.0
+OLD_DB, NEW_DB = "memory/2026-06-10.md", "memory/2026-11-20.md"
+LAKE = "memory/2026-05-02.md"
+EVERGREEN = "MEMORY.md"
+NOTES = {
+    OLD_DB: "# 2026-06-10\n\nSet up the main database server: we run Postgres 14 on it, with "
+            "nightly dumps to the backup bucket.\n",
+    NEW_DB: "# 2026-11-20\n\nUpgraded the main database server to Postgres 16 today; the "
+            "nightly dumps still go to the backup bucket.\n",
+    LAKE: "# 2026-05-02\n\nWeekend at the lake house. The wifi password there is "
+          "heron-7-tamarack, written on the fridge.\n",
+    EVERGREEN: "# Memory\n\nThe main database server keeps its nightly dumps for 30 days.\n",
+    **{f"memory/2026-12-{day:02d}.md": f"# 2026-12-{day:02d}\n\nReviewed pull requests and "
+       f"answered support mail (day {day}).\n" for day in range(1, 6)},
+}
+SHARED = 30  # the axis the two database notes' vectors share (cosine of the two about 1)
+QUESTIONS = {
+    "which Postgres version does the main database run":
+        {OLD_DB: 0.62, NEW_DB: 0.60, LAKE: 0.10, EVERGREEN: 0.30},
+    "what is the wifi password at the lake house":
+        {OLD_DB: 0.10, NEW_DB: 0.10, LAKE: 0.60, EVERGREEN: 0.10},
+}
+CHANGED, UNIQUE = QUESTIONS
+SUPERSEDED = {"enabled": True, "halfLifeDays": 30, "mode": "superseded", "similarity": 0.5}
+OPENCLAW = {"enabled": True, "halfLifeDays": 30}
+OFF = {"enabled": False}
+MIN_SCORE = 0.35  # the default
+
+
+def _scores(tmp: Path, make_settings, question: str, decay_keys: dict,
+            cosines: dict[str, float] | None = None) -> list[tuple[str, float]]:
+    """(path, score) of a default search, best first (minScore 0, so buried notes show)."""
+    cosines = {path: 0.15 for path in NOTES} | (cosines or QUESTIONS[question])
+    db, settings = build(tmp, make_settings, NOTES, cosines,
+                         axes={OLD_DB: SHARED, NEW_DB: SHARED},
+                         store={"path": str(tmp / "store" / "memq.sqlite")},
+                         query={"hybrid": {"temporalDecay": decay_keys}})
+    try:
+        hits = search_store(db, settings, question, provider=QueryVector(), min_score=0,
+                            max_results=20, now=NOW)
+    finally:
+        db.close()
+    return [(hit.path, hit.score) for hit in hits]
+
+
+def test_the_old_note_that_alone_answers_keeps_its_score_and_rank(
+        tmp_path: Path, make_settings) -> None:
+    plain = dict(_scores(tmp_path / "off", make_settings, UNIQUE, OFF))
+    openclaw = _scores(tmp_path / "openclaw", make_settings, UNIQUE, OPENCLAW)
+    assert openclaw[0][0] != LAKE and dict(openclaw)[LAKE] < MIN_SCORE  # buried by decay
+    kept = _scores(tmp_path / "superseded", make_settings, UNIQUE, SUPERSEDED)
+    assert kept[0] == (LAKE, plain[LAKE])  # first, with its undecayed score
+    assert plain[LAKE] >= MIN_SCORE
+
+
+def test_the_newer_near_duplicate_wins_and_the_old_value_stays_just_under_it(
+        tmp_path: Path, make_settings) -> None:
+    plain = dict(_scores(tmp_path / "off", make_settings, CHANGED, OFF))
+    assert plain[OLD_DB] > plain[NEW_DB]  # undecayed, the stale value comes first
+    hits = _scores(tmp_path / "superseded", make_settings, CHANGED, SUPERSEDED)
+    paths = [p for p, _ in hits]
+    assert paths.index(NEW_DB) < paths.index(OLD_DB)
+    scores = dict(hits)
+    assert scores[NEW_DB] == plain[NEW_DB]  # the newest is not decayed
+    assert scores[OLD_DB] == pytest.approx(scores[NEW_DB] - superseded.STEP, abs=1e-9)
+    assert scores[OLD_DB] >= MIN_SCORE  # its history is still shown
+    assert scores[EVERGREEN] == plain[EVERGREEN]  # MEMORY.md never decays nor is demoted
+
+
+def test_a_newer_look_alike_under_the_band_or_under_min_score_does_not_demote(
+        tmp_path: Path, make_settings) -> None:
+    weaker_new = {OLD_DB: 0.62, NEW_DB: 0.45, LAKE: 0.10, EVERGREEN: 0.30}
+    plain = dict(_scores(tmp_path / "off", make_settings, CHANGED, OFF, weaker_new))
+    assert MIN_SCORE <= plain[NEW_DB] < 0.8 * plain[OLD_DB]
+    banded = _scores(tmp_path / "band", make_settings, CHANGED, {**SUPERSEDED, "band": 0.8},
+                     weaker_new)
+    assert banded[0] == (OLD_DB, plain[OLD_DB])
+    unbanded = dict(_scores(tmp_path / "any", make_settings, CHANGED, SUPERSEDED, weaker_new))
+    assert unbanded[OLD_DB] < unbanded[NEW_DB]  # band 0: any newer look-alike shown demotes
+    unseen_new = {**weaker_new, NEW_DB: 0.20}  # under minScore: it would not be shown
+    plain = dict(_scores(tmp_path / "off2", make_settings, CHANGED, OFF, unseen_new))
+    assert plain[NEW_DB] < MIN_SCORE
+    hits = _scores(tmp_path / "unseen", make_settings, CHANGED, SUPERSEDED, unseen_new)
+    assert hits[0] == (OLD_DB, plain[OLD_DB])
+
+
+def _vector(*parts: float) -> np.ndarray:
+    return np.asarray(parts, dtype=np.float32)
+
+
+def test_supersede_settles_the_newest_first_and_leaves_unlike_or_undated_alone() -> None:
+    a, b, c, d, e = (Candidate(i, score=s) for i, s in
+                     enumerate((0.5, 0.7, 0.9, 0.8, 0.95), start=1))
+    written = {1: NOW, 2: NOW - 10 * DAY, 3: NOW - 100 * DAY, 4: NOW - 300 * DAY, 5: None}
+    same = _vector(1, 0)
+    vectors = {1: same, 2: same, 3: same, 4: _vector(0, 1), 5: same}
+    factors = superseded.supersede([a, b, c, d, e], written, vectors, similarity=0.9, band=0.0,
+                                   half_life_days=30, shown=0.35)
+    assert b.score == pytest.approx(0.5 - superseded.STEP)  # under the newest, a
+    assert c.score == pytest.approx(0.5 - 2 * superseded.STEP)  # under b as demoted
+    assert (a.score, d.score, e.score) == (0.5, 0.8, 0.95)  # newest; unlike; evergreen
+    assert set(factors) == {2, 3}
+
+
+def test_supersede_decay_variant_multiplies_by_the_time_between() -> None:
+    new, old = Candidate(1, score=0.4), Candidate(2, score=0.8)
+    superseded.supersede([new, old], {1: NOW, 2: NOW - 30 * DAY},
+                         {1: _vector(1, 0), 2: _vector(1, 0)}, similarity=0.5, band=0.0,
+                         half_life_days=30, demote="decay")
+    assert old.score == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="demote"):
+        superseded.supersede([], {}, {}, similarity=0.5, band=0, half_life_days=30,
+                             demote="newest")
