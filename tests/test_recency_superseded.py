@@ -112,26 +112,26 @@ def _vector(*parts: float) -> np.ndarray:
     return np.asarray(parts, dtype=np.float32)
 
 
-def test_supersede_settles_the_newest_first_and_leaves_unlike_or_undated_alone() -> None:
-    a, b, c, d, e = (Candidate(i, score=s) for i, s in
-                     enumerate((0.5, 0.7, 0.9, 0.8, 0.95), start=1))
-    written = {1: NOW, 2: NOW - 10 * DAY, 3: NOW - 100 * DAY, 4: NOW - 300 * DAY, 5: None}
+def test_supersede_places_an_old_chunk_under_the_best_newer_look_alike_only() -> None:
+    a, b, c, d, e, f = (Candidate(i, score=s) for i, s in
+                        enumerate((0.5, 0.6, 0.9, 0.8, 0.95, 0.3), start=1))
+    written = {1: NOW, 2: NOW - 10 * DAY, 3: NOW - 100 * DAY, 4: NOW - 300 * DAY, 5: None,
+               6: NOW - DAY}
     same = _vector(1, 0)
-    vectors = {1: same, 2: same, 3: same, 4: _vector(0, 1), 5: same}
-    factors = superseded.supersede([a, b, c, d, e], written, vectors, similarity=0.9, band=0.0,
-                                   half_life_days=30, shown=0.35)
-    assert b.score == pytest.approx(0.5 - superseded.STEP)  # under the newest, a
-    assert c.score == pytest.approx(0.5 - 2 * superseded.STEP)  # under b as demoted
-    assert (a.score, d.score, e.score) == (0.5, 0.8, 0.95)  # newest; unlike; evergreen
-    assert set(factors) == {2, 3}
+    vectors = {1: same, 2: same, 3: same, 4: _vector(0, 1), 5: same, 6: same}
+    factors = superseded.supersede([a, b, c, d, e, f], written, vectors, similarity=0.9,
+                                   band=0.0, shown=0.35)
+    assert b.score == pytest.approx(0.5 - superseded.STEP)  # under a; f is under minScore
+    assert c.score == pytest.approx(0.5 - superseded.STEP)  # under the best newer one, a
+    assert (a.score, d.score, e.score, f.score) == (0.5, 0.8, 0.95, 0.3)  # newest; unlike;
+    assert set(factors) == {2, 3}  # evergreen; the newest of all (nothing newer)
+    assert factors[3] == pytest.approx((0.5 - superseded.STEP) / 0.9)
 
 
-def test_supersede_decay_variant_multiplies_by_the_time_between() -> None:
-    new, old = Candidate(1, score=0.4), Candidate(2, score=0.8)
-    superseded.supersede([new, old], {1: NOW, 2: NOW - 30 * DAY},
-                         {1: _vector(1, 0), 2: _vector(1, 0)}, similarity=0.5, band=0.0,
-                         half_life_days=30, demote="decay")
-    assert old.score == pytest.approx(0.4)
-    with pytest.raises(ValueError, match="demote"):
-        superseded.supersede([], {}, {}, similarity=0.5, band=0, half_life_days=30,
-                             demote="newest")
+def test_supersede_leaves_the_same_day_and_the_lower_scored_alone() -> None:
+    new, same_day, low = Candidate(1, score=0.6), Candidate(2, score=0.7), Candidate(3, score=0.4)
+    written = {1: NOW, 2: NOW, 3: NOW - 50 * DAY}
+    vectors = {r: _vector(1, 0) for r in written}
+    assert superseded.supersede([new, same_day, low], written, vectors, similarity=0.5,
+                                band=0.0, shown=0.35) == {}
+    assert (new.score, same_day.score, low.score) == (0.6, 0.7, 0.4)

@@ -106,15 +106,15 @@ class TemporalDecaySettings(_Validated):
     """``query.hybrid.temporalDecay.*``: exponential decay by note age (on by default, as in
     OpenClaw 2026.9). ``min_factor`` (memq's own) is a floor on the decay factor; 0 is
     OpenClaw's decay. ``mode`` (memq's own): ``"decay"`` (OpenClaw's) or ``"superseded"``:
-    an older note is demoted to just under a newer candidate whose chunk's vector has a
-    cosine of at least ``similarity`` with its own and whose score is at least ``band`` of its
-    own (:mod:`pipeline.search.superseded`); any other keeps its score."""
+    an older note is demoted to just under the best newer candidate whose chunk's vector has a
+    cosine of at least ``similarity`` with its own and whose score clears ``minScore`` and is at
+    least ``band`` of its own (:mod:`pipeline.search.superseded`); any other keeps its score."""
 
     enabled: bool = True
     half_life_days: int = 30
     min_factor: float = 0.0
     mode: str = "decay"
-    similarity: float = 0.5
+    similarity: float = 0.4
     band: float = 0.0
 
 

@@ -333,7 +333,6 @@ def _supersede(db: Database, settings: Settings, weighed: entries.Weighed,
     demoted = superseded.supersede(weighed.rest, weighed.written,
                                    chunk_vectors(db, dated, matrix),
                                    similarity=recency.similarity, band=recency.band,
-                                   half_life_days=recency.half_life_days,
                                    shown=settings.query.min_score)
     for rowid, factor in demoted.items():
         weighed.factors[rowid] *= factor

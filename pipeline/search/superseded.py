@@ -5,13 +5,18 @@ falls under unrelated notes of this week (LoCoMo R@6 0.86 → 0.36). Recency is 
 case: a newer note says the same thing differently (a fact changed) and should come first.
 This rule demotes an older candidate only in that case: when a candidate of the same result set
 written later (strictly: a later note date, or modification time for an undated file) has a
-chunk vector whose cosine with the older chunk's is at least ``similarity``, and a score at
-least ``band`` of the older one's. The older candidate then scores just under the lowest such
-newer candidate (``demote="below"``, one millionth under: the newer one comes first, the older
-one stays next to it), or is multiplied by the decay factor of the time between them
-(``demote="decay"``). Every other candidate keeps its score: evergreen files
-(``MEMORY.md``, ``USER.md``, undated files under ``memory/``) are neither demoted nor demote,
-and a chunk without a vector (still pending) is never similar to anything.
+chunk vector whose cosine with the older chunk's is at least ``similarity``, a score of at least
+``minScore`` (the configured one: it would be shown) and at least ``band`` of the older one's.
+The older candidate then scores one millionth under the best such newer candidate, so the newer
+one comes first and the older one stays next to it. Every other candidate keeps its whole score:
+evergreen files (``MEMORY.md``, ``USER.md``, undated files under ``memory/``) are neither
+demoted nor demote, and a chunk without a vector (still pending) is like nothing.
+
+Measured variants not kept (docs/search.md): placing it under the weakest such newer candidate
+(stale first 3 of 34 changed facts instead of 4, LoCoMo conv-26 R@6 0.778 instead of 0.844),
+multiplying by the decay of the time between the two (old unique answers cut under
+``minScore``), and no ``minScore`` condition (a recent note that only names the subject buries
+the old answer).
 
 Candidates are visited newest first, so a newer candidate's own demotion is settled before
 older ones are placed under it.
@@ -23,12 +28,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from pipeline.search import decay
 from pipeline.search.fusion import Candidate
 
 #: How far under the newer candidate an older one is placed (scores are shown with 6 decimals).
 STEP = 1e-6
-DEMOTIONS = ("below", "decay")
 
 
 def similarities(vectors: Mapping[int, np.ndarray]) -> dict[tuple[int, int], float]:
@@ -46,14 +49,11 @@ def similarities(vectors: Mapping[int, np.ndarray]) -> dict[tuple[int, int], flo
 
 def supersede(candidates: Sequence[Candidate], written: Mapping[int, float | None],
               vectors: Mapping[int, np.ndarray], *, similarity: float, band: float,
-              half_life_days: float, demote: str = "below", shown: float = 0.0,
-              pick: str = "min") -> dict[int, float]:
+              shown: float) -> dict[int, float]:
     """Demote, in place, each candidate that a newer look-alike supersedes (see the module
     doc); ``written``: each candidate's note time (None: evergreen); ``vectors``: the chunk
-    vectors (absent: none). Returns the factor each demoted candidate's score was multiplied
-    by (rowid -> new / old score)."""
-    if demote not in DEMOTIONS:
-        raise ValueError(f"demote must be one of {', '.join(DEMOTIONS)}, not {demote!r}")
+    vectors (absent: none); ``shown``: the score a superseding candidate needs (``minScore``).
+    Returns the factor each demoted candidate's score was multiplied by (rowid -> new / old)."""
     dated = [c for c in candidates
              if written.get(c.rowid) is not None and c.rowid in vectors]
     if len(dated) < 2:
@@ -63,18 +63,13 @@ def supersede(candidates: Sequence[Candidate], written: Mapping[int, float | Non
     factors: dict[int, float] = {}
     for i, old in enumerate(dated):
         when = written[old.rowid] or 0.0
-        newer = [n for n in dated[:i] if (written[n.rowid] or 0.0) > when
-                 and n.score >= band * old.score and n.score >= shown
-                 and sims[min(n.rowid, old.rowid), max(n.rowid, old.rowid)] >= similarity]
-        if not newer or old.score <= 0:
+        over = [n.score for n in dated[:i] if (written[n.rowid] or 0.0) > when
+                and n.score >= max(shown, band * old.score)
+                and sims[min(n.rowid, old.rowid), max(n.rowid, old.rowid)] >= similarity]
+        if not over or old.score <= 0:
             continue
-        if demote == "below":
-            under = (min if pick == "min" else max)(n.score for n in newer)
-            score = min(old.score, max(0.0, under - STEP))
-        else:
-            latest = max(written[n.rowid] or 0.0 for n in newer)
-            score = old.score * decay.multiplier(when, latest, half_life_days)
+        score = round(max(0.0, max(over) - STEP), 6)
         if score < old.score:
             factors[old.rowid] = score / old.score
-            old.score = round(score, 6)
+            old.score = score
     return factors
