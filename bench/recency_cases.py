@@ -10,7 +10,7 @@ whose newer note is shown first, of those whose old value is shown first, of the
 answers still shown, and of all questions answered as a memory should (new first, or kept).
 
     PYTHONPATH=. .venv/bin/python bench/recency_cases.py [--work-dir DIR] [--config memq.json]
-        [--floors 0.5,0.75] [--superseded 0.5] [--bands 0]
+        [--floors 0.5,0.75] [--superseded 0.4] [--bands 0]
         [--limit N] [--json] [--quick]
 
 ``--quick``: the first 4 cases of each kind, keyword-only (no model): a smoke run.
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="memq.json/.toml with the provider keys (default: local)")
     ap.add_argument("--cases", type=Path, default=changed_facts.CASES)
     ap.add_argument("--floors", default="0.5,0.75", help="minFactor values (0.5,0.75)")
-    ap.add_argument("--superseded", default="0.5",
-                    help="superseded recency's cosine thresholds (0.5)")
+    ap.add_argument("--superseded", default="0.4",
+                    help="superseded recency's cosine thresholds (0.4)")
     ap.add_argument("--bands", default="0", help="superseded recency's relevance bands (0)")
     ap.add_argument("--limit", type=int, default=0, help="the first N cases of each kind")
     ap.add_argument("--json", action="store_true", help="every outcome, as JSON")

@@ -9,7 +9,7 @@ conversation (conv-26, what settings are chosen on) and, apart, over the others 
 never chosen on).
 
     PYTHONPATH=. .venv/bin/python bench/recency_locomo.py --collection locomo10.json
-        --work-dir DIR [--layout notes] [--superseded 0.5,0.7] [--bands 0,0.8]
+        --work-dir DIR [--layout notes] [--superseded 0.4,0.5] [--bands 0,0.8]
         [--floors 0.75] [--tuning conv-26] [--only tuning|held-out|both] [--json] [--quick]
 
 ``--quick``: a one-conversation file, keyword-only (no model): a smoke run.
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", type=Path, help="memq eval's work folder (stores kept)")
     ap.add_argument("--config", help="memq.json/.toml with the provider keys (default: local)")
     ap.add_argument("--layout", default="notes", choices=locomo.LAYOUTS)
-    ap.add_argument("--superseded", default="0.5", help="cosine thresholds (0.5)")
+    ap.add_argument("--superseded", default="0.4", help="cosine thresholds (0.4)")
     ap.add_argument("--bands", default="0", help="relevance bands (0: any newer look-alike)")
     ap.add_argument("--floors", default="", help="minFactor values to compare too")
     ap.add_argument("--tuning", default=TUNING, help="the tuning conversation (conv-26)")

@@ -16,6 +16,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.embeddings.registry import ProviderChoice
 from pipeline.ingest.producer import sync_files
+from pipeline.search.hybrid import search_store
 from pipeline.store import writer
 from pipeline.store.engine import Database, connect
 
@@ -69,3 +70,21 @@ def build(ws: Path, make_settings: Callable[..., Settings], notes: dict[str, str
 def rowid_of(db, path: str) -> int:
     """The rowid of ``path``'s first chunk in an open store."""
     return db.conn.execute("SELECT rowid FROM chunks WHERE path = ?", (path,)).fetchone()[0]
+
+
+def ranked(tmp: Path, make_settings: Callable[..., Settings], notes: dict[str, str],
+           question: str, cosines: dict[str, float], decay_keys: dict[str, object], now: float,
+           axes: dict[str, int] | None = None) -> list[tuple[str, float]]:
+    """(path, score) of every hit of a default search (minScore 0, so buried notes show; up
+    to 20) for ``question`` (embedded to ``e0``) at ``now``, on a store of ``notes`` with the
+    vector scores ``cosines`` (see :func:`build`) and ``query.hybrid.temporalDecay`` keys
+    ``decay_keys``."""
+    db, settings = build(tmp, make_settings, notes, cosines, axes=axes,
+                         store={"path": str(tmp / "store" / "memq.sqlite")},
+                         query={"hybrid": {"temporalDecay": decay_keys}})
+    try:
+        hits = search_store(db, settings, question, provider=QueryVector(), min_score=0,
+                            max_results=20, now=now)
+    finally:
+        db.close()
+    return [(hit.path, hit.score) for hit in hits]

@@ -187,7 +187,7 @@ def test_memq_eval_on_a_tiny_beir_collection(tmp_path: Path, tiny_model) -> None
     assert out["kind"] == "beir" and out["queries"] == 2 and out["chunks"] == 4
     figures = out["figures"]
     assert list(figures) == ["keyword", "vector", "hybrid", "rrf", "hybrid+mmr", "hybrid+decay",
-                             "defaults"]
+                             "defaults", "superseded"]
     # Each query's words occur in its relevant document only: keyword search is perfect.
     assert figures["keyword"] == {"nDCG@10": 1.0, "R@10": 1.0, "R@100": 1.0, "MRR@10": 1.0}
     for mode in ("vector", "hybrid", "rrf", "hybrid+mmr", "defaults"):  # 4 documents: all ranked
@@ -196,6 +196,7 @@ def test_memq_eval_on_a_tiny_beir_collection(tmp_path: Path, tiny_model) -> None
     # weighted fusion with MMR.
     assert figures["hybrid+decay"] == figures["hybrid"]
     assert figures["defaults"] == figures["hybrid+mmr"]
+    assert figures["superseded"] == figures["defaults"]  # nothing dated: nothing superseded
     # Indexed by the real pipeline: one Markdown file per document, every chunk has a vector.
     assert sorted(p.name for p in (work / "workspace" / "memory" / "docs").iterdir()) == [
         "d1.md", "d2.md", "d3.md", "d4.md"]
@@ -243,3 +244,10 @@ def test_memq_eval_on_a_tiny_locomo_file_scores_both_layouts(tmp_path: Path, tin
                    env=env, timeout=300)
     assert one.returncode == 0, one.stderr
     assert list(json.loads(one.stdout)["figures"]) == ["memory"]
+    recency = run_memq("eval", "--collection", str(data), "--work-dir", str(tmp_path / "work"),
+                       "--config", str(cfg), "--modes", "defaults,superseded", "--layout",
+                       "notes", "--json", env=env, timeout=300)
+    assert recency.returncode == 0, recency.stderr
+    figures = json.loads(recency.stdout)["figures"]["notes"]
+    assert list(figures) == ["defaults", "superseded"]
+    assert figures["superseded"]["all"]["questions"] == 1

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.search import decay
-from pipeline.search.hybrid import search_store
-from tests.searchkit import QueryVector, build
+from tests.searchkit import ranked
 
 NOW = dt.datetime(2026, 12, 6, 12, tzinfo=dt.UTC).timestamp()
 OLD_DB, NEW_DB = "memory/2026-06-10.md", "memory/2026-11-20.md"
@@ -47,17 +46,9 @@ CHANGED, UNIQUE = QUESTIONS
 def _scores(tmp: Path, make_settings, question: str, decay_keys: dict) -> dict[str, float]:
     """Best score per path of a default search (minScore 0, so buried notes show)."""
     cosines = {path: 0.15 for path in NOTES} | QUESTIONS[question]
-    db, settings = build(tmp, make_settings, NOTES, cosines,
-                         store={"path": str(tmp / "store" / "memq.sqlite")},
-                         query={"hybrid": {"temporalDecay": decay_keys}})
-    try:
-        hits = search_store(db, settings, question, provider=QueryVector(), min_score=0,
-                            max_results=20, now=NOW)
-    finally:
-        db.close()
     scores: dict[str, float] = {}
-    for hit in hits:
-        scores.setdefault(hit.path, hit.score)
+    for path, score in ranked(tmp, make_settings, NOTES, question, cosines, decay_keys, NOW):
+        scores.setdefault(path, score)
     return scores
 
 

@@ -10,7 +10,6 @@ superseded rule leaves it its whole score, and still puts the newer Postgres not
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import numpy as np
@@ -18,25 +17,14 @@ import pytest
 
 from pipeline.search import superseded
 from pipeline.search.fusion import Candidate
-from pipeline.search.hybrid import search_store
-from tests.searchkit import QueryVector, build
+from tests.searchkit import ranked
+from tests.test_recency_floor import LAKE, NEW_DB, NOW, OLD_DB
+from tests.test_recency_floor import NOTES as FLOOR_NOTES
 
-NOW = dt.datetime(2026, 12, 6, 12, tzinfo=dt.UTC).timestamp()
 DAY = 86400.0
-OLD_DB, NEW_DB = "memory/2026-06-10.md", "memory/2026-11-20.md"
-LAKE = "memory/2026-05-02.md"
 EVERGREEN = "MEMORY.md"
-NOTES = {
-    OLD_DB: "# 2026-06-10\n\nSet up the main database server: we run Postgres 14 on it, with "
-            "nightly dumps to the backup bucket.\n",
-    NEW_DB: "# 2026-11-20\n\nUpgraded the main database server to Postgres 16 today; the "
-            "nightly dumps still go to the backup bucket.\n",
-    LAKE: "# 2026-05-02\n\nWeekend at the lake house. The wifi password there is "
-          "heron-7-tamarack, written on the fridge.\n",
-    EVERGREEN: "# Memory\n\nThe main database server keeps its nightly dumps for 30 days.\n",
-    **{f"memory/2026-12-{day:02d}.md": f"# 2026-12-{day:02d}\n\nReviewed pull requests and "
-       f"answered support mail (day {day}).\n" for day in range(1, 6)},
-}
+NOTES = {**FLOOR_NOTES,
+         EVERGREEN: "# Memory\n\nThe main database server keeps its nightly dumps for 30 days.\n"}
 SHARED = 30  # the axis the two database notes' vectors share (cosine of the two about 1)
 QUESTIONS = {
     "which Postgres version does the main database run":
@@ -55,16 +43,8 @@ def _scores(tmp: Path, make_settings, question: str, decay_keys: dict,
             cosines: dict[str, float] | None = None) -> list[tuple[str, float]]:
     """(path, score) of a default search, best first (minScore 0, so buried notes show)."""
     cosines = {path: 0.15 for path in NOTES} | (cosines or QUESTIONS[question])
-    db, settings = build(tmp, make_settings, NOTES, cosines,
-                         axes={OLD_DB: SHARED, NEW_DB: SHARED},
-                         store={"path": str(tmp / "store" / "memq.sqlite")},
-                         query={"hybrid": {"temporalDecay": decay_keys}})
-    try:
-        hits = search_store(db, settings, question, provider=QueryVector(), min_score=0,
-                            max_results=20, now=NOW)
-    finally:
-        db.close()
-    return [(hit.path, hit.score) for hit in hits]
+    return ranked(tmp, make_settings, NOTES, question, cosines, decay_keys, NOW,
+                  axes={OLD_DB: SHARED, NEW_DB: SHARED})
 
 
 def test_the_old_note_that_alone_answers_keeps_its_score_and_rank(

@@ -16,7 +16,8 @@ from memq.cli.exits import CommandFailed, ExitCode
 @click.option("--split", default="test", help="qrels split of a BEIR folder (test)")
 @click.option("--limit", type=int, default=0,
               help="only the first N queries (LoCoMo: N questions per conversation)")
-@click.option("--modes", help="comma-separated subset of keyword,vector,hybrid,rrf,hybrid+mmr")
+@click.option("--modes", help="comma-separated subset of keyword,vector,hybrid,rrf,hybrid+mmr,"
+              "hybrid+decay,defaults,superseded")
 @click.option("--vector-weight", type=float,
               help="vectorWeight of the fused modes (textWeight = 1 - it); default 0.7")
 @click.option("--rrf-k", type=int, help="rrfK of the rrf mode (default 60)")

@@ -39,7 +39,7 @@ CASES = Path(__file__).resolve().parents[2] / "tests" / "data" / "changed_facts.
 
 
 
-def decays(floors: tuple[float, ...] = (0.5, 0.75), superseded: tuple[float, ...] = (0.5,),
+def decays(floors: tuple[float, ...] = (0.5, 0.75), superseded: tuple[float, ...] = (0.4,),
            bands: tuple[float, ...] = (0.0,)) -> dict[str, dict[str, Any]]:
     """The recency settings compared (memq.json ``query.hybrid.temporalDecay`` keys): decay
     off, OpenClaw's decay (half-life 30 days, no floor), a ``minFactor`` per floor, and

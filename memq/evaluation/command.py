@@ -20,7 +20,8 @@ from memq.evaluation import beir, changed_facts, locomo, report
 from memq.evaluation.workspace import MODES, EvalWorkspace, default_work_dir
 
 BEIR_MODES = list(MODES)
-LOCOMO_MODES = ["keyword", "vector", "hybrid", "rrf", "hybrid+mmr", "hybrid+decay", "defaults"]
+LOCOMO_MODES = ["keyword", "vector", "hybrid", "rrf", "hybrid+mmr", "hybrid+decay", "defaults",
+                "superseded"]
 
 
 def read_base(config: str | None) -> dict[str, Any]:
