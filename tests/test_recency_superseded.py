@@ -102,10 +102,10 @@ def test_supersede_places_an_old_chunk_under_the_best_newer_look_alike_only() ->
     factors = superseded.supersede([a, b, c, d, e, f], written, vectors, similarity=0.9,
                                    band=0.0, shown=0.35)
     assert b.score == pytest.approx(0.5 - superseded.STEP)  # under a; f is under minScore
-    assert c.score == pytest.approx(0.5 - superseded.STEP)  # under the best newer one, a
+    assert c.score == pytest.approx(0.5 - 2 * superseded.STEP)  # under a, and under b there
     assert (a.score, d.score, e.score, f.score) == (0.5, 0.8, 0.95, 0.3)  # newest; unlike;
     assert set(factors) == {2, 3}  # evergreen; the newest of all (nothing newer)
-    assert factors[3] == pytest.approx((0.5 - superseded.STEP) / 0.9)
+    assert factors[3] == pytest.approx((0.5 - 2 * superseded.STEP) / 0.9)
 
 
 def test_supersede_leaves_the_same_day_and_the_lower_scored_alone() -> None:

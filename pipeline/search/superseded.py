@@ -7,8 +7,9 @@ This rule demotes an older candidate only in that case: when a candidate of the 
 written later (strictly: a later note date, or modification time for an undated file) has a
 chunk vector whose cosine with the older chunk's is at least ``similarity``, a score of at least
 ``minScore`` (the configured one: it would be shown) and at least ``band`` of the older one's.
-The older candidate then scores one millionth under the best such newer candidate, so the newer
-one comes first and the older one stays next to it. Every other candidate keeps its whole score:
+The older candidate then scores one millionth under the best such newer candidate (and under
+any newer one already placed there), so the newer one comes first and the older one stays next
+to it. Every other candidate keeps its whole score:
 evergreen files (``MEMORY.md``, ``USER.md``, undated files under ``memory/``) are neither
 demoted nor demote, and a chunk without a vector (still pending) is like nothing.
 
@@ -68,7 +69,10 @@ def supersede(candidates: Sequence[Candidate], written: Mapping[int, float | Non
                 and sims[min(n.rowid, old.rowid), max(n.rowid, old.rowid)] >= similarity]
         if not over or old.score <= 0:
             continue
-        score = round(max(0.0, max(over) - STEP), 6)
+        score = round(max(over) - STEP, 6)
+        while any(abs(x - score) < STEP / 2 for x in over):  # a newer one already placed there
+            score = round(score - STEP, 6)
+        score = max(0.0, score)
         if score < old.score:
             factors[old.rowid] = score / old.score
             old.score = score
