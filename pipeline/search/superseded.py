@@ -9,15 +9,14 @@ chunk vector whose cosine with the older chunk's is at least ``similarity``, a s
 ``minScore`` (the configured one: it would be shown) and at least ``band`` of the older one's.
 The older candidate then scores one millionth under the best such newer candidate (and under
 any newer one already placed there), so the newer one comes first and the older one stays next
-to it. Every other candidate keeps its whole score:
-evergreen files (``MEMORY.md``, ``USER.md``, undated files under ``memory/``) are neither
-demoted nor demote, and a chunk without a vector (still pending) is like nothing.
+to it. Every other candidate keeps its whole score: evergreen files (``MEMORY.md``, ``USER.md``,
+undated files under ``memory/``) are neither demoted nor demote, and a chunk without a vector
+(still pending) resembles nothing.
 
 Measured variants not kept (docs/search.md): placing it under the weakest such newer candidate
-(stale first 3 of 34 changed facts instead of 4, LoCoMo conv-26 R@6 0.778 instead of 0.844),
-multiplying by the decay of the time between the two (old unique answers cut under
-``minScore``), and no ``minScore`` condition (a recent note that only names the subject buries
-the old answer).
+(the same changed facts, LoCoMo conv-26 R@6 0.778 instead of 0.844), multiplying by the decay
+of the time between the two (old unique answers cut under ``minScore``), and no ``minScore``
+condition (a recent note that only names the subject buries the old answer).
 
 Candidates are visited newest first, so a newer candidate's own demotion is settled before
 older ones are placed under it.
