@@ -17,7 +17,8 @@ import pytest
 
 from pipeline.search import superseded
 from pipeline.search.fusion import Candidate
-from tests.searchkit import ranked
+from pipeline.search.hybrid import HeldCopies, search_store
+from tests.searchkit import QueryVector, build, ranked
 from tests.test_recency_floor import LAKE, NEW_DB, NOW, OLD_DB
 from tests.test_recency_floor import NOTES as FLOOR_NOTES
 
@@ -115,3 +116,25 @@ def test_supersede_leaves_the_same_day_and_the_lower_scored_alone() -> None:
     assert superseded.supersede([new, same_day, low], written, vectors, similarity=0.5,
                                 band=0.0, shown=0.35) == {}
     assert (new.score, same_day.score, low.score) == (0.6, 0.7, 0.4)
+
+
+def test_the_held_copies_supersede_as_the_store_does(tmp_path: Path, make_settings) -> None:
+    cosines = {path: 0.15 for path in NOTES} | QUESTIONS[CHANGED]
+    db, settings = build(tmp_path, make_settings, NOTES, cosines,
+                         axes={OLD_DB: SHARED, NEW_DB: SHARED},
+                         store={"path": str(tmp_path / "store" / "memq.sqlite")},
+                         query={"hybrid": {"temporalDecay": SUPERSEDED}})
+    held = HeldCopies()
+    try:
+        def hits() -> list[tuple[str, float]]:
+            return [(h.path, h.score) for h in search_store(
+                db, settings, CHANGED, provider=QueryVector(), min_score=0, now=NOW, held=held)]
+
+        from_store = hits()  # the copies load in the background meanwhile
+        held.wait()
+        assert held.current(db, text=False, vectors=True)[1] is not None
+        assert hits() == from_store
+        assert [p for p, _ in from_store].index(NEW_DB) < [p for p, _ in from_store].index(OLD_DB)
+    finally:
+        held.close()
+        db.close()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.search.hybrid import HeldCopies, search_store
-from pipeline.search.retrievers import cosine_for
+from pipeline.search.retrievers import chunk_vectors, cosine_for
 from pipeline.store import schema
 from pipeline.store.engine import connect
 from pipeline.store.matrix import MatrixCache
@@ -138,6 +138,10 @@ def test_matrix_answers_as_the_store_on_random_vectors(tmp_path: Path,
         cos = matrix.cosines(asked, query)
         assert list(cos) == [rowids[4], rowids[100]]
         assert cos == pytest.approx(cosine_for(db, asked, query), abs=1e-5)
+    held, stored = matrix.vectors(asked), chunk_vectors(db, asked)  # superseded recency's
+    assert list(held) == list(stored) == [rowids[4], rowids[100]]
+    for rowid, vector in stored.items():  # the held rows are the stored ones, unit length
+        assert held[rowid] == pytest.approx(vector / np.linalg.norm(vector), abs=1e-6)
     with pytest.raises(ValueError, match="dimensions"):
         matrix.knn(np.ones(3, np.float32), 5)
     db.close()
