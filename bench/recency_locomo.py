@@ -40,7 +40,8 @@ def settings(superseded: list[float], bands: list[float], floors: list[float]
 
     out = {"decay off": decay(enabled=False),
            "OpenClaw decay": decay(enabled=True, halfLifeDays=30, minFactor=0, mode="decay")}
-    out.update({f"minFactor {f:g}": decay(enabled=True, halfLifeDays=30, minFactor=f)
+    out.update({f"minFactor {f:g}": decay(enabled=True, halfLifeDays=30, minFactor=f,
+                                          mode="decay")
                 for f in floors})
     out.update({f"superseded {s:g} band {b:g}": decay(enabled=True, halfLifeDays=30,
                                                       mode="superseded", similarity=s, band=b)

@@ -52,7 +52,7 @@ def _scores(tmp: Path, make_settings, question: str, decay_keys: dict) -> dict[s
     return scores
 
 
-OPENCLAW = {"enabled": True, "halfLifeDays": 30}
+OPENCLAW = {"enabled": True, "halfLifeDays": 30, "mode": "decay"}
 FLOOR = {**OPENCLAW, "minFactor": 0.75}
 OFF = {"enabled": False}
 MIN_SCORE = 0.35  # the default

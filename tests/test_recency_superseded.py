@@ -35,7 +35,7 @@ QUESTIONS = {
 }
 CHANGED, UNIQUE = QUESTIONS
 SUPERSEDED = {"enabled": True, "halfLifeDays": 30, "mode": "superseded", "similarity": 0.5}
-OPENCLAW = {"enabled": True, "halfLifeDays": 30}
+OPENCLAW = {"enabled": True, "halfLifeDays": 30, "mode": "decay"}
 OFF = {"enabled": False}
 MIN_SCORE = 0.35  # the default
 

@@ -75,27 +75,48 @@ def test_single_keyword_is_not_dropped_by_min_score(indexed) -> None:
     assert [r["path"] for r in out["results"]][:1] == ["memory/2026-11-18.md"]
 
 
-def test_decay_on_by_default_ranks_the_sample_as_the_calendar_says(indexed) -> None:
-    """With memq's defaults (temporal decay on, 30-day half-life) each dated note's score is
-    its undecayed score times 0.5 ** (age / 30): MEMORY.md's entries are evergreen."""
+def _search(workspace: Path, env: dict[str, str], query: str) -> list[dict]:
+    return json.loads(run_memq("search", "--workspace", str(workspace), "--json",
+                               "--min-score", "0", "--max-results", "20", query,
+                               env=env).stdout)["results"]
+
+
+def _note_day(path: str) -> float | None:
     import datetime as dt
+
+    if not path.startswith("memory/"):
+        return None
+    return dt.datetime.strptime(path[7:17], "%Y-%m-%d").replace(tzinfo=dt.UTC).timestamp()
+
+
+def test_recency_by_default_buries_no_old_note(indexed, tmp_path: Path) -> None:
+    """With memq's defaults (superseded recency, issue 36) every hit keeps its undecayed score,
+    or sits one millionth under a newer dated hit that resembles it; with OpenClaw's decay
+    (``temporalDecay.mode: "decay"``, 30-day half-life) each dated note's score is its
+    undecayed score times 0.5 ** (age / 30), MEMORY.md's entries evergreen."""
+    import time
 
     workspace, env = indexed
     query = "airplane trip to Germany"
-    plain = json.loads(run_memq("search", "--workspace", str(workspace), "--json",
-                                "--min-score", "0", "--max-results", "20", query,
-                                env=env).stdout)["results"]
-    defaults = json.loads(run_memq("search", "--workspace", str(workspace), "--json",
-                                   "--min-score", "0", "--max-results", "20", query,
-                                   env={**env, "MEMQ_CONFIG": ""}).stdout)["results"]
-    now = dt.datetime.now(dt.UTC)
+    plain = _search(workspace, env, query)
+    defaults = _search(workspace, {**env, "MEMQ_CONFIG": ""}, query)
+    openclaw = tmp_path / "decay.json"  # (a file named openclaw.json is read as OpenClaw's)
+    openclaw.write_text(json.dumps({"query": {"hybrid": {"temporalDecay": {"mode": "decay"}}}}))
+    decayed = _search(workspace, {**env, "MEMQ_CONFIG": str(openclaw)}, query)
+    now = time.time()
+    assert len(defaults) == len(decayed) == len(plain) > 3
+    kept = 0
     for hit in plain:
-        match = [d for d in defaults if (d["path"], d["startLine"]) == (hit["path"],
-                                                                     hit["startLine"])]
-        assert len(match) == 1, hit
-        if hit["path"].startswith("memory/"):
-            day = dt.datetime.strptime(hit["path"][7:17], "%Y-%m-%d").replace(tzinfo=dt.UTC)
-            factor = 0.5 ** ((now - day).total_seconds() / 86400 / 30)
-        else:
-            factor = 1.0
-        assert match[0]["score"] == pytest.approx(hit["score"] * factor, abs=2e-3)
+        key = (hit["path"], hit["startLine"])
+        mine, = [d for d in defaults if (d["path"], d["startLine"]) == key]
+        theirs, = [d for d in decayed if (d["path"], d["startLine"]) == key]
+        day = _note_day(hit["path"])
+        factor = 1.0 if day is None else 0.5 ** ((now - day) / 86400 / 30)
+        assert theirs["score"] == pytest.approx(hit["score"] * factor, abs=2e-3)
+        if mine["score"] == pytest.approx(hit["score"], abs=1e-6):
+            kept += 1
+            continue
+        above = [d for d in defaults if (_note_day(d["path"]) or 0) > (day or now)
+                 and abs(d["score"] - mine["score"]) < 1e-5 and d["score"] > mine["score"]]
+        assert day is not None and above, (hit, mine)  # demoted only under a newer one
+    assert kept >= len(plain) // 2

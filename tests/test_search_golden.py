@@ -96,8 +96,12 @@ def build(tmp: Path) -> tuple[Database, dict[str, Settings]]:
     settings: dict[str, Settings] = {}
     for mode, query in MODES.items():
         cfg = tmp / f"memq-{mode}.json"
+        hybrid = query.get("hybrid", {})
+        # recorded with OpenClaw's decay, the default until superseded recency (issue 36)
+        pinned = {**query, "hybrid": {**hybrid, "temporalDecay": {
+            "mode": "decay", **hybrid.get("temporalDecay", {})}}}
         cfg.write_text(json.dumps({"provider": "none", "store": {"path": str(tmp / "s.sqlite")},
-                                   "query": query}), encoding="utf-8")
+                                   "query": pinned}), encoding="utf-8")
         settings[mode] = load_settings(config_file=cfg, workspace=ws, env={})
     db = connect(settings["weighted"].store.path)
     sync_files(db, settings["weighted"], ProviderChoice(None, None, "test"))

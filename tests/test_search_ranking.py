@@ -284,7 +284,7 @@ def test_decay_worked_example_sinks_the_148_day_old_note(ws: Path, make_settings
     db.close()
     db, settings = build(ws, make_settings, ROD, ROD_SCORES, query={
         "hybrid": {"enabled": False, "mmr": {"enabled": False},
-                   "temporalDecay": {"enabled": True, "halfLifeDays": 30}}})
+                   "temporalDecay": {"enabled": True, "halfLifeDays": 30, "mode": "decay"}}})
     out = search(db, settings, "Rod's schedule", provider=QueryVector(), now=TODAY,
                        min_score=0)
     assert paths(out) == ["memory/2026-02-10.md", "MEMORY.md", "memory/2025-09-15.md"]
@@ -336,7 +336,8 @@ def test_files_outside_memory_age_by_mtime(tmp_path: Path, make_settings) -> Non
         db, settings = build(folder, make_settings,
                              {"memory/2026-02-10.md": "gearbox oil change done"},
                              extraPaths=[str(extra)], store={"path": str(folder / "s.sqlite")},
-                             query={"hybrid": {"temporalDecay": {"enabled": enabled}}})
+                             query={"hybrid": {"temporalDecay": {"enabled": enabled,
+                                                                 "mode": "decay"}}})
         out = search(db, settings, "gearbox oil change", now=TODAY, min_score=0)
         scores.append({Path(r["path"]).name: r["score"] for r in out["results"]})
         db.close()

@@ -46,8 +46,10 @@ def decays(floors: tuple[float, ...] = (0.5, 0.75), superseded: tuple[float, ...
     superseded recency (``mode: "superseded"``) per cosine threshold in ``superseded`` and
     relevance band in ``bands``."""
     return {"decay off": {"enabled": False},
-            "OpenClaw decay": {"enabled": True, "halfLifeDays": 30, "minFactor": 0},
-            **{f"minFactor {f:g}": {"enabled": True, "halfLifeDays": 30, "minFactor": f}
+            "OpenClaw decay": {"enabled": True, "halfLifeDays": 30, "minFactor": 0,
+                               "mode": "decay"},
+            **{f"minFactor {f:g}": {"enabled": True, "halfLifeDays": 30, "minFactor": f,
+                                    "mode": "decay"}
                for f in floors},
             **{f"superseded {s:g}" + (f" band {b:g}" if b else ""):
                {"enabled": True, "halfLifeDays": 30, "mode": "superseded", "similarity": s,

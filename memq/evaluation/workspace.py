@@ -37,12 +37,14 @@ def _hybrid(fusion: str = "weighted", *, enabled: bool = True, mmr: bool = False
             decay: bool = False) -> dict[str, Any]:
     """memq.json keys of one retrieval mode, every ranking pass named (so a mode measures the
     same thing whatever memq's defaults are)."""
+    recency = {"enabled": True, "mode": "decay"} if decay else {"enabled": False}  # OpenClaw's
     return {"query": {"hybrid": {"enabled": enabled, "fusion": fusion,
-                                 "mmr": {"enabled": mmr}, "temporalDecay": {"enabled": decay}}}}
+                                 "mmr": {"enabled": mmr}, "temporalDecay": recency}}}
 
 
 #: memq.json keys per mode; every mode runs on the same store with no score floor.
-#: ``defaults`` is memq's own configuration, whatever it is (MMR and temporal decay on).
+#: ``defaults`` is memq's own configuration, whatever it is (MMR and superseded recency on;
+#: ``hybrid+decay`` is OpenClaw's decay).
 MODES: dict[str, dict[str, Any]] = {
     "keyword": _hybrid(),
     "vector": _hybrid(enabled=False),

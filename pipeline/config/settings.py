@@ -103,9 +103,10 @@ class MmrSettings(_Validated):
 
 @dataclass(frozen=True)
 class TemporalDecaySettings(_Validated):
-    """``query.hybrid.temporalDecay.*``: exponential decay by note age (on by default, as in
-    OpenClaw 2026.9). ``min_factor`` (memq's own) is a floor on the decay factor; 0 is
-    OpenClaw's decay. ``mode`` (memq's own): ``"decay"`` (OpenClaw's) or ``"superseded"``:
+    """``query.hybrid.temporalDecay.*``: recency, on by default (as in OpenClaw 2026.9).
+    ``mode`` (memq's own) is ``"superseded"`` by default (memq's departure from OpenClaw, issue
+    36: docs/search.md) or ``"decay"``, OpenClaw's exponential decay by note age, whose
+    ``min_factor`` (memq's own) is a floor on the factor (0: OpenClaw's). ``"superseded"``:
     an older note is demoted to just under the best newer candidate whose chunk's vector has a
     cosine of at least ``similarity`` with its own and whose score clears ``minScore`` and is at
     least ``band`` of its own (:mod:`pipeline.search.superseded`); any other keeps its score."""
@@ -113,7 +114,7 @@ class TemporalDecaySettings(_Validated):
     enabled: bool = True
     half_life_days: int = 30
     min_factor: float = 0.0
-    mode: str = "decay"
+    mode: str = "superseded"
     similarity: float = 0.4
     band: float = 0.0
 

@@ -281,7 +281,8 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
                            None if held_rows is None else held_rows.sources)
     found = _rank(db, settings, query, candidates, provider, held, wanted, current)
     recency = hybrid.temporal_decay
-    superseding = recency.enabled and recency.mode == "superseded"
+    # Superseded recency compares chunk vectors: keyword-only, OpenClaw's decay stands in.
+    superseding = recency.enabled and recency.mode == "superseded" and provider is not None
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
                             decay_days=recency.half_life_days if recency.enabled else None,
                             now=time.time() if now is None else now, projects=projects,
