@@ -8,7 +8,8 @@ whose store its producer does not hold (its files are sent to the writer,
 :mod:`pipeline.ingest.transfer`). For each mode (keyword-only, and the local model), one run:
 
 1. **Full index**: every note, until every vector is written; the ratio apart / beside
-   (``--repeat`` pairs of memories, each indexed once, beside then apart: the medians).
+   (``--repeat`` pairs of memories, each indexed once, beside then apart: the medians), in
+   wall time and in the CPU time of every process involved (this one and the workers').
 2. **No-op pass**: the same index again, nothing changed: as a library call and as the CLI a
    user runs (a fresh ``memq index`` process).
 3. **Save to searchable**: ``memq watch`` follows ``apart`` from the files' side; a one-line
@@ -114,6 +115,32 @@ def timed(call: Any) -> tuple[float, Any]:
     return time.perf_counter() - started, out
 
 
+def tree_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its descendants alive now."""
+    if pid is None:
+        return 0.0
+    total, todo = 0.0, [pid]
+    while todo:
+        here = todo.pop()
+        try:
+            fields = Path(f"/proc/{here}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{here}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone meanwhile
+    return total
+
+
+def cpu_timed(call: Any, others: list[WorkerProcess]) -> tuple[float, float, Any]:
+    """``call``'s wall seconds, the CPU seconds it cost (this process's, plus those of the
+    ``others`` processes' trees while it ran), and its result."""
+    mine, theirs = time.process_time(), sum(tree_cpu(p.pid) for p in others)
+    seconds, out = timed(call)
+    cpu = time.process_time() - mine + sum(tree_cpu(p.pid) for p in others) - theirs
+    return seconds, cpu, out
+
+
 def save_to_searchable(broker: str, config: Path, ws: Path, edits: int, tmp: Path,
                        label: str) -> list[float]:
     """Seconds from a saved edit to a search (from the files' side) that finds it."""
@@ -163,12 +190,12 @@ def run_mode(tmp: Path, mode: str, args: argparse.Namespace) -> None:
                                   env=files_side_env(broker.url, config))
             with Memory(settings=here, in_memory=False, local=True) as beside, \
                     Memory(settings=there, in_memory=False, local=False) as apart:
-                local_s, local = timed(lambda: beside.index())
-                remote_s, remote = timed(lambda: apart.index())
+                local_s, local_cpu, local = cpu_timed(lambda: beside.index(), procs)
+                remote_s, remote_cpu, remote = cpu_timed(lambda: apart.index(), procs)
                 if remote.report.changed != args.notes or local.report.files != args.notes:
                     raise SystemExit(f"passes saw {local.report.files} / "
                                      f"{remote.report.changed}")
-                runs.append((local_s, remote_s))
+                runs.append((local_s, remote_s, local_cpu, remote_cpu))
                 if apart_name == "apart":
                     noop_s, noop = timed(lambda: apart.index())
                     if noop.job_id is not None:
@@ -184,7 +211,12 @@ def run_mode(tmp: Path, mode: str, args: argparse.Namespace) -> None:
               f"   ratio {ratio:.2f}x  (goal <= 1.2x)")
         if len(runs) > 1:
             print(f"{mode:<8} {'full index runs':<26} "
-                  + "  ".join(f"{b:.2f}/{a:.2f} s {a / b:.2f}x" for b, a in runs))
+                  + "  ".join(f"{b:.2f}/{a:.2f} s {a / b:.2f}x" for b, a, _, _ in runs))
+        local_cpu, remote_cpu = (percentile([r[i] for r in runs], 50) for i in (2, 3))
+        print(f"{mode:<8} {'full index CPU':<26} beside {local_cpu:7.2f} s   apart "
+              f"{remote_cpu:7.2f} s   ratio "
+              f"{percentile([r[3] / max(r[2], 1e-9) for r in runs], 50):.2f}x  (every "
+              "process of the fleet)")
         print(f"{mode:<8} {'no-op pass':<26} library {noop_s:6.3f} s   CLI process "
               f"{cli_s:6.3f} s  (goal < 1 s)")
         ws = Path(next(m["workspace"] for m in json.loads(config.read_text())["memories"]
