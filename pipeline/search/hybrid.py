@@ -27,7 +27,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.results import SearchHit
-from pipeline.search import calibration, entries, fusion
+from pipeline.search import calibration, entries, fused, fusion
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.paths import PathMatch, path_matches
@@ -61,13 +61,16 @@ class HeldCopies:
     """A long-running reader's copies of its stores, each reloaded in the background whenever
     the store changed (never stale; see :mod:`pipeline.store.snapshots`): the vectors as one
     matrix, the BM25 statistics, the chunk rows (:mod:`pipeline.store.rows`), and a thread
-    that scans the matrix while the keyword side ranks."""
+    that scans the matrix while the keyword side ranks. ``fused``: rank a hybrid search's
+    candidates over arrays (:mod:`pipeline.search.fused`) when the copies allow it; False:
+    the general path (the same results; tests compare the two)."""
 
     matrices: MatrixCache = field(default_factory=MatrixCache)
     text_stats: TextStatsCache = field(default_factory=TextStatsCache)
-    rows: RowsCache = field(default_factory=RowsCache)
+    rows: RowsCache = field(default_factory=lambda: RowsCache(prepare=fused.prepare))
     scans: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="memq-vector-scan"))
+    fused: bool = True
 
     def versions(self, db: Database) -> dict[str, Any]:
         """The store's text and vectors versions, which every copy is checked by, in one
@@ -159,9 +162,23 @@ def _exact_sides(db: Database, hits: dict[int, float], others: Sequence[int],
             {r: exact[r] for r in others if r in exact})
 
 
+@dataclass(frozen=True)
+class Unfused:
+    """What a held hybrid search hands :func:`pipeline.search.fused.rank`: the query's
+    vector, the held matrix, the rows, the vector side's hits and the keyword scores."""
+
+    query_vector: np.ndarray
+    matrix: VectorMatrix
+    rows: ChunkRows
+    vector: list[int]
+    text: dict[int, float]
+    weights: tuple[float, float]
+
+
 @dataclass
 class Ranking:
-    """What the retrievers found for one query, fused."""
+    """What the retrievers found for one query, fused (or, ``unfused``, ready to be fused
+    over arrays; ``ranked`` then empty)."""
 
     ranked: list[Candidate]  # fused candidates, best first
     text: dict[int, float]  # the keyword side's hits (FTS5 ranks)
@@ -171,6 +188,7 @@ class Ranking:
     paths: list[PathMatch] = field(default_factory=list)
     #: Whether a keyword search ran (False: vector-only).
     text_side: bool = True
+    unfused: Unfused | None = None
 
     def keyword_side(self) -> set[int]:
         """The keyword hits: text matches and the first chunks of partially named files."""
@@ -186,11 +204,12 @@ def _with_paths(scores: dict[int, float], paths: list[PathMatch]) -> dict[int, f
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
           provider: EmbeddingProvider | None, held: HeldCopies | None,
-          sources: list[str] | None, current: Current | None) -> Ranking:
+          sources: list[str] | None, current: Current | None, fuse: bool = False) -> Ranking:
     """Fused candidates and what each retriever returned; ``sources`` as
     :func:`~pipeline.search.retrievers.source_filter` gives them. Files named partially by the
     query (:func:`~pipeline.search.paths.path_matches`) are keyword hits in every mode (in a
-    vector-only search, scored by their vector)."""
+    vector-only search, scored by their vector). ``fuse``: a weighted hybrid search over
+    held copies that names no file exactly is left :attr:`Ranking.unfused`."""
     hybrid = settings.query.hybrid
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
@@ -223,6 +242,10 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
     scores = _with_paths(calibration.keyword_scores(db, query, text, stats,
                                                       rule=hybrid.keyword_score),
                          paths)
+    if (fuse and matrix is not None and rows is not None
+            and not any(m.specificity > 0 for m in paths)):
+        return Ranking([], text, frozenset(found), paths,
+                       unfused=Unfused(query_vector, matrix, rows, list(found), scores, weights))
     vector, missing = _exact_sides(db, found, [r for r in scores if r not in found],
                                    query_vector, matrix)
     return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text,
@@ -278,11 +301,16 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     held_rows = current.rows if current is not None else None
     wanted = source_filter(db, settings.sources if sources is None else sources,
                            None if held_rows is None else held_rows.sources)
-    found = _rank(db, settings, query, candidates, provider, held, wanted, current)
+    found = _rank(db, settings, query, candidates, provider, held, wanted, current,
+                  fuse=reranker is None and held is not None and held.fused)
     decay_on = hybrid.temporal_decay.enabled
+    now = time.time() if now is None else now
+    if found.unfused is not None:
+        return Answer(_fused_hits(settings, found, found.unfused, min_score, max_results,
+                                  now, projects))
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
                             decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
-                            now=time.time() if now is None else now, projects=projects,
+                            now=now, projects=projects,
                             paths=found.paths, decay_floor=hybrid.temporal_decay.min_factor,
                             held=held_rows)
     ranked, exact = weighed.rest, weighed.exact
@@ -355,14 +383,56 @@ def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_resul
     return picked, fill[:max_results - len(picked) - exact]
 
 
+def _fused_hits(settings: Settings, found: Ranking, unfused: Unfused, min_score: float,
+                max_results: int, now: float, projects: Sequence[str] | None
+                ) -> list[SearchHit]:
+    """:func:`search`'s hits for a ranking left unfused (no exact-path match, no reranker):
+    fusion, decay and entry weights over arrays (:func:`pipeline.search.fused.rank`), then
+    the selection, MMR and the hits as on the general path."""
+    hybrid = settings.query.hybrid
+    decay_on = hybrid.temporal_decay.enabled
+    f = fused.rank(unfused.rows, unfused.matrix, unfused.query_vector, unfused.vector,
+                   unfused.text, unfused.weights,
+                   decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
+                   decay_floor=hybrid.temporal_decay.min_factor, now=now, projects=projects,
+                   decimals=SCORE_DECIMALS)
+    everyone = range(len(f.rowids))
+    picked = [i for i in everyone if f.scores[i] >= min_score]
+    keyword, fill = found.keyword_side(), []
+    if keyword and len(picked) < max_results:  # as _select
+        if not picked:
+            picked = [i for i in everyone if f.rowids[i] in keyword]
+        else:
+            vector_side = found.vector_side or frozenset()
+            fill = [i for i in everyone if f.scores[i] < min_score and f.rowids[i] in keyword
+                    and f.rowids[i] not in vector_side][:max_results - len(picked)]
+    picked = [i for i in picked if f.held[i]]  # deleted between ranking and reading
+    fill = [i for i in fill if f.held[i]]
+    rows = unfused.rows
+    if hybrid.mmr.enabled:
+        pool = picked
+        picked = mmr_order(pool, [f.scores[i] for i in pool],
+                           [rows.rows[f.rowids[i]][8] for i in pool], hybrid.mmr.lambda_,
+                           limit=max_results,
+                           word_sets=lambda n: rows.word_set(f.rowids[pool[n]]))
+    return [_hit_of(f.scores[i], f.vector[i], f.text[i], rows.rows[f.rowids[i]], found)
+            for i in (picked + fill)[:max_results]]
+
+
 def _hit(c: Candidate, row: WeightRow, found: Ranking) -> SearchHit:
-    """The hit of candidate ``c`` (its chunk's ``row``): its fused ``score`` and the two sides'
-    scores it was fused from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not
-    run has none)."""
+    """The hit of candidate ``c`` (its chunk's ``row``): as :func:`_hit_of`."""
+    return _hit_of(c.score, c.vector_score, c.text_score, row, found)
+
+
+def _hit_of(score: float, vector_score: float, text_score: float, row: WeightRow,
+            found: Ranking) -> SearchHit:
+    """The hit of a chunk (its ``row``): its fused ``score`` and the two sides' scores it was
+    fused from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not run has
+    none)."""
     _, path, mtime_ns, importance, triggers, project, start, end, text, source = row
-    vector = round(c.vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
-    keyword = round(c.text_score, SCORE_DECIMALS) if found.text_side else None
-    return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source,
+    vector = round(vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
+    keyword = round(text_score, SCORE_DECIMALS) if found.text_side else None
+    return SearchHit(path, start, end, score, text[:SNIPPET_CHARS], source,
                      importance=importance, triggers=triggers, project_key=project,
                      vector_score=vector, text_score=keyword,
                      provenance=provenance(path, source, mtime_ns))

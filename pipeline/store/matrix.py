@@ -75,12 +75,20 @@ class VectorMatrix:
         out (as :func:`pipeline.search.retrievers.cosine_for`)."""
         if not len(self.ids) or not len(rowids):
             return {}
-        query = self._check(query)
         wanted = np.fromiter(dict.fromkeys(int(r) for r in rowids), dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
-        found = self.ids[at] == wanted
-        sims = exact_cosines(self.unit[at[found]], query)
+        found, sims = self.cosine_array(wanted, query)
         return dict(zip(wanted[found].tolist(), sims.tolist(), strict=True))
+
+    def cosine_array(self, rowids: np.ndarray, query: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Which of ``rowids`` (an int64 array) have a vector here, and the cosine similarity
+        of those to ``query`` (the numbers :meth:`cosines` gives)."""
+        if not len(self.ids):
+            return np.zeros(len(rowids), dtype=bool), np.zeros(0)
+        query = self._check(query)
+        at = np.minimum(np.searchsorted(self.ids, rowids), len(self.ids) - 1)
+        found = self.ids[at] == rowids
+        return found, exact_cosines(self.unit[at[found]], query)
 
 
 def load(db: Database) -> VectorMatrix:
