@@ -33,39 +33,39 @@ from pipeline.store.rows import ChunkRows
 ARRAYS = "fused-ranking"
 
 
+#: The columns of :attr:`RowArrays.table`, and the flags of its last column.
+WRITTEN, IMPORTANCE, FLAGS = 0, 1, 2
+KEYED, INELIGIBLE = 1.0, 2.0
+
+
 @dataclass(frozen=True)
 class RowArrays:
-    """What a search weighs a chunk by that does not depend on the query, per chunk (``ids``
-    ascending, the rest parallel): its file's decay date (:func:`~pipeline.search.decay.
-    note_time`; NaN: evergreen), its importance multiplier, whether its project annotation is
-    unreadable (never returned), and whether it has project keys (whose multiplier depends on
-    the active keys)."""
+    """What a search weighs a chunk by that does not depend on the query, a row of
+    ``table`` per chunk (``ids`` ascending): its file's decay date
+    (:func:`~pipeline.search.decay.note_time`; NaN: evergreen), its importance multiplier and
+    a flag: :data:`INELIGIBLE` (an unreadable project annotation: never returned),
+    :data:`KEYED` (project keys, whose multiplier depends on the active keys) or 0."""
 
     ids: np.ndarray
-    written: np.ndarray
-    importance: np.ndarray
-    ineligible: np.ndarray
-    keyed: np.ndarray
+    table: np.ndarray
 
     @classmethod
     def of(cls, rows: Mapping[int, WeightRow],
            written: dict[tuple[str, int | None], float | None]) -> RowArrays:
         """The arrays of ``rows``; ``written``: each file's decay date, filled here."""
         ids = np.sort(np.fromiter(rows, dtype=np.int64, count=len(rows)))
-        dates, multipliers, bad, keyed = [], [], [], []
-        for rowid in ids.tolist():
+        table = np.empty((len(ids), 3))
+        for n, rowid in enumerate(ids.tolist()):
             row = rows[rowid]
             file = row[1], row[2]
             if file not in written:
                 written[file] = decay.note_time(row[1], row[2])
             when = written[file]
-            dates.append(math.nan if when is None else when)
-            multipliers.append(weights.importance_multiplier(row[3]))
-            bad.append(not weights.project_eligible(row[5]))
-            keyed.append(bool(row[5]))
-        return cls(ids, np.array(dates, dtype=np.float64),
-                   np.array(multipliers, dtype=np.float64), np.array(bad, dtype=bool),
-                   np.array(keyed, dtype=bool))
+            table[n] = (math.nan if when is None else when,
+                        weights.importance_multiplier(row[3]),
+                        INELIGIBLE if not weights.project_eligible(row[5])
+                        else KEYED if row[5] else 0.0)
+        return cls(ids, table)
 
     def positions(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where ``rowids`` are in :attr:`ids`, and which of them are there at all."""
@@ -104,19 +104,6 @@ class Fused:
     held: list[bool]
 
 
-def _decay(written: np.ndarray, now: float, half_life_days: float, floor: float
-           ) -> np.ndarray:
-    """Each candidate's decay factor (NaN date: evergreen, 1): one
-    :func:`~pipeline.search.decay.multiplier` per distinct date, the very same numbers."""
-    factor = np.ones(len(written))
-    dated = ~np.isnan(written)
-    if np.any(dated):
-        dates, back = np.unique(written[dated], return_inverse=True)
-        factor[dated] = np.array([decay.multiplier(w, now, half_life_days, floor)
-                                  for w in dates.tolist()])[back]
-    return factor
-
-
 def rank(rows: ChunkRows, matrix: VectorMatrix, query_vector: np.ndarray,
          vector_hits: Sequence[int], text: Mapping[int, float],
          merge_weights: tuple[float, float], *, decay_days: float | None, decay_floor: float,
@@ -125,30 +112,41 @@ def rank(rows: ChunkRows, matrix: VectorMatrix, query_vector: np.ndarray,
     ``text`` (each candidate with a vector scored by its exact cosine), then decay
     (``decay_days``: the half-life, None when off), importance and project multipliers, the
     scores rounded to ``decimals`` and ordered; as :func:`pipeline.search.fusion.weighted`
-    and :func:`pipeline.search.entries.weigh` without exact-path matches."""
-    ids = np.fromiter(dict.fromkeys([*vector_hits, *text]), dtype=np.int64)
+    and :func:`pipeline.search.entries.weigh` without exact-path matches.
+
+    The arrays are read in one gather each (cosines, weights); the arithmetic per candidate
+    is a few float operations in Python, cheaper than a NumPy call each over a few dozen."""
+    order = list(dict.fromkeys([*vector_hits, *text]))
+    ids = np.fromiter(order, dtype=np.int64, count=len(order))
     has, sims = matrix.cosine_array(ids, query_vector)
-    wv, wt = merge_weights
-    vector = np.zeros(len(ids))
-    vector[has] = sims
-    keyword = np.fromiter((text.get(r, 0.0) for r in ids.tolist()), dtype=np.float64,
-                          count=len(ids))
-    score = np.where(has, wv * vector + wt * keyword, keyword if wt > 0 else 0.0)
     arrays = arrays_of(rows)
     at, held = arrays.positions(ids)
-    factor = np.ones(len(ids))
-    if decay_days is not None:
-        factor[held] = _decay(arrays.written[at[held]], now, decay_days, decay_floor)
-    factor[held] *= arrays.importance[at[held]]
+    cosine = iter(sims.tolist())
+    wv, wt = merge_weights
     active = weights.active_keys(projects)
-    keep = ~(held & arrays.ineligible[at])
-    if active is not None and np.any(held & arrays.keyed[at]):
-        project = np.ones(len(ids))
-        for n in np.flatnonzero(held & arrays.keyed[at]).tolist():
-            project[n] = weights.project_multiplier(rows.rows[int(ids[n])][5], active)
-        factor *= project
-    shown = [round(s, decimals) for s in (score * factor)[keep].tolist()]
-    ids, vector, keyword, held = ids[keep], vector[keep], keyword[keep], held[keep]
-    order = np.lexsort((ids, -np.array(shown, dtype=np.float64))).tolist()
-    return Fused(ids[order].tolist(), [shown[i] for i in order], vector[order].tolist(),
-                 keyword[order].tolist(), held[order].tolist())
+    decayed: dict[float, float] = {}  # per file date
+    out = []
+    for rowid, vector_found, known, (written, importance, flags) in zip(
+            order, has.tolist(), held.tolist(), arrays.table[at].tolist(), strict=True):
+        t = text.get(rowid, 0.0)
+        if vector_found:
+            v = next(cosine)
+            score = wv * v + wt * t
+        else:
+            v, score = 0.0, (t if wt > 0 else 0.0)
+        factor = 1.0
+        if known:  # else deleted since it was ranked: dropped after the selection
+            if flags == INELIGIBLE:
+                continue
+            if decay_days is not None and written == written:  # NaN: evergreen
+                factor = decayed.get(written, -1.0)
+                if factor < 0:
+                    factor = decayed[written] = decay.multiplier(written, now, decay_days,
+                                                                 decay_floor)
+            factor *= importance
+            if flags == KEYED and active is not None:
+                factor *= weights.project_multiplier(rows.rows[rowid][5], active)
+        out.append((round(score * factor, decimals), rowid, v, t, known))
+    out.sort(key=lambda c: (-c[0], c[1]))
+    return Fused([c[1] for c in out], [c[0] for c in out], [c[2] for c in out],
+                 [c[3] for c in out], [c[4] for c in out])

@@ -17,7 +17,7 @@ same results faster; a one-shot caller passes none and SQLite answers.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,10 +122,14 @@ class Current:
 
 def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: int,
               sources: list[str] | None, use_text: bool, held: HeldCopies | None,
-              stats: TextStats | None, matrix: VectorMatrix | None, rows: ChunkRows | None
-              ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
-    """Both retrievers' hits (vector, text) and the in-memory vectors if used (``matrix``:
-    the held copy if current). The vector side's scores are the scan's own
+              stats: TextStats | None, matrix: VectorMatrix | None, rows: ChunkRows | None,
+              scored: Callable[[dict[int, float]], dict[int, float]] | None = None
+              ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None,
+                         dict[int, float] | None]:
+    """Both retrievers' hits (vector, text), the in-memory vectors if used (``matrix``: the
+    held copy if current) and, with ``scored``, the keyword scores it gives the text hits
+    (worked out before the in-memory scan, or while it runs: what runs after the scan
+    starts with cold caches). The vector side's scores are the scan's own
     (:func:`_exact_sides` makes them exact).
 
     The in-memory scan needs no connection, so a large one (more than
@@ -135,7 +139,8 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     """
     if matrix is None or held is None:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
-        return vector_hits(db, query_vector, candidates, sources), text, None
+        return (vector_hits(db, query_vector, candidates, sources), text, None,
+                None if scored is None else scored(text))
     among = (None if sources is None else rows.allowed(sources) if rows is not None
              else reads.allowed_rowids(db, sources))
     # A thread hop pays off only for a scan that takes longer than a wake-up: on a busy
@@ -145,10 +150,12 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
         # The keyword side first: the scan streams the whole matrix through the core's caches,
         # and what runs after it starts cold.
         text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
-        return matrix_hits(matrix, query_vector, candidates, among), text, matrix
+        scores = None if scored is None else scored(text)
+        return matrix_hits(matrix, query_vector, candidates, among), text, matrix, scores
     scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources, stats, among)
-    return scan.result(), text, matrix
+    scores = None if scored is None else scored(text)
+    return scan.result(), text, matrix, scores
 
 
 def _exact_sides(db: Database, hits: dict[int, float], others: Sequence[int],
@@ -227,21 +234,21 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
         return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
                        text_side=use_text)
-    found, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
-                                    held, stats, matrix, rows)
+    weighted = use_text and hybrid.fusion != "rrf"
+    found, text, matrix, scores = _retrieve(
+        db, query, query_vector, candidates, sources, use_text, held, stats, matrix, rows,
+        (lambda hits: _with_paths(calibration.keyword_scores(
+            db, query, hits, stats, rule=hybrid.keyword_score), paths)) if weighted else None)
     if not use_text:
         named = [r for r in _with_paths({}, paths) if r not in found]
         vector, missing = _exact_sides(db, found, named, query_vector, matrix)
         return Ranking(fusion.weighted({**vector, **missing}, {}, (1.0, 0.0)), text,
                        frozenset(vector), paths, text_side=False)
     weights = hybrid.normalized_weights()
-    if hybrid.fusion == "rrf":
+    if scores is None:  # reciprocal rank fusion
         vector, _ = _exact_sides(db, found, (), query_vector, matrix)
         return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
                                   hybrid.rrf_k), text, frozenset(vector), paths)
-    scores = _with_paths(calibration.keyword_scores(db, query, text, stats,
-                                                      rule=hybrid.keyword_score),
-                         paths)
     if (fuse and matrix is not None and rows is not None
             and not any(m.specificity > 0 for m in paths)):
         return Ranking([], text, frozenset(found), paths,
