@@ -1,19 +1,21 @@
-"""The ranking after the scan, over arrays, for a reader that holds the store in memory.
+"""The ranking after the scan, in one pass, for a reader that holds the store in memory.
 
 A held hybrid search (:class:`~pipeline.search.hybrid.HeldCopies` current: vectors, BM25
 statistics and chunk rows) fuses a few dozen candidates. The general path
-(:mod:`pipeline.search.fusion`, :mod:`pipeline.search.entries`) does it one Python object
-and a few dict look-ups per candidate per stage; here the same arithmetic runs once over
-arrays: the candidates' exact cosines from the held matrix, the weighted merge, temporal decay
-(one :func:`~pipeline.search.decay.multiplier` per distinct file date among the candidates),
-the importance and project multipliers from per-chunk arrays worked out once per copy
-(:class:`RowArrays`), the rounding and the (score, rowid) order.
+(:mod:`pipeline.search.fusion`, :mod:`pipeline.search.entries`) builds an object per
+candidate, then a dict look-up or two per candidate per stage (the exact cosines, the merge,
+each file's decay, the entry values). Here one gather reads the candidates' exact cosines from
+the held matrix and one their query-independent weights, worked out once per copy as it loads
+(:class:`RowArrays`: the file's decay date, the importance multiplier, the project flags);
+the merge, decay (one :func:`~pipeline.search.decay.multiplier` per distinct file date),
+the multipliers, the rounding and the (score, rowid) order are then a few float operations
+per candidate in one loop.
 
 The numbers are the general path's, operation for operation (the same float64 products and
 sums in the same order, :func:`math.exp` for decay, Python's :func:`round`), so the hits and
 scores are the same (``tests/test_fused_ranking.py`` compares the two on random stores).
-Exact-path matches (a query that names a file), the reciprocal rank fusion and a reranker
-take the general path.
+Exact-path matches (a query that names a file), reciprocal rank fusion, a reranker, and
+vector-only or keyword-only searches take the general path.
 """
 
 from __future__ import annotations
@@ -54,18 +56,18 @@ class RowArrays:
            written: dict[tuple[str, int | None], float | None]) -> RowArrays:
         """The arrays of ``rows``; ``written``: each file's decay date, filled here."""
         ids = np.sort(np.fromiter(rows, dtype=np.int64, count=len(rows)))
-        table = np.empty((len(ids), 3))
-        for n, rowid in enumerate(ids.tolist()):
-            row = rows[rowid]
-            file = row[1], row[2]
-            if file not in written:
-                written[file] = decay.note_time(row[1], row[2])
-            when = written[file]
-            table[n] = (math.nan if when is None else when,
-                        weights.importance_multiplier(row[3]),
-                        INELIGIBLE if not weights.project_eligible(row[5])
-                        else KEYED if row[5] else 0.0)
-        return cls(ids, table)
+        table = []
+        for rowid in ids.tolist():
+            _, path, mtime_ns, importance, _, project = rows[rowid][:6]
+            when = written.get((path, mtime_ns), math.inf)
+            if when == math.inf:
+                when = written[path, mtime_ns] = decay.note_time(path, mtime_ns)
+            table.append((math.nan if when is None else when,
+                          1.0 if importance is None
+                          else weights.importance_multiplier(importance),
+                          0.0 if not project else KEYED if weights.project_eligible(project)
+                          else INELIGIBLE))
+        return cls(ids, np.array(table, dtype=np.float64).reshape(len(ids), 3))
 
     def positions(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where ``rowids`` are in :attr:`ids`, and which of them are there at all."""
