@@ -14,6 +14,7 @@ from pipeline.results import INVALID_PROJECT_KEY
 from pipeline.search import fused
 from pipeline.search.hybrid import HeldCopies, search_store
 from pipeline.store import schema, writer
+from pipeline.store.engine import connect
 from pipeline.store.topk import kth_largest
 from tests.searchkit import DIMS, build
 
@@ -202,6 +203,54 @@ def test_a_copy_is_prepared_as_it_loads(tmp_path: Path, make_settings) -> None:
         arrays = copy.derived[fused.ARRAYS]
         assert arrays.ids.tolist() == sorted(copy.rows)
         assert fused.arrays_of(copy) is arrays
+    finally:
+        held.close()
+        db.close()
+
+
+def test_a_connection_with_no_commit_since_reuses_its_versions(tmp_path: Path, make_settings,
+                                                               monkeypatch) -> None:
+    """A search on a connection that saw no commit since its last search (its
+    ``data_version`` and ``total_changes`` unchanged) reads no versions; a commit on another
+    connection, or a write on its own, is seen by the next search."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    db, settings = _store(ws, make_settings, 5)
+    held = HeldCopies()
+    provider = RandomQueries(5)
+    reads = []
+    versions = HeldCopies.versions
+    monkeypatch.setattr(HeldCopies, "versions",
+                        lambda self, d: reads.append(1) or versions(self, d))
+    query = "garden tomato"
+    try:
+        held.matrices.get(db)
+        held.text_stats.get(db)
+        held.rows.get(db)
+        first = _hits(db, settings, query, provider, held, min_score=0.0)
+        assert len(reads) == 1
+        assert _hits(db, settings, query, provider, held, min_score=0.0) == first
+        assert len(reads) == 1  # nothing committed: the versions stand
+        top = db.conn.execute("SELECT rowid FROM chunks WHERE path = ? AND start_line = ?",
+                              first[0][:2]).fetchone()[0]
+        other = connect(db.path)
+        with schema.transaction(other):  # another connection: no version changes
+            other.conn.execute("UPDATE chunks SET importance = 1 WHERE rowid = ?", (top,))
+        other.close()
+        after = _hits(db, settings, query, provider, None, min_score=0.0)
+        assert after != first
+        assert _hits(db, settings, query, provider, held, min_score=0.0) == after
+        assert len(reads) == 2
+        held.wait()
+        held.rows.get(db)  # the rows reloaded: current again
+        assert _hits(db, settings, query, provider, held, min_score=0.0) == after
+        assert len(reads) == 3
+        with schema.transaction(db):  # the searching connection's own write
+            db.conn.execute("UPDATE chunks SET importance = 10 WHERE rowid = ?", (top,))
+        mine = _hits(db, settings, query, provider, None, min_score=0.0)
+        assert mine != after
+        assert _hits(db, settings, query, provider, held, min_score=0.0) == mine
+        assert len(reads) == 4
     finally:
         held.close()
         db.close()

@@ -16,7 +16,9 @@ same results faster; a one-shot caller passes none and SQLite answers.
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -54,6 +56,8 @@ from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 SNIPPET_CHARS = 700
 SCORE_DECIMALS = 6
 MAX_CANDIDATES = 200
+#: Connections whose last current versions a :class:`HeldCopies` remembers.
+MAX_SEEN = 16
 
 
 @dataclass
@@ -71,11 +75,45 @@ class HeldCopies:
     scans: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="memq-vector-scan"))
     fused: bool = True
+    #: Per connection a search last found its copies current on (by ``id``, with a weak
+    #: reference to it): its ``data_version`` and ``total_changes`` then, the versions it read
+    #: and the rows (:meth:`current_of`).
+    _seen: dict[int, tuple[weakref.ref[Database], tuple[int, int], dict[str, Any], ChunkRows]
+                ] = field(default_factory=dict, repr=False)
+    _seen_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def versions(self, db: Database) -> dict[str, Any]:
         """The store's text and vectors versions, which every copy is checked by, in one
         read."""
         return get_metas(db, VERSION_KEYS)
+
+    def current_of(self, db: Database) -> Current:
+        """What a search on ``db`` finds current: the store's versions and the held rows
+        (:meth:`versions`, :meth:`current_rows`).
+
+        Nothing was committed to the store ``db`` sees since the last search on ``db`` found
+        the rows current when ``db``'s ``PRAGMA data_version`` (changed by a commit on any
+        other connection, in any process) and its ``total_changes`` (its own writes) are
+        what they were: then that search's versions and rows stand, one statement instead of
+        a read of the versions and a check of the rows' own connection."""
+        if db.conn.in_transaction:  # its view may differ from the committed store
+            return Current(self.versions(db), None)
+        mark = (int(db.conn.execute("PRAGMA data_version").fetchone()[0]),
+                db.conn.total_changes)
+        with self._seen_lock:
+            seen = self._seen.get(id(db))
+        if (seen is not None and seen[0]() is db and seen[1] == mark
+                and self.rows.held(db.key) is seen[3]):
+            return Current(seen[2], seen[3])
+        versions = self.versions(db)
+        rows = self.current_rows(db, versions)
+        if rows is not None:
+            with self._seen_lock:
+                self._seen.pop(id(db), None)
+                while len(self._seen) >= MAX_SEEN:
+                    del self._seen[next(iter(self._seen))]
+                self._seen[id(db)] = (weakref.ref(db), mark, versions, rows)
+        return Current(versions, rows)
 
     def current_rows(self, db: Database, versions: dict[str, Any]) -> ChunkRows | None:
         """The store's held chunk rows if current (``versions``: :meth:`versions`); never
@@ -301,10 +339,7 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
-    current = None
-    if held is not None:
-        versions = held.versions(db)
-        current = Current(versions, held.current_rows(db, versions))
+    current = held.current_of(db) if held is not None else None
     held_rows = current.rows if current is not None else None
     wanted = source_filter(db, settings.sources if sources is None else sources,
                            None if held_rows is None else held_rows.sources)
