@@ -48,7 +48,13 @@ from pipeline.store.engine import Database
 from pipeline.store.matrix import MatrixCache, VectorMatrix
 from pipeline.store.postings import TextStats, TextStatsCache
 from pipeline.store.reads import WeightRow
-from pipeline.store.rows import VERSION_KEYS, ChunkRows, RowsCache, versions_of
+from pipeline.store.rows import (
+    VERSION_KEYS,
+    ChunkRows,
+    RowsCache,
+    connection_mark,
+    versions_of,
+)
 from pipeline.store.schema import TEXT_VERSION_KEY, get_metas
 from pipeline.store.vectors import SINGLE_THREAD_ROWS
 from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
@@ -92,14 +98,14 @@ class HeldCopies:
         (:meth:`versions`, :meth:`current_rows`).
 
         Nothing was committed to the store ``db`` sees since the last search on ``db`` found
-        the rows current when ``db``'s ``PRAGMA data_version`` (changed by a commit on any
-        other connection, in any process) and its ``total_changes`` (its own writes) are
-        what they were: then that search's versions and rows stand, one statement instead of
-        a read of the versions and a check of the rows' own connection."""
+        the rows current when ``db``'s :func:`~pipeline.store.rows.connection_mark` (SQLite's
+        data version, changed by a commit on any other connection in any process, and its
+        total changes, its own writes) is what it was: then that search's versions and rows
+        stand, one statement instead of a read of the versions and a check of the rows' own
+        connection."""
         if db.conn.in_transaction:  # its view may differ from the committed store
             return Current(self.versions(db), None)
-        mark = (int(db.conn.execute("PRAGMA data_version").fetchone()[0]),
-                db.conn.total_changes)
+        mark = connection_mark(db)
         with self._seen_lock:
             seen = self._seen.get(id(db))
         if (seen is not None and seen[0]() is db and seen[1] == mark

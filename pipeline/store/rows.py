@@ -75,6 +75,13 @@ class FileNames:
     tokens: frozenset[str] | None
 
 
+def connection_mark(db: Database) -> tuple[int, int]:
+    """``db``'s ``PRAGMA data_version`` (changed by any other connection's commit, in any
+    process) and its ``total_changes`` (its own writes): while both stay the same, nothing was
+    committed to the store ``db`` sees."""
+    return int(db.conn.execute("PRAGMA data_version").fetchone()[0]), db.conn.total_changes
+
+
 def versions_of(metas: dict[str, Any]) -> Versions | None:
     """The generation ``metas`` (:func:`~pipeline.store.schema.get_metas` of
     :data:`VERSION_KEYS`) names; None for a store without a text version (nothing would tell
