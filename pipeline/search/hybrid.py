@@ -16,8 +16,10 @@ same results faster; a one-shot caller passes none and SQLite answers.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +29,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.results import SearchHit
-from pipeline.search import calibration, entries, fusion, superseded
+from pipeline.search import calibration, entries, fused, fusion, superseded
 from pipeline.search.fusion import Candidate
 from pipeline.search.mmr import mmr_order
 from pipeline.search.paths import PathMatch, path_matches
@@ -47,7 +49,13 @@ from pipeline.store.engine import Database
 from pipeline.store.matrix import MatrixCache, VectorMatrix
 from pipeline.store.postings import TextStats, TextStatsCache
 from pipeline.store.reads import WeightRow
-from pipeline.store.rows import VERSION_KEYS, ChunkRows, RowsCache, versions_of
+from pipeline.store.rows import (
+    VERSION_KEYS,
+    ChunkRows,
+    RowsCache,
+    connection_mark,
+    versions_of,
+)
 from pipeline.store.schema import TEXT_VERSION_KEY, get_metas
 from pipeline.store.vectors import SINGLE_THREAD_ROWS
 from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
@@ -55,6 +63,8 @@ from pipeline.store.vectors import VERSION_KEY as VECTORS_VERSION_KEY
 SNIPPET_CHARS = 700
 SCORE_DECIMALS = 6
 MAX_CANDIDATES = 200
+#: Connections whose last current versions a :class:`HeldCopies` remembers.
+MAX_SEEN = 16
 
 
 @dataclass
@@ -62,18 +72,55 @@ class HeldCopies:
     """A long-running reader's copies of its stores, each reloaded in the background whenever
     the store changed (never stale; see :mod:`pipeline.store.snapshots`): the vectors as one
     matrix, the BM25 statistics, the chunk rows (:mod:`pipeline.store.rows`), and a thread
-    that scans the matrix while the keyword side ranks."""
+    that scans the matrix while the keyword side ranks. ``fused``: rank a hybrid search's
+    candidates over arrays (:mod:`pipeline.search.fused`) when the copies allow it; False:
+    the general path (the same results; tests compare the two)."""
 
     matrices: MatrixCache = field(default_factory=MatrixCache)
     text_stats: TextStatsCache = field(default_factory=TextStatsCache)
-    rows: RowsCache = field(default_factory=RowsCache)
+    rows: RowsCache = field(default_factory=lambda: RowsCache(prepare=fused.prepare))
     scans: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="memq-vector-scan"))
+    fused: bool = True
+    #: Per connection a search last found its copies current on (by ``id``, with a weak
+    #: reference to it): its ``data_version`` and ``total_changes`` then, the versions it read
+    #: and the rows (:meth:`current_of`).
+    _seen: dict[int, tuple[weakref.ref[Database], tuple[int, int], dict[str, Any], ChunkRows]
+                ] = field(default_factory=dict, repr=False)
+    _seen_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def versions(self, db: Database) -> dict[str, Any]:
         """The store's text and vectors versions, which every copy is checked by, in one
         read."""
         return get_metas(db, VERSION_KEYS)
+
+    def current_of(self, db: Database) -> Current:
+        """What a search on ``db`` finds current: the store's versions and the held rows
+        (:meth:`versions`, :meth:`current_rows`).
+
+        Nothing was committed to the store ``db`` sees since the last search on ``db`` found
+        the rows current when ``db``'s :func:`~pipeline.store.rows.connection_mark` (SQLite's
+        data version, changed by a commit on any other connection in any process, and its
+        total changes, its own writes) is what it was: then that search's versions and rows
+        stand, one statement instead of a read of the versions and a check of the rows' own
+        connection."""
+        if db.conn.in_transaction:  # its view may differ from the committed store
+            return Current(self.versions(db), None)
+        mark = connection_mark(db)
+        with self._seen_lock:
+            seen = self._seen.get(id(db))
+        if (seen is not None and seen[0]() is db and seen[1] == mark
+                and self.rows.held(db.key) is seen[3]):
+            return Current(seen[2], seen[3])
+        versions = self.versions(db)
+        rows = self.current_rows(db, versions)
+        if rows is not None:
+            with self._seen_lock:
+                self._seen.pop(id(db), None)
+                while len(self._seen) >= MAX_SEEN:
+                    del self._seen[next(iter(self._seen))]
+                self._seen[id(db)] = (weakref.ref(db), mark, versions, rows)
+        return Current(versions, rows)
 
     def current_rows(self, db: Database, versions: dict[str, Any]) -> ChunkRows | None:
         """The store's held chunk rows if current (``versions``: :meth:`versions`); never
@@ -120,10 +167,14 @@ class Current:
 
 def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: int,
               sources: list[str] | None, use_text: bool, held: HeldCopies | None,
-              stats: TextStats | None, matrix: VectorMatrix | None, rows: ChunkRows | None
-              ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None]:
-    """Both retrievers' hits (vector, text) and the in-memory vectors if used (``matrix``:
-    the held copy if current). The vector side's scores are the scan's own
+              stats: TextStats | None, matrix: VectorMatrix | None, rows: ChunkRows | None,
+              scored: Callable[[dict[int, float]], dict[int, float]] | None = None
+              ) -> tuple[dict[int, float], dict[int, float], VectorMatrix | None,
+                         dict[int, float] | None]:
+    """Both retrievers' hits (vector, text), the in-memory vectors if used (``matrix``: the
+    held copy if current) and, with ``scored``, the keyword scores it gives the text hits
+    (worked out before the in-memory scan, or while it runs: what runs after the scan
+    starts with cold caches). The vector side's scores are the scan's own
     (:func:`_exact_sides` makes them exact).
 
     The in-memory scan needs no connection, so a large one (more than
@@ -133,7 +184,8 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
     """
     if matrix is None or held is None:
         text = keyword_hits(db, query, candidates, sources, stats) if use_text else {}
-        return vector_hits(db, query_vector, candidates, sources), text, None
+        return (vector_hits(db, query_vector, candidates, sources), text, None,
+                None if scored is None else scored(text))
     among = (None if sources is None else rows.allowed(sources) if rows is not None
              else reads.allowed_rowids(db, sources))
     # A thread hop pays off only for a scan that takes longer than a wake-up: on a busy
@@ -143,10 +195,12 @@ def _retrieve(db: Database, query: str, query_vector: np.ndarray, candidates: in
         # The keyword side first: the scan streams the whole matrix through the core's caches,
         # and what runs after it starts cold.
         text = keyword_hits(db, query, candidates, sources, stats, among) if use_text else {}
-        return matrix_hits(matrix, query_vector, candidates, among), text, matrix
+        scores = None if scored is None else scored(text)
+        return matrix_hits(matrix, query_vector, candidates, among), text, matrix, scores
     scan = held.scans.submit(matrix_hits, matrix, query_vector, candidates, among)
     text = keyword_hits(db, query, candidates, sources, stats, among)
-    return scan.result(), text, matrix
+    scores = None if scored is None else scored(text)
+    return scan.result(), text, matrix, scores
 
 
 def _exact_sides(db: Database, hits: dict[int, float], others: Sequence[int],
@@ -160,9 +214,23 @@ def _exact_sides(db: Database, hits: dict[int, float], others: Sequence[int],
             {r: exact[r] for r in others if r in exact})
 
 
+@dataclass(frozen=True)
+class Unfused:
+    """What a held hybrid search hands :func:`pipeline.search.fused.rank`: the query's
+    vector, the held matrix, the rows, the vector side's hits and the keyword scores."""
+
+    query_vector: np.ndarray
+    matrix: VectorMatrix
+    rows: ChunkRows
+    vector: list[int]
+    text: dict[int, float]
+    weights: tuple[float, float]
+
+
 @dataclass
 class Ranking:
-    """What the retrievers found for one query, fused."""
+    """What the retrievers found for one query, fused (or, ``unfused``, ready to be fused
+    over arrays; ``ranked`` then empty)."""
 
     ranked: list[Candidate]  # fused candidates, best first
     text: dict[int, float]  # the keyword side's hits (FTS5 ranks)
@@ -172,6 +240,7 @@ class Ranking:
     paths: list[PathMatch] = field(default_factory=list)
     #: Whether a keyword search ran (False: vector-only).
     text_side: bool = True
+    unfused: Unfused | None = None
 
     def keyword_side(self) -> set[int]:
         """The keyword hits: text matches and the first chunks of partially named files."""
@@ -187,11 +256,12 @@ def _with_paths(scores: dict[int, float], paths: list[PathMatch]) -> dict[int, f
 
 def _rank(db: Database, settings: Settings, query: str, candidates: int,
           provider: EmbeddingProvider | None, held: HeldCopies | None,
-          sources: list[str] | None, current: Current | None) -> Ranking:
+          sources: list[str] | None, current: Current | None, fuse: bool = False) -> Ranking:
     """Fused candidates and what each retriever returned; ``sources`` as
     :func:`~pipeline.search.retrievers.source_filter` gives them. Files named partially by the
     query (:func:`~pipeline.search.paths.path_matches`) are keyword hits in every mode (in a
-    vector-only search, scored by their vector)."""
+    vector-only search, scored by their vector). ``fuse``: a weighted hybrid search over
+    held copies that names no file exactly is left :attr:`Ranking.unfused`."""
     hybrid = settings.query.hybrid
     use_text = (provider is None or hybrid.enabled) and db.fts_ok  # no FTS5: vector-only
     query_vector = provider.embed_query(query) if provider is not None and query.strip() else None
@@ -209,21 +279,25 @@ def _rank(db: Database, settings: Settings, query: str, candidates: int,
         scores = _with_paths(fusion.relative(fusion.text_scores(text)), paths)
         return Ranking(fusion.weighted({}, scores, (0.0, 1.0)), text, paths=paths,
                        text_side=use_text)
-    found, text, matrix = _retrieve(db, query, query_vector, candidates, sources, use_text,
-                                    held, stats, matrix, rows)
+    weighted = use_text and hybrid.fusion != "rrf"
+    found, text, matrix, scores = _retrieve(
+        db, query, query_vector, candidates, sources, use_text, held, stats, matrix, rows,
+        (lambda hits: _with_paths(calibration.keyword_scores(
+            db, query, hits, stats, rule=hybrid.keyword_score), paths)) if weighted else None)
     if not use_text:
         named = [r for r in _with_paths({}, paths) if r not in found]
         vector, missing = _exact_sides(db, found, named, query_vector, matrix)
         return Ranking(fusion.weighted({**vector, **missing}, {}, (1.0, 0.0)), text,
                        frozenset(vector), paths, text_side=False)
     weights = hybrid.normalized_weights()
-    if hybrid.fusion == "rrf":
+    if scores is None:  # reciprocal rank fusion
         vector, _ = _exact_sides(db, found, (), query_vector, matrix)
         return Ranking(fusion.rrf(vector, _with_paths(fusion.text_scores(text), paths), weights,
                                   hybrid.rrf_k), text, frozenset(vector), paths)
-    scores = _with_paths(calibration.keyword_scores(db, query, text, stats,
-                                                      rule=hybrid.keyword_score),
-                         paths)
+    if (fuse and matrix is not None and rows is not None
+            and not any(m.specificity > 0 for m in paths)):
+        return Ranking([], text, frozenset(found), paths,
+                       unfused=Unfused(query_vector, matrix, rows, list(found), scores, weights))
     vector, missing = _exact_sides(db, found, [r for r in scores if r not in found],
                                    query_vector, matrix)
     return Ranking(fusion.weighted({**vector, **missing}, scores, weights), text,
@@ -272,20 +346,22 @@ def search(db: Database, settings: Settings, query: str, *, max_results: int | N
     min_score = settings.query.min_score if min_score is None else float(min_score)
     hybrid = settings.query.hybrid
     candidates = min(MAX_CANDIDATES, max(1, max_results * hybrid.candidate_multiplier))
-    current = None
-    if held is not None:
-        versions = held.versions(db)
-        current = Current(versions, held.current_rows(db, versions))
+    current = held.current_of(db) if held is not None else None
     held_rows = current.rows if current is not None else None
     wanted = source_filter(db, settings.sources if sources is None else sources,
                            None if held_rows is None else held_rows.sources)
-    found = _rank(db, settings, query, candidates, provider, held, wanted, current)
+    found = _rank(db, settings, query, candidates, provider, held, wanted, current,
+                  fuse=reranker is None and held is not None and held.fused)
     recency = hybrid.temporal_decay
     # Superseded recency compares chunk vectors: keyword-only, OpenClaw's decay stands in.
     superseding = recency.enabled and recency.mode == "superseded" and provider is not None
+    now = time.time() if now is None else now
+    if found.unfused is not None:
+        return Answer(_fused_hits(settings, found, found.unfused, min_score, max_results,
+                                  now, projects, superseding=superseding))
     weighed = entries.weigh(db, query, found.ranked, sources=wanted,
                             decay_days=recency.half_life_days if recency.enabled else None,
-                            now=time.time() if now is None else now, projects=projects,
+                            now=now, projects=projects,
                             paths=found.paths, decay_floor=recency.min_factor,
                             held=held_rows, defer_decay=superseding)
     ranked, exact = weighed.rest, weighed.exact
@@ -379,14 +455,77 @@ def _select(ranked: list[Candidate], found: Ranking, min_score: float, max_resul
     return picked, fill[:max_results - len(picked) - exact]
 
 
+def _fused_hits(settings: Settings, found: Ranking, unfused: Unfused, min_score: float,
+                max_results: int, now: float, projects: Sequence[str] | None, *,
+                superseding: bool) -> list[SearchHit]:
+    """:func:`search`'s hits for a ranking left unfused (no exact-path match, no reranker):
+    fusion, decay (or superseded recency) and entry weights over arrays
+    (:func:`pipeline.search.fused.rank`), then the selection, MMR and the hits as on the
+    general path."""
+    hybrid = settings.query.hybrid
+    decay_on = hybrid.temporal_decay.enabled and not superseding
+    f = fused.rank(unfused.rows, unfused.matrix, unfused.query_vector, unfused.vector,
+                   unfused.text, unfused.weights,
+                   decay_days=hybrid.temporal_decay.half_life_days if decay_on else None,
+                   decay_floor=hybrid.temporal_decay.min_factor, now=now, projects=projects,
+                   decimals=SCORE_DECIMALS)
+    if superseding:
+        f = _fused_supersede(settings, f, unfused)
+    everyone = range(len(f.rowids))
+    picked = [i for i in everyone if f.scores[i] >= min_score]
+    keyword, fill = found.keyword_side(), []
+    if keyword and len(picked) < max_results:  # as _select
+        if not picked:
+            picked = [i for i in everyone if f.rowids[i] in keyword]
+        else:
+            vector_side = found.vector_side or frozenset()
+            fill = [i for i in everyone if f.scores[i] < min_score and f.rowids[i] in keyword
+                    and f.rowids[i] not in vector_side][:max_results - len(picked)]
+    picked = [i for i in picked if f.held[i]]  # deleted between ranking and reading
+    fill = [i for i in fill if f.held[i]]
+    rows = unfused.rows
+    if hybrid.mmr.enabled:
+        pool = picked
+        picked = mmr_order(pool, [f.scores[i] for i in pool],
+                           [rows.rows[f.rowids[i]][8] for i in pool], hybrid.mmr.lambda_,
+                           limit=max_results,
+                           word_sets=lambda n: rows.word_set(f.rowids[pool[n]]))
+    return [_hit_of(f.scores[i], f.vector[i], f.text[i], rows.rows[f.rowids[i]], found)
+            for i in (picked + fill)[:max_results]]
+
+
+def _fused_supersede(settings: Settings, f: fused.Fused, unfused: Unfused) -> fused.Fused:
+    """Superseded recency (:mod:`pipeline.search.superseded`) over a fused ranking: as
+    :func:`_supersede` on the general path, the note times from the copy's arrays and the
+    chunk vectors from the held matrix."""
+    recency = settings.query.hybrid.temporal_decay
+    written = fused.written_times(unfused.rows, f.rowids)
+    dated = [r for r in f.rowids if written[r] is not None]
+    if len(dated) < 2:
+        return f
+    ranked = [Candidate(rowid, score=score) for rowid, score in zip(f.rowids, f.scores,
+                                                                      strict=True)]
+    if not superseded.supersede(ranked, written, unfused.matrix.vectors(dated),
+                                similarity=recency.similarity, band=recency.band,
+                                shown=settings.query.min_score):
+        return f
+    return fused.rescored(f, [c.score for c in ranked])
+
+
 def _hit(c: Candidate, row: WeightRow, found: Ranking) -> SearchHit:
-    """The hit of candidate ``c`` (its chunk's ``row``): its fused ``score`` and the two sides'
-    scores it was fused from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not
-    run has none)."""
+    """The hit of candidate ``c`` (its chunk's ``row``): as :func:`_hit_of`."""
+    return _hit_of(c.score, c.vector_score, c.text_score, row, found)
+
+
+def _hit_of(score: float, vector_score: float, text_score: float, row: WeightRow,
+            found: Ranking) -> SearchHit:
+    """The hit of a chunk (its ``row``): its fused ``score`` and the two sides' scores it was
+    fused from (OpenClaw's ``vectorScore`` and ``textScore``; a side that did not run has
+    none)."""
     _, path, mtime_ns, importance, triggers, project, start, end, text, source = row
-    vector = round(c.vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
-    keyword = round(c.text_score, SCORE_DECIMALS) if found.text_side else None
-    return SearchHit(path, start, end, c.score, text[:SNIPPET_CHARS], source,
+    vector = round(vector_score, SCORE_DECIMALS) if found.vector_side is not None else None
+    keyword = round(text_score, SCORE_DECIMALS) if found.text_side else None
+    return SearchHit(path, start, end, score, text[:SNIPPET_CHARS], source,
                      importance=importance, triggers=triggers, project_key=project,
                      vector_score=vector, text_score=keyword,
                      provenance=provenance(path, source, mtime_ns))

@@ -75,11 +75,8 @@ class VectorMatrix:
         out (as :func:`pipeline.search.retrievers.cosine_for`)."""
         if not len(self.ids) or not len(rowids):
             return {}
-        query = self._check(query)
         wanted = np.fromiter(dict.fromkeys(int(r) for r in rowids), dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
-        found = self.ids[at] == wanted
-        sims = exact_cosines(self.unit[at[found]], query)
+        found, sims = self.cosine_array(wanted, query)
         return dict(zip(wanted[found].tolist(), sims.tolist(), strict=True))
 
     def vectors(self, rowids: Sequence[int]) -> dict[int, np.ndarray]:
@@ -87,9 +84,23 @@ class VectorMatrix:
         if not len(self.ids) or not len(rowids):
             return {}
         wanted = np.fromiter(dict.fromkeys(int(r) for r in rowids), dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
-        found = self.ids[at] == wanted
+        at, found = self._positions(wanted)
         return dict(zip(wanted[found].tolist(), self.unit[at[found]], strict=True))
+
+    def cosine_array(self, rowids: np.ndarray, query: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Which of ``rowids`` (an int64 array) have a vector here, and the cosine similarity
+        of those to ``query`` (the numbers :meth:`cosines` gives)."""
+        if not len(self.ids):
+            return np.zeros(len(rowids), dtype=bool), np.zeros(0)
+        query = self._check(query)
+        at, found = self._positions(rowids)
+        return found, exact_cosines(self.unit[at[found]], query)
+
+    def _positions(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each of ``rowids`` would sit in :attr:`ids`, and whether it is there."""
+        at = np.minimum(np.searchsorted(self.ids, rowids), len(self.ids) - 1)
+        return at, self.ids[at] == rowids
 
 
 def load(db: Database) -> VectorMatrix:

@@ -35,6 +35,7 @@ from pipeline.store import porter
 from pipeline.store.engine import Database
 from pipeline.store.schema import TEXT_VERSION_KEY, get_meta
 from pipeline.store.snapshots import MAX_STORES, SnapshotCache
+from pipeline.store.topk import kth_largest
 
 K1, B = 1.2, 0.75  # FTS5's bm25() constants
 IDF_FLOOR = 1e-6  # FTS5 floors a term's IDF here when it is in half the rows or more
@@ -218,7 +219,7 @@ class TextStats:
         if among is not None:
             scores[~np.isin(self.ids, np.asarray(among, dtype=np.int64))] = 0.0
         n = len(scores)
-        kth = np.partition(scores, n - k)[n - k] if k < n else 0.0
+        kth = kth_largest(scores, k) if k < n else 0.0
         # every row tied with the k-th stays for the rowid order
         at = np.flatnonzero(scores >= kth) if kth > 0.0 else np.flatnonzero(scores)
         best = at[np.lexsort((self.ids[at], -scores[at]))[:k]]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,13 @@ class FileNames:
     tokens: frozenset[str] | None
 
 
+def connection_mark(db: Database) -> tuple[int, int]:
+    """``db``'s ``PRAGMA data_version`` (changed by any other connection's commit, in any
+    process) and its ``total_changes`` (its own writes): while both stay the same, nothing was
+    committed to the store ``db`` sees."""
+    return int(db.conn.execute("PRAGMA data_version").fetchone()[0]), db.conn.total_changes
+
+
 def versions_of(metas: dict[str, Any]) -> Versions | None:
     """The generation ``metas`` (:func:`~pipeline.store.schema.get_metas` of
     :data:`VERSION_KEYS`) names; None for a store without a text version (nothing would tell
@@ -102,6 +110,9 @@ class ChunkRows:
     names: FileNames | None = None
     #: Per source present: its chunks' rowids, ascending.
     by_source: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: What a search works out from the rows once per copy (its ``prepare``,
+    #: :class:`RowsCache`), by name: :mod:`pipeline.search.fused`'s arrays.
+    derived: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def unchanged(self) -> bool:
@@ -220,11 +231,15 @@ def load(path: Path, before: ChunkRows | None = None) -> ChunkRows | None:
 class RowsCache(SnapshotCache[ChunkRows]):
     """The current :class:`ChunkRows` of each store a process searches (thread-safe; see
     :mod:`pipeline.store.snapshots`); :meth:`current_at` takes the store's
-    :func:`versions_of`."""
+    :func:`versions_of`; ``prepare``: run on each copy loaded in the background, before
+    a search may use it (what the search layer works out once per copy)."""
 
-    def __init__(self, max_stores: int = MAX_STORES) -> None:
+    def __init__(self, max_stores: int = MAX_STORES,
+                 prepare: Callable[[ChunkRows], None] | None = None) -> None:
         super().__init__("chunk rows", lambda db: versions_of(get_metas(db, VERSION_KEYS)),
-                         lambda db: load(db.path, self.held(db.key)), max_stores)
+                         lambda db: self._prepared(load(db.path, self.held(db.key))),
+                         max_stores)
+        self._prepare = prepare
         #: Per store: when its last background load ended and how long it took.
         self._loads: dict[str, tuple[float, float]] = {}
 
@@ -237,10 +252,15 @@ class RowsCache(SnapshotCache[ChunkRows]):
             ended, took = self._loads.get(key, (0.0, 0.0))
         return time.monotonic() >= ended + RELOAD_SPACING * took
 
+    def _prepared(self, copy: ChunkRows | None) -> ChunkRows | None:
+        if copy is not None and self._prepare is not None:
+            self._prepare(copy)
+        return copy
+
     def _fresh(self, key: str, path: Path, want_vectors: bool | str) -> ChunkRows | None:
         started = time.monotonic()
         try:
-            return load(path, self.held(key))  # the rows need no vector library
+            return self._prepared(load(path, self.held(key)))  # no vector library needed
         finally:
             ended = time.monotonic()
             with self._lock:

@@ -219,13 +219,15 @@ def nearest_unit(ids: np.ndarray, unit: np.ndarray, query: np.ndarray, k: int
     """
     import numpy as np
 
+    from pipeline.store.topk import kth_largest
+
     if not len(ids) or k <= 0:
         return []
     sims = cosines(unit, query)
     if k < len(sims):
         # Everything tied with the k-th best is kept, so the stable sort below (not the
         # partition's arbitrary order) decides which of equal scores make the cut.
-        kth = np.partition(sims, len(sims) - k)[len(sims) - k]
+        kth = kth_largest(sims, k)
         picked = np.flatnonzero(sims >= kth)
     else:
         picked = np.arange(len(sims))
