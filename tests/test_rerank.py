@@ -123,7 +123,8 @@ def test_decay_still_weighs_the_reranked_scores(ws: Path, make_settings) -> None
         db, settings = build(ws, make_settings, notes, {p: 0.9 for p in notes},
                              query={**VECTOR_ONLY, "hybrid": {
                                  "enabled": False,
-                                 "temporalDecay": {"enabled": True, "halfLifeDays": 30}}},
+                                 "temporalDecay": {"enabled": True, "halfLifeDays": 30,
+                                                   "mode": "decay"}}},
                              rerank={"enabled": True, "baseUrl": double.url,
                                      "apiKey": double.api_key})
         now = 1767225600.0 + 30 * 86400  # 2026-01-31: the dated note is one half-life old
