@@ -30,7 +30,10 @@ spans every token of the batch (other sequences masked out), so packing trades f
 larger matrix products for attention work that grows with the square of the batch's tokens.
 
 The header names the llama.cpp build's CPU features (``llama_print_system_info``) and the time
-tokenising the chunks takes alone.
+tokenising the chunks takes alone. "GFLOP/cpu-s" is the model's arithmetic (a BERT's dense
+layers and attention, from the GGUF's sizes) per CPU second of the run, beside a roofline
+measured between the rounds: NumPy's float32 matrix product (OpenBLAS, one thread, 1024^3)
+per CPU second.
 
     .venv/bin/python bench/embed_batching.py [--chunks 300] [--threads 2] [--ks 2,4,8]
 """
@@ -40,11 +43,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the sgemm reference runs on one thread
 
 import numpy as np
 from evalsets import add_data_arg
@@ -166,6 +172,36 @@ class Packed:
 
     def close(self) -> None:
         self._stack.close()
+
+
+def model_flops(path: Path, seqs: list[Piece]) -> float:
+    """Floating-point operations a BERT-type GGUF does for ``seqs``: per layer and token the
+    Q, K, V and output projections and the feed-forward's two matrices (2 x H x (4H + 2F)),
+    and attention (QK^T and its product with V: 4 x n x H for a sequence of n tokens)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+
+    def field(name: str) -> int:
+        f = reader.fields[name]
+        return int(f.parts[f.data[0]][0])
+
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    h, ff, layers = (field(f"{arch}.{k}") for k in
+                     ("embedding_length", "feed_forward_length", "block_count"))
+    return float(sum(layers * (2 * h * (4 * h + 2 * ff) * len(p.ids) + 4 * len(p.ids) ** 2 * h)
+                     for p in seqs))
+
+
+def sgemm_rate(n: int = 1024, repeat: int = 10) -> float:
+    """GFLOP per CPU second of NumPy's float32 n x n matrix product (one OpenBLAS thread)."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.random((n, n), dtype=np.float32) for _ in range(2))
+    a @ b
+    c0 = time.process_time()
+    for _ in range(repeat):
+        a @ b
+    return repeat * 2 * n ** 3 / (time.process_time() - c0) / 1e9
 
 
 def combine(seqs: list[Piece], vectors: list[np.ndarray], n_chunks: int, dims: int) -> np.ndarray:
@@ -384,6 +420,7 @@ def main() -> None:
         runs.append(Run(layout.label(), lambda s=streams: s.embed(seqs, len(texts)),
                         len(streams.calls(seqs)), tokens))
 
+    sgemm: list[float] = []
     for r in range(args.rounds):
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         for run in order:
@@ -392,17 +429,18 @@ def main() -> None:
             run.times.append(time.perf_counter() - t0)
             run.cpu = min(run.cpu, time.process_time() - c0)
             run.vectors = vectors
+        sgemm.append(sgemm_rate())
     for key, row in memq_rows.items():
         row.calls = len(calls[key]) // args.rounds
         providers[key].close()
     for ctx in contexts:
         ctx.close()
 
-    report(args, texts, seqs, n_ctx, runs, tokenising)
+    report(args, texts, seqs, n_ctx, runs, tokenising, (model_flops(path, seqs), sgemm))
 
 
 def report(args: argparse.Namespace, texts: list[str], seqs: list[Piece], n_ctx: int,
-           runs: list[Run], tokenising: float) -> None:
+           runs: list[Run], tokenising: float, roofline: tuple[float, list[float]]) -> None:
     import llama_cpp
 
     print(header("embed batching", threads=args.threads, chunks=len(texts), ks=args.ks or "-",
@@ -414,11 +452,16 @@ def report(args: argparse.Namespace, texts: list[str], seqs: list[Piece], n_ctx:
           f"sequences: {len(seqs)} ({windowed} extra windows), context {n_ctx}, tokens per "
           f"sequence: median {np.median(lengths):.0f}, p90 {np.percentile(lengths, 90):.0f}, "
           f"max {lengths.max()}; tokenising them alone: {tokenising:.2f} s")
+    flops, sgemm = roofline
+    print(f"arithmetic: {flops / 1e9:.1f} GFLOP ({flops / sum(len(p.ids) for p in seqs) / 1e6:.1f}"
+          f" MFLOP/token); NumPy float32 matmul, 1 thread: {max(sgemm):.1f} GFLOP/cpu-s (rounds:"
+          f" {' '.join(f'{x:.1f}' for x in sgemm)})")
     print()
     base = next(run for run in runs if run.label.startswith("(b)"))
     width = max(len(run.label) for run in runs) + 2
     print(f"{'run':<{width}}{'calls':>6}{'best s':>8}{'median s':>9}{'texts/s':>8}{'tokens/s':>9}"
-          f"{'vs (b)':>7}{'median':>7}{'cpu s':>7}{'cpu vs (b)':>11}{'max 1-cos':>10}")
+          f"{'vs (b)':>7}{'median':>7}{'cpu s':>7}{'cpu vs (b)':>11}{'GFLOP/cpu-s':>12}"
+          f"{'max 1-cos':>10}")
     for run in runs:
         assert run.vectors is not None and base.vectors is not None
         dev = float(np.max(1.0 - np.sum(run.vectors.astype(np.float64) * base.vectors, axis=1)))
@@ -426,7 +469,8 @@ def report(args: argparse.Namespace, texts: list[str], seqs: list[Piece], n_ctx:
         print(f"{run.label:<{width}}{run.calls:>6}{run.seconds:>8.2f}{median:>9.2f}"
               f"{len(texts) / run.seconds:>8.1f}{run.tokens / run.seconds:>9.0f}"
               f"{base.seconds / run.seconds:>6.2f}x{np.median(base.times) / median:>6.2f}x"
-              f"{run.cpu:>7.2f}{base.cpu / run.cpu:>10.2f}x{dev:>10.1e}")
+              f"{run.cpu:>7.2f}{base.cpu / run.cpu:>10.2f}x{flops / run.cpu / 1e9:>12.1f}"
+              f"{dev:>10.1e}")
 
 if __name__ == "__main__":
     main()
