@@ -157,6 +157,10 @@ MEMORY_FILES = "MEMORY.md, USER.md, Markdown files recursively under memory/"
 QMD_DEFAULT_FILES = "MEMORY.md, Markdown files recursively under memory/"
 EVERGREEN = (" Older notes rank lower (temporal decay); MEMORY.md and USER.md are "
              "evergreen and never decay.")
+#: memq's default recency (``temporalDecay.mode: "superseded"``) told in the same place.
+SUPERSEDING = (" Where a newer note says the same thing as an older one, the newer ranks "
+               "first; an older note that alone answers keeps its rank. MEMORY.md and USER.md "
+               "are evergreen.")
 
 
 def memory_sources(settings: Settings) -> tuple[str, str]:
@@ -183,8 +187,13 @@ def memory_sources(settings: Settings) -> tuple[str, str]:
 def tool_descriptions(settings: Settings) -> dict[str, str]:
     """Each tool's description for the memory of ``settings`` (:data:`TOOLS`' templates)."""
     files, search = memory_sources(settings)
-    decays = settings.backend == "builtin" and settings.query.hybrid.temporal_decay.enabled
-    fill = {"files": files, "search": search, "evergreen": EVERGREEN if decays else ""}
+    recency = settings.query.hybrid.temporal_decay
+    told = ""
+    if settings.backend == "builtin" and recency.enabled:
+        # keyword-only memories decay as OpenClaw's do (no chunk vectors to compare)
+        superseding = recency.mode == "superseded" and settings.provider != "none"
+        told = SUPERSEDING if superseding else EVERGREEN
+    fill = {"files": files, "search": search, "evergreen": told}
     return {name: text.format(**fill) for name, (text, _) in TOOLS.items()}
 
 

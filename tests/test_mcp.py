@@ -155,7 +155,15 @@ def test_descriptions_name_what_the_tools_read(workspace: Path, make_settings,
     more = f"{files}, configured extra paths"
     assert f"search {more}, indexed session transcripts by meaning" in wide["memory_search"]
     assert f"Read lines of {more}," in wide["memory_get"]
-    assert "MEMORY.md and USER.md are evergreen" in wide["memory_search"]
+    assert "MEMORY.md and USER.md are evergreen and never decay" in wide["memory_search"]
+    # with vectors, memq's default recency (superseded) is what the model is told
+    for mode, told in (("superseded", "the newer ranks first"), ("decay", "rank lower")):
+        embedded = tool_descriptions(make_settings(
+            workspace, provider="local",
+            query={"hybrid": {"temporalDecay": {"enabled": True, "mode": mode}}}))
+        assert told in embedded["memory_search"] and "USER.md are evergreen" in \
+            embedded["memory_search"]
+        assert ("decay" in embedded["memory_search"]) == (mode == "decay")
     qmd = tool_descriptions(make_settings(workspace, provider="none", backend="qmd"))
     # QMD's collections (memory-root, memory-dir) do not hold USER.md; memory_get reads it
     assert "search MEMORY.md, Markdown files recursively under memory/ by" in qmd["memory_search"]
