@@ -15,7 +15,7 @@ The numbers are the general path's, operation for operation (the same float64 pr
 sums in the same order, :func:`math.exp` for decay, Python's :func:`round`), so the hits and
 scores are the same (``tests/test_fused_ranking.py`` compares the two on random stores).
 Superseded recency (the default, :mod:`pipeline.search.superseded`) runs after, over the
-fused scores (:func:`written_times`, :func:`rescored`). Exact-path matches (a query that
+fused scores and note times (:func:`rescored`). Exact-path matches (a query that
 names a file), reciprocal rank fusion, a reranker, and vector-only or keyword-only searches
 take the general path.
 """
@@ -99,13 +99,15 @@ class Fused:
     """The candidates after fusion, decay and entry weights, best first (shown score
     descending, then rowid); lists parallel. ``held``: whether the held rows have the chunk
     (one they lack was deleted since it was ranked: dropped after the selection, as on the
-    general path)."""
+    general path). ``written``: each one's note time (:func:`~pipeline.search.decay.
+    note_time`; None: evergreen, or not held), for superseded recency."""
 
     rowids: list[int]
     scores: list[float]
     vector: list[float]
     text: list[float]
     held: list[bool]
+    written: list[float | None]
 
 
 def rank(rows: ChunkRows, matrix: VectorMatrix, query_vector: np.ndarray,
@@ -150,27 +152,15 @@ def rank(rows: ChunkRows, matrix: VectorMatrix, query_vector: np.ndarray,
             factor *= importance
             if flags == KEYED and active is not None:
                 factor *= weights.project_multiplier(rows.rows[rowid][5], active)
-        out.append((round(score * factor, decimals), rowid, v, t, known))
+        out.append((round(score * factor, decimals), rowid, v, t, known,
+                    written if known and written == written else None))  # NaN: evergreen
     out.sort(key=lambda c: (-c[0], c[1]))
-    return Fused([c[1] for c in out], [c[0] for c in out], [c[2] for c in out],
-                 [c[3] for c in out], [c[4] for c in out])
-
-
-def written_times(rows: ChunkRows, rowids: Sequence[int]) -> dict[int, float | None]:
-    """Each of ``rowids``' note time (:func:`~pipeline.search.decay.note_time`; None: evergreen,
-    or a chunk the copy does not hold), from the copy's :class:`RowArrays`."""
-    arrays = arrays_of(rows)
-    ids = np.fromiter(rowids, dtype=np.int64, count=len(rowids))
-    at, held = arrays.positions(ids)
-    times = arrays.table[at, WRITTEN].tolist() if len(arrays.ids) else [math.nan] * len(ids)
-    return {rowid: None if not known or when != when else when  # NaN: evergreen
-            for rowid, known, when in zip(rowids, held.tolist(), times, strict=True)}
+    return Fused(*([c[n] for c in out] for n in (1, 0, 2, 3, 4, 5)))
 
 
 def rescored(ranked: Fused, scores: Sequence[float]) -> Fused:
     """``ranked`` with new ``scores`` (parallel to its lists), in order again (score
     descending, then rowid)."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], ranked.rowids[i]))
-    return Fused([ranked.rowids[i] for i in order], [scores[i] for i in order],
-                 [ranked.vector[i] for i in order], [ranked.text[i] for i in order],
-                 [ranked.held[i] for i in order])
+    return Fused(*([column[i] for i in order] for column in (
+        ranked.rowids, scores, ranked.vector, ranked.text, ranked.held, ranked.written)))

@@ -496,10 +496,10 @@ def _fused_hits(settings: Settings, found: Ranking, unfused: Unfused, min_score:
 
 def _fused_supersede(settings: Settings, f: fused.Fused, unfused: Unfused) -> fused.Fused:
     """Superseded recency (:mod:`pipeline.search.superseded`) over a fused ranking: as
-    :func:`_supersede` on the general path, the note times from the copy's arrays and the
+    :func:`_supersede` on the general path, the note times the fused ranking read and the
     chunk vectors from the held matrix."""
     recency = settings.query.hybrid.temporal_decay
-    written = fused.written_times(unfused.rows, f.rowids)
+    written = dict(zip(f.rowids, f.written, strict=True))
     dated = [r for r in f.rowids if written[r] is not None]
     if len(dated) < 2:
         return f
