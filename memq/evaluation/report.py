@@ -7,7 +7,7 @@ from memq.evaluation.locomo import CATEGORIES, KS
 LABELS = {"keyword": "keyword (FTS5 BM25)", "vector": "vector", "hybrid": "hybrid, weighted",
           "rrf": "hybrid, RRF", "hybrid+mmr": "hybrid, weighted + MMR",
           "hybrid+decay": "hybrid, weighted + temporal decay",
-          "defaults": "memq defaults (weighted + MMR + decay)",
+          "defaults": "memq defaults (weighted + MMR + recency)",
           "superseded": "memq defaults, superseded recency"}
 BEIR_COLUMNS = ("nDCG@10", "R@10", "R@100", "MRR@10")
 
