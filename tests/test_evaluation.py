@@ -251,3 +251,49 @@ def test_memq_eval_on_a_tiny_locomo_file_scores_both_layouts(tmp_path: Path, tin
     figures = json.loads(recency.stdout)["figures"]["notes"]
     assert list(figures) == ["defaults", "superseded"]
     assert figures["superseded"]["all"]["questions"] == 1
+
+
+def test_memq_eval_applies_the_fused_keys_to_locomo(tmp_path: Path, tiny_model) -> None:
+    """``--vector-weight`` and ``--rrf-k`` reach LoCoMo's fused modes (they were once read for
+    BEIR folders only and silently dropped here)."""
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([{**SAMPLE, "qa": SAMPLE["qa"][:1]}]))
+    cfg = tmp_path / "eval.json"
+    cfg.write_text(json.dumps({"provider": "local",
+                               "local": {"modelPath": str(tiny_model), "threads": 1}}))
+    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    done = run_memq("eval", "--collection", str(data), "--work-dir", str(tmp_path / "work"),
+                    "--config", str(cfg), "--modes", "keyword,hybrid,rrf", "--layout", "notes",
+                    "--vector-weight", "0.25", "--rrf-k", "7", "--json", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["fused"] == {"vectorWeight": 0.25, "textWeight": 0.75,
+                                                "rrfK": 7}
+    folder = tmp_path / "work" / "notes" / "conv-x"
+    for mode in ("hybrid", "rrf"):  # the keys each mode was searched with
+        hybrid = json.loads((folder / f"memq-{mode}.json").read_text())["query"]["hybrid"]
+        assert (hybrid["vectorWeight"], hybrid["textWeight"], hybrid["rrfK"]) == (0.25, 0.75, 7)
+    keyword = json.loads((folder / "memq-keyword.json").read_text())
+    assert "vectorWeight" not in json.dumps(keyword)  # not a fused mode
+
+
+@pytest.mark.parametrize(("kind", "flags", "named"), [
+    ("locomo", ["--split", "dev"], "--split"),
+    ("beir", ["--layout", "notes"], "--layout"),
+    ("changed", ["--modes", "hybrid"], "--modes"),
+    ("changed", ["--vector-weight", "0.5"], "--vector-weight"),
+])
+def test_memq_eval_refuses_an_option_the_collection_has_no_use_for(
+        tmp_path: Path, kind: str, flags: list[str], named: str) -> None:
+    if kind == "locomo":
+        collection = tmp_path / "tiny-locomo.json"
+        collection.write_text(json.dumps([SAMPLE]))
+    elif kind == "beir":
+        collection = tiny_collection(tmp_path)
+    else:
+        collection = Path(__file__).parent / "data" / "changed_facts.json"
+    work = tmp_path / "work"
+    done = run_memq("eval", "--collection", str(collection), "--work-dir", str(work), *flags,
+                    env={"MEMQ_HOME": str(tmp_path / "home")})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "not used with a" in done.stderr and named in done.stderr
+    assert not work.exists()  # refused before anything was indexed

@@ -13,7 +13,7 @@ from memq.cli.exits import CommandFailed, ExitCode
 @click.option("--collection", required=True,
               help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/), LoCoMo .json, or the "
                    "changed-facts cases (tests/data/changed_facts.json)")
-@click.option("--split", default="test", help="qrels split of a BEIR folder (test)")
+@click.option("--split", help="qrels split of a BEIR folder (default test)")
 @click.option("--limit", type=int, default=0,
               help="only the first N queries (LoCoMo: N questions per conversation)")
 @click.option("--modes", help="comma-separated subset of keyword,vector,hybrid,rrf,hybrid+mmr,"
@@ -21,10 +21,9 @@ from memq.cli.exits import CommandFailed, ExitCode
 @click.option("--vector-weight", type=float,
               help="vectorWeight of the fused modes (textWeight = 1 - it); default 0.7")
 @click.option("--rrf-k", type=int, help="rrfK of the rrf mode (default 60)")
-@click.option("--layout", type=click.Choice(["notes", "memory", "both"]), default="both",
-              show_default=True,
+@click.option("--layout", type=click.Choice(["notes", "memory", "both"]),
               help="LoCoMo: sessions as dated notes only (notes), with the observation facts "
-                   "as MEMORY.md entries too (memory), or both side by side")
+                   "as MEMORY.md entries too (memory), or both side by side (default both)")
 @click.option("--work-dir", help="where the generated workspace and its store are kept "
                                  "(default: memq's cache, one per collection)")
 @click.option("--config", help="memq.json/.toml with the provider keys to evaluate "
@@ -42,7 +41,8 @@ def evaluation(args: Args) -> int:
                        work_dir=Path(args.work_dir) if args.work_dir else None,
                        base=read_base(args.config),
                        fused=fused_keys(args.vector_weight, args.rrf_k),
-                       layouts=("notes", "memory") if args.layout == "both" else (args.layout,))
+                       layouts=(None if args.layout is None else ("notes", "memory")
+                                if args.layout == "both" else (args.layout,)))
     except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: indexing failed
         raise CommandFailed(f"eval: {exc}") from exc
     text = out.pop("text")

@@ -49,18 +49,23 @@ def fused_keys(vector_weight: float | None, rrf_k: int | None) -> dict[str, Any]
     return keys
 
 
-def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
+def evaluate(collection: Path, *, split: str | None = None, limit: int = 0,
              modes: list[str] | None = None, work_dir: Path | None = None,
              base: dict[str, Any] | None = None, fused: dict[str, Any] | None = None,
-             layouts: tuple[str, ...] = locomo.LAYOUTS) -> dict[str, Any]:
+             layouts: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Run the evaluation; returns the figures and a Markdown rendering (``text``). LoCoMo
-    runs once per layout (:data:`memq.evaluation.locomo.LAYOUTS`), each in its own folder."""
+    runs once per layout (default :data:`memq.evaluation.locomo.LAYOUTS`), each in its own
+    folder; a BEIR folder is scored on ``split`` (default ``test``). An option the kind of
+    collection has no use for is refused (ValueError), never silently ignored."""
     if not collection.exists():
         raise ValueError(f"{collection} does not exist")
+    kind = ("changed-facts" if collection.is_file() and _is_changed_facts(collection)
+            else "locomo" if collection.is_file() else "beir")
+    refuse_unused(kind, split=split, modes=modes, fused=fused, layouts=layouts)
     work_dir = work_dir or default_work_dir(collection)
     started = time.monotonic()
     log = _stderr
-    if collection.is_file() and _is_changed_facts(collection):
+    if kind == "changed-facts":
         figures = changed_facts.run(work_dir, base, changed_facts.load(collection), limit=limit,
                                     log=log)
         first = next(iter(figures.values()))
@@ -69,14 +74,14 @@ def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
                  f"setting")
         out = {"kind": "changed-facts", "figures": figures,
                "table": report.changed_facts_table(figures)}
-    elif collection.is_file():
+    elif kind == "locomo":
         modes = modes or LOCOMO_MODES
         figures: Any = {}
         tables = []
-        for layout in layouts:
+        for layout in layouts or locomo.LAYOUTS:
             conversations = locomo.load(collection, layout)
             figures[layout] = locomo.run(work_dir / layout, base, conversations, modes, limit,
-                                         log=log)
+                                         log=log, fused=fused)
             tables.append(f"Layout `{layout}`: turn-level R@k\n\n"
                           f"{report.locomo_table(figures[layout])}\n\n"
                           f"Layout `{layout}`: session-level S@k\n\n"
@@ -86,6 +91,7 @@ def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
         out = {"kind": "locomo", "figures": figures, "table": "\n\n".join(tables)}
     else:
         modes = modes or BEIR_MODES
+        split = split or "test"
         data = beir.load_collection(collection, split, limit)
         work = EvalWorkspace(work_dir, base)
         indexed, figures = beir.run(work, data, modes, fused, log=log)
@@ -100,6 +106,28 @@ def evaluate(collection: Path, *, split: str = "test", limit: int = 0,
                seconds=round(time.monotonic() - started, 1))
     out["text"] = f"{title}\n\n{out['table']}"
     return out
+
+
+def refuse_unused(kind: str, *, split: str | None, modes: list[str] | None,
+                  fused: dict[str, Any] | None, layouts: tuple[str, ...] | None) -> None:
+    """Raise ValueError naming the options a ``kind`` of collection (``beir``, ``locomo``,
+    ``changed-facts``) has no use for: a split is BEIR's, a layout LoCoMo's, and the
+    changed-facts cases score memq's default ranking per recency setting (no modes, no fused
+    keys)."""
+    unused = []
+    if split is not None and kind != "beir":
+        unused.append("--split (a BEIR folder's qrels split)")
+    if layouts is not None and kind != "locomo":
+        unused.append("--layout (LoCoMo's)")
+    if kind == "changed-facts":
+        if modes:
+            unused.append("--modes (the changed-facts cases score memq's default ranking "
+                          "per recency setting)")
+        if fused:
+            unused.append("--vector-weight/--rrf-k (the changed-facts cases score memq's "
+                          "default ranking)")
+    if unused:
+        raise ValueError(f"not used with a {kind} collection: {'; '.join(unused)}")
 
 
 def _is_changed_facts(path: Path) -> bool:

@@ -178,12 +178,12 @@ def load(path: Path, layout: str = "notes") -> list[Conversation]:
 
 def run(work_dir: Path, base: dict[str, Any] | None, conversations: list[Conversation],
         modes: list[str], limit: int = 0, log: Callable[[str], None] = print,
-        named: dict[str, dict[str, Any]] | None = None
+        named: dict[str, dict[str, Any]] | None = None, fused: dict[str, Any] | None = None
         ) -> dict[str, dict[str, dict[str, float]]]:
     """mode -> category ("all" included) -> {"R@k": mean, "S@k": mean}. ``limit`` caps the
     questions per conversation; ``named``: modes besides :data:`~memq.evaluation.workspace.MODES`
-    (name -> memq.json keys). Evidence turns missing from the conversation are counted as not
-    found."""
+    (name -> memq.json keys); ``fused``: hybrid keys (vectorWeight, rrfK) for the fused modes.
+    Evidence turns missing from the conversation are counted as not found."""
     per_mode: dict[str, dict[str, list[dict[str, float]]]] = {m: {} for m in modes}
     for conv in conversations:
         work = EvalWorkspace(work_dir / (conv.sample_id or "conversation"), base)
@@ -192,7 +192,7 @@ def run(work_dir: Path, base: dict[str, Any] | None, conversations: list[Convers
         log(f"{conv.sample_id}: {len(conv.files)} notes -> {indexed.chunks} chunks")
         questions = conv.questions[:limit] if limit > 0 else conv.questions
         try:
-            for name, settings in mode_settings(work, modes, named=named).items():
+            for name, settings in mode_settings(work, modes, fused, named=named).items():
                 for q in questions:
                     hits = search(indexed, settings, name, q.text, max(KS), now=conv.asked_at)
                     row: dict[str, float] = {}
