@@ -18,13 +18,14 @@ the same texts are embedded by:
     ``llama_get_embeddings_seq``; for K in ``--ks``, with the budget K x the trained context
     and with the budget of one context (``--budgets``).
 
-A chunk longer than the context is split into windows as memq splits it
-(``pipeline.embeddings.local.split_windows``) and its window vectors averaged by token count,
-in every run, so every run yields one unit vector per chunk. Each run is timed ``--rounds``
-times (the order rotated between rounds; the best time is reported, the machine is shared);
-"cpu s" is the process's CPU time (both threads; ggml's threads spin while they wait for each
-other, so a loaded machine inflates it too). Its vectors are compared with (b)'s: "max 1-cos"
-is the largest 1 - cosine over all chunks.
+A chunk longer than the model's window (memq's default model: its trained 256 tokens; another:
+the context) is split into windows as memq splits it (``pipeline.embeddings.local
+.split_windows``) and its window vectors averaged by token count, in every run, so every run
+decodes the sequences memq decodes and yields one unit vector per chunk. Each run is timed
+``--rounds`` times (the order rotated between rounds; the best time is reported, the machine
+is shared); "cpu s" is the process's CPU time (both threads; ggml's threads spin while they
+wait for each other, so a loaded machine inflates it too). Its vectors are compared with
+(b)'s: "max 1-cos" is the largest 1 - cosine over all chunks.
 BERT-type models have no KV cache: llama.cpp encodes a batch in one graph whose attention
 spans every token of the batch (other sequences masked out), so packing trades fewer calls and
 larger matrix products for attention work that grows with the square of the batch's tokens.
@@ -91,9 +92,12 @@ class Piece:
 
 
 def pieces(token_ids: list[list[int]], prefix: list[int], suffix: list[int],
-           n_ctx: int) -> list[Piece]:
-    """Every chunk as the sequences memq decodes for it (one, or one per window)."""
+           n_ctx: int, window: int = 0) -> list[Piece]:
+    """Every chunk as the sequences memq decodes for it (one, or one per window of at most
+    ``window`` tokens, or of the context when ``window`` is 0)."""
     room = n_ctx - len(prefix) - len(suffix)
+    if window:
+        room = min(room, window)
     out: list[Piece] = []
     for i, ids in enumerate(token_ids):
         if len(ids) <= room:
@@ -362,7 +366,7 @@ def main() -> None:
                  for t in texts]
     tokenising = time.perf_counter() - t0
     llm.close()
-    seqs = pieces(token_ids, prefix, suffix, n_ctx)
+    seqs = pieces(token_ids, prefix, suffix, n_ctx, LocalProvider(args.model).window_tokens)
     tokens = sum(len(p.ids) for p in seqs)
 
     contexts: list[Packed | Streams] = []

@@ -672,13 +672,33 @@ def test_local_streams_from_file_and_env_reach_the_provider_and_workers(
     assert load_settings(workspace=ws, env=env).local.streams is None  # one per thread
     s = load_toml(tmp_path, env, "[local]\nthreads = 4\nstreams = 2\n")
     assert (s.local.threads, s.local.streams) == (4, 2)
-    provider = _local(s, None)
+    provider = _local(s, None, s.local.window_tokens)
     assert (provider.streams, provider._stream_threads) == (2, 2)
     assert worker_env(s)["MEMQ_LOCAL_STREAMS"] == "2"
     s = load_settings(workspace=ws, env={**env, "MEMQ_LOCAL_STREAMS": "1"})
     assert s.local.streams == 1
     assert load_settings(workspace=ws, env={**env, "MEMQ_LOCAL_STREAMS": "auto"}
                          ).local.streams is None
+
+
+def test_local_window_tokens_from_file_and_env(tmp_path: Path, env: dict[str, str],
+                                               ws: Path) -> None:
+    from pipeline.embeddings.registry import choose_provider
+    from workers.embedded import worker_env
+
+    s = load_settings(workspace=ws, env=env)
+    assert s.local.window_tokens == 0 and "MEMQ_LOCAL_WINDOW_TOKENS" not in worker_env(s)
+    s = load_toml(tmp_path, env, "provider = \"local\"\n[local]\nwindowTokens = 256\n")
+    assert s.local.window_tokens == 256
+    assert worker_env(s)["MEMQ_LOCAL_WINDOW_TOKENS"] == "256"
+    chosen = choose_provider(s)
+    assert chosen.provider.window_tokens == 256  # type: ignore[union-attr]
+    assert chosen.spec.options["window_tokens"] == 256
+    s = load_settings(workspace=ws, env={**env, "MEMQ_LOCAL_WINDOW_TOKENS": "128"})
+    assert s.local.window_tokens == 128
+    for bad in ("-1", "many"):
+        with pytest.raises(ConfigError, match="MEMQ_LOCAL_WINDOW_TOKENS"):
+            load_settings(workspace=ws, env={**env, "MEMQ_LOCAL_WINDOW_TOKENS": bad})
 
 
 def test_workspace_must_be_a_directory(tmp_path: Path, env: dict[str, str]) -> None:

@@ -89,6 +89,7 @@ def test_env_vars() -> None:
         "MEMQ_LOCAL_MODEL_PATH": "local.modelPath",
         "MEMQ_LOCAL_THREADS": "local.threads",
         "MEMQ_LOCAL_STREAMS": "local.streams",
+        "MEMQ_LOCAL_WINDOW_TOKENS": "local.windowTokens",
         "MEMQ_CACHE_DIR": "local.modelCacheDir",
         "MEMQ_EXTRA_PATHS": "extraPaths",
         "MEMQ_AGENT_ID": "agentId",

@@ -218,13 +218,19 @@ def test_memq_eval_refuses_a_missing_collection(tmp_path: Path) -> None:
     assert "does not exist" in done.stderr
 
 
-def test_memq_eval_on_a_tiny_locomo_file_scores_both_layouts(tmp_path: Path, tiny_model) -> None:
+def tiny_locomo(tmp_path: Path, model: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A one-question LoCoMo file, a config of the tiny model, and the CLI's environment."""
     data = tmp_path / "tiny-locomo.json"
     data.write_text(json.dumps([{**SAMPLE, "qa": SAMPLE["qa"][:1]}]))
     cfg = tmp_path / "eval.json"
     cfg.write_text(json.dumps({"provider": "local",
-                               "local": {"modelPath": str(tiny_model), "threads": 1}}))
-    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+                               "local": {"modelPath": str(model), "threads": 1}}))
+    return data, cfg, {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "",
+                       "REDIS_URL": ""}
+
+
+def test_memq_eval_on_a_tiny_locomo_file_scores_both_layouts(tmp_path: Path, tiny_model) -> None:
+    data, cfg, env = tiny_locomo(tmp_path, tiny_model)
     done = run_memq("eval", "--collection", str(data), "--work-dir", str(tmp_path / "work"),
                     "--config", str(cfg), "--modes", "keyword", "--json", env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -256,12 +262,7 @@ def test_memq_eval_on_a_tiny_locomo_file_scores_both_layouts(tmp_path: Path, tin
 def test_memq_eval_applies_the_fused_keys_to_locomo(tmp_path: Path, tiny_model) -> None:
     """``--vector-weight`` and ``--rrf-k`` reach LoCoMo's fused modes (they were once read for
     BEIR folders only and silently dropped here)."""
-    data = tmp_path / "tiny-locomo.json"
-    data.write_text(json.dumps([{**SAMPLE, "qa": SAMPLE["qa"][:1]}]))
-    cfg = tmp_path / "eval.json"
-    cfg.write_text(json.dumps({"provider": "local",
-                               "local": {"modelPath": str(tiny_model), "threads": 1}}))
-    env = {"MEMQ_HOME": str(tmp_path / "home"), "MEMQ_BROKER_URL": "", "REDIS_URL": ""}
+    data, cfg, env = tiny_locomo(tmp_path, tiny_model)
     done = run_memq("eval", "--collection", str(data), "--work-dir", str(tmp_path / "work"),
                     "--config", str(cfg), "--modes", "keyword,hybrid,rrf", "--layout", "notes",
                     "--vector-weight", "0.25", "--rrf-k", "7", "--json", env=env, timeout=300)

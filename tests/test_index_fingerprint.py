@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.embeddings.default_model import DEFAULT_MODEL_ID, default_model_path
 from pipeline.embeddings.gemini import EMBEDDING_2_MODELS
-from pipeline.embeddings.registry import choose_provider
+from pipeline.embeddings.registry import choose_provider, provider_key
+from pipeline.errors import ProviderUnavailable
 from pipeline.ingest.chunking import CHUNKING_VERSION
 from pipeline.ingest.producer import index_fingerprint, index_identity
 from pipeline.query import memory_search
@@ -133,6 +135,44 @@ def test_a_version_2_store_is_rechunked_per_entry_by_version_5(workspace: Path,
     entries = [i + 1 for i, line in enumerate(lines)
                if i == 0 or line.startswith(("- ", "# ", "## "))]
     assert starts == entries and len(starts) > 5
+
+
+def test_local_window_tokens_rebuilds_once_and_the_old_index_answers_meanwhile(
+        workspace: Path, make_settings) -> None:
+    """``local.windowTokens`` changes how the local model reads a chunk, so turning it on
+    rebuilds the index once, with the window recorded in its options and its own provider key
+    (the embedding cache never serves a whole-chunk vector for a windowed one); until then the
+    old index keeps answering with vectors (its queries embedded as its chunks were)."""
+    try:
+        default_model_path()
+    except ProviderUnavailable as exc:
+        pytest.skip(f"all-MiniLM-L6-v2 weights not found: {exc}")
+    whole = make_settings(workspace, provider="local", local={"threads": 1})
+    windowed = make_settings(workspace, provider="local",
+                             local={"threads": 1, "windowTokens": 256})
+    run_index(whole, wait=True)
+    assert _spec(whole).options.get("window_tokens") is None
+    assert _spec(whole).provider_key == provider_key("local", DEFAULT_MODEL_ID)  # OpenClaw's
+    out = memory_search("Zigbee coordinator", settings=windowed, sync=False)
+    assert out["mode"] == "hybrid" and not out.get("warning"), out.get("warning")
+    assert out["results"] and out["results"][0]["vectorScore"] > 0
+    first = run_index(windowed, wait=True)
+    assert first.report.rebuild_needed and first.rebuild is not None and first.rebuild.done
+    assert not run_index(windowed, wait=True).report.rebuild_needed
+    spec = _spec(windowed)
+    assert spec.options["window_tokens"] == 256
+    assert spec.provider_key != provider_key("local", DEFAULT_MODEL_ID)
+    assert run_index(whole, wait=True).report.rebuild_needed  # and back, once
+
+
+def _spec(settings):
+    db = connect(settings.store.path)
+    try:
+        spec = schema.index_spec(db)
+    finally:
+        db.close()
+    assert spec is not None
+    return spec
 
 
 @pytest.mark.integration

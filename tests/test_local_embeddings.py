@@ -32,6 +32,7 @@ from pipeline.embeddings.base import EmbeddingProvider
 from pipeline.embeddings.default_model import (
     DEFAULT_MODEL_FILE,
     DEFAULT_MODEL_ID,
+    DEFAULT_MODEL_WINDOW,
     default_model_available,
     default_model_path,
     find_minilm_source,
@@ -39,6 +40,7 @@ from pipeline.embeddings.default_model import (
 from pipeline.embeddings.gguf_bert import convert_bert_to_gguf
 from pipeline.embeddings.local import LocalProvider, split_windows
 from pipeline.embeddings.model_source import model_source
+from pipeline.embeddings.registry import provider_key
 from pipeline.errors import BertConversionError, EmbeddingError, ProviderUnavailable
 from tests.fakes.bert_reference import bert_token_states, wordpiece_ids
 from tests.fakes.tiny_gguf import (
@@ -563,6 +565,33 @@ def test_minilm_dense_1600_char_chunk_is_windowed(minilm, minilm_reference) -> N
     vec = minilm.embed_query(text)
     assert vec.shape == (384,) and abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
     assert cosine(vec, minilm_reference.embed_windowed(text, 510)) > 0.999
+    short = LocalProvider(threads=2, window_tokens=DEFAULT_MODEL_WINDOW)  # local.windowTokens
+    assert cosine(short.embed_query(text), minilm_reference.embed_windowed(text, 256)) > 0.999
+
+
+def test_minilm_reads_a_chunk_in_windows_of_its_trained_length(minilm, minilm_reference) -> None:
+    """With ``local.windowTokens`` 256 (all-MiniLM-L6-v2's trained length) a 400-token chunk,
+    under the 512-position context, is embedded as the token-weighted mean of two windows of
+    200 tokens; by default (0) it is embedded whole, as OpenClaw does. The two are different
+    vectors, so the provider key (the embedding cache's) and the index's options tell them
+    apart, and OpenClaw's key stays the default's."""
+    text = " ".join(f"{SENTENCES[i % 3]} Note {i} of the chat." for i in range(30))
+    n = minilm.count_tokens(text)
+    assert 256 < n <= 510, n
+    assert minilm.window_tokens == 0
+    windowing = LocalProvider(threads=2, window_tokens=DEFAULT_MODEL_WINDOW)
+    windowed = windowing.embed_documents([text])[0]
+    assert cosine(windowed, minilm_reference.embed_windowed(text, 256)) > 0.999
+    whole = minilm.embed_documents([text])[0]
+    assert cosine(whole, minilm_reference.embed(text)) > 0.999
+    assert cosine(windowed, whole) < 0.999
+    short = "Where did Caroline move from?"  # a query fits one window: the same either way
+    assert cosine(windowing.embed_query(short), minilm.embed_query(short)) > 0.99999
+    assert minilm.provider_key == provider_key("local", DEFAULT_MODEL_ID)  # OpenClaw's
+    assert windowing.provider_key != minilm.provider_key
+    assert (windowing.spec_options, minilm.spec_options) == ({"window_tokens": 256}, {})
+    with pytest.raises(ValueError, match="window_tokens"):
+        LocalProvider(window_tokens=-1)
 
 
 def test_duplicate_vocab_lines_do_not_abort_llama_cpp(tmp_path: Path, tiny_files: dict) -> None:
@@ -644,7 +673,7 @@ def test_streams_layout_from_threads(tiny_gguf: Path) -> None:
             ._stream_threads) == (2, 1)  # default: one stream per thread
     p = LocalProvider(tiny_gguf, threads=4, streams=2)
     assert (p._streams, p._stream_threads) == (2, 2)
-    assert repr(p) == "LocalProvider(model='tiny-bert', threads=4, streams=2)"
+    assert repr(p) == "LocalProvider(model='tiny-bert', threads=4, streams=2, window_tokens=0)"
     p = LocalProvider(tiny_gguf, threads=2, streams=5)  # never more streams than threads
     assert (p._streams, p._stream_threads) == (2, 1)
     p = LocalProvider(tiny_gguf, threads=3, streams=1)

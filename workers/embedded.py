@@ -40,6 +40,8 @@ def worker_env(settings: Settings) -> dict[str, str]:
         env["MEMQ_LOCAL_THREADS"] = str(settings.local.threads)
     if settings.local.streams is not None:
         env["MEMQ_LOCAL_STREAMS"] = str(settings.local.streams)
+    if settings.local.window_tokens:
+        env["MEMQ_LOCAL_WINDOW_TOKENS"] = str(settings.local.window_tokens)
     return env
 
 

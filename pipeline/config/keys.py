@@ -396,6 +396,7 @@ KEYS: tuple[Key, ...] = (
     Key("local.threads", _int(1, nullable=True, null_hint=_AUTO), env="MEMQ_LOCAL_THREADS"),
     Key("local.streams", _int(1, nullable=True, null_hint=_AUTO_STREAMS),
         env="MEMQ_LOCAL_STREAMS"),
+    Key("local.windowTokens", _int(0), env="MEMQ_LOCAL_WINDOW_TOKENS"),
     # An openclaw.json's models.providers.<id> (apiKey, baseUrl, headers, auth): see providers.py
     Key("models.providers", Spec("model_providers"), attr="model_providers", read=False),
     Key("brokerUrl", Spec("url", nullable=True), env="MEMQ_BROKER_URL", top_only=True),

@@ -368,12 +368,15 @@ class RemoteSettings(_Validated):
 @dataclass(frozen=True)
 class LocalSettings(_Validated):
     """``local.*``: the in-process llama.cpp model. ``threads=None`` lets llama.cpp decide;
-    ``streams``: documents decoded side by side on those threads (None: one per thread)."""
+    ``streams``: documents decoded side by side on those threads (None: one per thread);
+    ``window_tokens``: the longest token sequence embedded at once, a longer text being the
+    mean of its windows (0: the model's context, OpenClaw's way)."""
 
     model_path: str | None = None
     model_cache_dir: Path | None = None
     threads: int | None = None
     streams: int | None = None
+    window_tokens: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()

