@@ -105,6 +105,7 @@ class IndexStatus:
     jobs: list[JobRecord] = field(default_factory=list)
     last_job_error: JobRecord | None = None
     jobs_error: str | None = None
+    window_tokens: int | None = None  # the local model's window (local.windowTokens), if any
     batch: BatchStatus = field(default_factory=BatchStatus)
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,6 +116,8 @@ class IndexStatus:
                    else self.last_job_error.to_dict())
         if self.jobs_error is not None:
             out["jobsError"] = self.jobs_error
+        if self.window_tokens:
+            out["windowTokens"] = self.window_tokens
         out.update(batch=self.batch.to_dict(), reindex=self.reindex)
         return out
 
@@ -162,6 +165,7 @@ def read_index_status(settings: Settings, jobs: JobLog | None = None) -> IndexSt
         status.failed = states.get("failed", 0)
         status.chunk_errors = reads.chunk_errors(db, 5)
         status.provider, status.model = index.get("provider"), index.get("model")
+        status.window_tokens = (index.get("options") or {}).get("window_tokens")
         status.dims = vector_dims(db)
         status.mode = "hybrid" if index.get("provider") else "keyword-only"
         status.reason = schema.get_meta(db, "mode_reason")

@@ -21,6 +21,7 @@ from pipeline.query import memory_search
 from pipeline.status import index_status
 from pipeline.store import schema
 from pipeline.store.engine import connect
+from tests.conftest import run_memq
 from tests.fakes.provider_doubles import ProviderDouble
 from tests.secrets_scan import SENTINEL
 from workers.indexing import run_index
@@ -162,7 +163,12 @@ def test_local_window_tokens_rebuilds_once_and_the_old_index_answers_meanwhile(
     spec = _spec(windowed)
     assert spec.options["window_tokens"] == 256
     assert spec.provider_key != provider_key("local", DEFAULT_MODEL_ID)
+    assert index_status(windowed)["windowTokens"] == 256
+    shown = run_memq("status", "--workspace", str(workspace), "--config",
+                     str(windowed.config_file), env={"MEMQ_BROKER_URL": "", "REDIS_URL": ""})
+    assert "384 dims, windows of 256 tokens)" in shown.stdout, shown.stdout + shown.stderr
     assert run_index(whole, wait=True).report.rebuild_needed  # and back, once
+    assert "windowTokens" not in index_status(whole)
 
 
 def _spec(settings):

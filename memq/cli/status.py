@@ -147,7 +147,9 @@ def status(args: Args) -> int:
         f"workspace: {s['workspace']}",
         f"store:     {s['store']} (sqlite {s['sqliteDriver']}, vectors via "
         f"{s['vectorBackend']})",
-        f"mode:      {s['mode']}" + (f" ({s['provider']}/{s['model']}, {s['dims']} dims)"
+        f"mode:      {s['mode']}" + (f" ({s['provider']}/{s['model']}, {s['dims']} dims"
+                                      + (f", windows of {s['windowTokens']} tokens"
+                                         if s.get("windowTokens") else "") + ")"
                                       if s["provider"] else f": {s['reason']}"),
         f"files:     {s['files']} indexed, {s['filesWithErrors']} skipped",
         f"chunks:    {s['chunks']} ({s['vectors']} with vectors, {s['pending']} pending, "
