@@ -44,9 +44,7 @@ Facts this module is built around (measured with llama-cpp-python 0.3.36 on CPU)
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
-import json
 import os
 import threading
 from collections.abc import Sequence
@@ -213,8 +211,8 @@ class LocalProvider:
 
     def _pieces(self, texts: Sequence[str]) -> list[_Piece]:
         """The sequences ``texts`` are decoded as: one per text (``window`` 0), or one per
-        window of a text longer than the context (``window``: its tokens). The caller holds
-        ``self._lock``."""
+        window of a text longer than the context or ``window_tokens`` (``window``: its
+        tokens). The caller holds ``self._lock``."""
         room = self._n_ctx - len(self._prefix) - len(self._suffix)
         if self.window_tokens:
             room = min(room, self.window_tokens)
@@ -388,10 +386,9 @@ class LocalProvider:
         """The embedding cache's key for this provider's vectors: OpenClaw's (provider and
         model) when texts are embedded whole up to the context, and the window besides when
         they are windowed, so vectors made one way are never served for the other."""
-        blob = {"provider": self.name, "model": self.model}
-        if self.window_tokens:
-            blob["window_tokens"] = self.window_tokens
-        return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+        from pipeline.embeddings.registry import provider_key
+
+        return provider_key(self.name, self.model, **self.spec_options)
 
     @property
     def spec_options(self) -> dict[str, Any]:

@@ -92,9 +92,10 @@ class ProviderChoice:
         return "hybrid" if self.provider is not None else "keyword-only"
 
 
-def provider_key(name: str, model: str) -> str:
-    """OpenClaw's cache key for providers without endpoint options: sha256 of provider+model."""
-    blob = json.dumps({"provider": name, "model": model}, sort_keys=True)
+def provider_key(name: str, model: str, **vector_options: Any) -> str:
+    """OpenClaw's cache key for providers without endpoint options: sha256 of provider+model
+    (and of memq's options that change the vectors, such as the local model's window)."""
+    blob = json.dumps({"provider": name, "model": model, **vector_options}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
