@@ -7,9 +7,11 @@ class with this shape, and the registry picks one by name. Workers only ever cal
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # NumPy is only in this interface's annotations: a pass that embeds nothing (keyword-only)
 # imports the interface without it.
@@ -68,3 +70,10 @@ def l2_normalise(vectors: np.ndarray) -> np.ndarray:
     v = np.nan_to_num(np.asarray(vectors, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
     norms = np.linalg.norm(v, axis=-1, keepdims=True)
     return np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)
+
+
+def provider_key(name: str, model: str, **vector_options: Any) -> str:
+    """OpenClaw's cache key for providers without endpoint options: sha256 of provider+model
+    (and of memq's options that change the vectors, such as the local model's window)."""
+    blob = json.dumps({"provider": name, "model": model, **vector_options}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.embeddings.base import l2_normalise
+from pipeline.embeddings.base import l2_normalise, provider_key
 from pipeline.embeddings.default_model import DEFAULT_MODEL_ID, default_model_path
 from pipeline.embeddings.llama_import import import_llama_cpp
 from pipeline.embeddings.llama_model import MAX_CONTEXT, ModelFile, decode_pooled, load_llama
@@ -386,8 +386,6 @@ class LocalProvider:
         """The embedding cache's key for this provider's vectors: OpenClaw's (provider and
         model) when texts are embedded whole up to the context, and the window besides when
         they are windowed, so vectors made one way are never served for the other."""
-        from pipeline.embeddings.registry import provider_key
-
         return provider_key(self.name, self.model, **self.spec_options)
 
     @property

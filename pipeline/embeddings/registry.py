@@ -32,9 +32,7 @@ read API keys from their own config and environment, and refuse a job whose prov
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import ADAPTERS, NOT_YET, Settings, adapter_of
-from pipeline.embeddings.base import EmbeddingProvider
+from pipeline.embeddings.base import EmbeddingProvider, provider_key
 from pipeline.embeddings.destination import (
     HEADER_AUTH,
     REFUSING,
@@ -90,13 +88,6 @@ class ProviderChoice:
     @property
     def mode(self) -> str:
         return "hybrid" if self.provider is not None else "keyword-only"
-
-
-def provider_key(name: str, model: str, **vector_options: Any) -> str:
-    """OpenClaw's cache key for providers without endpoint options: sha256 of provider+model
-    (and of memq's options that change the vectors, such as the local model's window)."""
-    blob = json.dumps({"provider": name, "model": model, **vector_options}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _local(settings: Settings, model_path: str | None, window_tokens: int) -> LocalProvider:
