@@ -4,12 +4,14 @@ has answered it.
 
 Environment: ``POP_KILL_BROKER`` (the broker URL), ``POP_KILL_NOTES`` (the file the task
 appends to), ``POP_KILL_HARDEN=1`` to apply memq's repairs to kombu first (as every memq
-process does, through pipeline.fleet.broker).
+process does, through pipeline.fleet.broker), ``POP_KILL_VISIBILITY`` the visibility timeout
+in seconds (2 unless set).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from celery import Celery
 
@@ -17,7 +19,7 @@ if os.environ.get("POP_KILL_HARDEN") == "1":
     import pipeline.fleet.broker  # noqa: F401 - applies pipeline.fleet.kombu_repairs
 
 QUEUE = "work"
-VISIBILITY_S = 2
+VISIBILITY_S = int(os.environ.get("POP_KILL_VISIBILITY") or 2)
 
 app = Celery("pop-kill", broker=os.environ["POP_KILL_BROKER"], set_as_current=True)
 app.conf.update(
@@ -32,8 +34,10 @@ app.conf.update(
 
 
 @app.task(name="note", bind=True)
-def note(self, text: str) -> None:
-    """Append ``text`` and whether this delivery was a redelivery to the notes file."""
+def note(self, text: str, seconds: float = 0.0) -> None:
+    """Append ``text`` and whether this delivery was a redelivery to the notes file, after
+    ``seconds`` of work."""
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+    time.sleep(seconds)
     with open(os.environ["POP_KILL_NOTES"], "a") as notes:
         notes.write(f"{text} redelivered={redelivered}\n")

@@ -1,5 +1,6 @@
-"""Two repairs to kombu's Redis transport, for a broker that vanishes while a message is
-delivered but not yet acknowledged (memq acknowledges after the task ran, so one usually is).
+"""Repairs to kombu's Redis transport. The first two are for a broker that vanishes while a
+message is delivered but not yet acknowledged (memq acknowledges after the task ran, so one
+usually is).
 
 What goes wrong without them (kombu 5.5-5.7, Celery 5.5-5.7), found by a probe in a worker
 that died during a broker restart (``tests/test_broker_fixes.py`` replays it step by step):
@@ -62,6 +63,20 @@ The repaired lock expires after one sweep period (``unacked_restore_interval`` x
 ``unacked_restore_throttle``) at most. Sweeps that overlap (a sweep longer than its period) are
 harmless: each message is restored in a transaction that watches the ``unacked`` hash, so only
 one of them puts it back.
+
+A fifth repair keeps the sweep to dead consumers' messages. kombu records when a message was
+taken and the sweep puts back every message taken longer ago than the visibility timeout,
+whether its consumer is dead or still running it; it puts it back at the end of its list that
+is consumed first. A job that runs longer than the timeout (a slow provider; every job on a
+loaded machine, found in the hard-kill test under load with its 8 s timeout) is handed out again
+while it runs, runs again the moment it ends, is handed out again, and the jobs queued behind
+it never run. A repaired consumer renews the record of every message it holds (delivered and
+not yet acknowledged) each time its event loop looks for messages to restore, once per sweep
+period, before the sweep: a live consumer's messages never look older than one period, and a
+dead consumer's age from its last renewal. The renewal only touches records still there
+(``ZADD XX``): a message acknowledged, or already put back by another consumer's sweep, is not
+brought back. A worker whose main thread runs the task (Celery's ``solo`` pool) cannot renew
+while it runs; memq's workers use the prefork pool, whose main process stays free.
 """
 
 from __future__ import annotations
@@ -157,6 +172,8 @@ def harden_kombu_redis() -> None:
         channel_cls._put = _ringing_put(channel_cls._put)
         kombu_redis.QoS.append = _trusting_claims(kombu_redis.QoS.append)
         kombu_redis.QoS.unacked_mutex_expire = property(sweep_lock_expiry)
+        poller_cls = kombu_redis.MultiChannelPoller
+        poller_cls.maybe_restore_messages = _renewing_first(poller_cls.maybe_restore_messages)
     else:
         logger.warning("kombu %s: memq's claiming and sweep-lock repairs (written for kombu %s "
                        "to %s) are not applied: a consumer killed between a pop and its record "
@@ -179,6 +196,36 @@ def sweep_lock_expiry(qos: kombu_redis.QoS) -> float:
     channel = qos.channel
     period = max(channel.unacked_restore_interval, 1) * max(channel.unacked_restore_throttle, 1)
     return min(channel.unacked_mutex_expire, period)
+
+
+def renew_held_messages(channel: kombu_redis.Channel) -> int:
+    """Mark every message ``channel`` holds (delivered, not acknowledged) as taken now, so
+    the sweep for a dead consumer's messages leaves them alone; returns how many it holds.
+    Only records still there are renewed: an acknowledged or restored message stays gone."""
+    qos = channel._qos  # (None until the channel consumed: nothing held)
+    if qos is None:
+        return 0
+    held = [tag for tag in qos._delivered if tag not in qos._dirty]
+    if held:
+        now = time()
+        with channel.conn_or_acquire() as client:
+            client.zadd(channel.unacked_index_key, dict.fromkeys(held, now), xx=True)
+    return len(held)
+
+
+def _renewing_first(shipped: Callable[..., Any]) -> Callable[..., Any]:
+    def maybe_restore_messages(self: kombu_redis.MultiChannelPoller) -> Any:
+        """kombu's periodic sweep for messages past the visibility timeout, after every channel
+        of this consumer renewed the messages it holds (:func:`renew_held_messages`)."""
+        for channel in list(self._channels):
+            try:
+                renew_held_messages(channel)
+            except channel.connection_errors:  # as kombu's sweep: the poll loop reconnects
+                logger.debug("could not renew the messages a channel holds", exc_info=True)
+        return shipped(self)
+
+    maybe_restore_messages.__wrapped__ = shipped  # type: ignore[attr-defined]
+    return maybe_restore_messages
 
 
 def _close_every_channel(self: kombu_redis.Transport, connection: Any) -> None:
