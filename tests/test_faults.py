@@ -41,6 +41,24 @@ def lost(settings) -> dict[str, int]:
             "missing_vectors": s["chunks"] - s["vectors"]}
 
 
+#: How long a test's index pass through its fleet may take before the test gives up with the
+#: workers' logs (a pass that never ends would otherwise be cut by pytest-timeout, logs unseen).
+PASS_PATIENCE_S = 600
+
+
+def index_through(settings, fleet):
+    """``run_index(settings, wait=True)``, failing with the fleet's logs and the store's counts
+    if the vectors are not all written within :data:`PASS_PATIENCE_S`."""
+    deadline = time.monotonic() + PASS_PATIENCE_S
+
+    def give_up_when_late(done: int, total: int) -> None:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{done} of {total} vectors after {PASS_PATIENCE_S} s, "
+                        f"{lost(settings)}\n{fleet.logs()}")
+
+    return run_index(settings, wait=True, on_progress=give_up_when_late)
+
+
 @pytest.fixture
 def minilm() -> None:
     try:
@@ -76,8 +94,10 @@ def test_hard_killed_worker_loses_nothing(workspace: Path, make_settings, broker
 
     killer = threading.Thread(target=kill_then_replace)
     killer.start()
-    run = run_index(settings, wait=True)
-    killer.join()
+    try:
+        run = index_through(settings, fleet)
+    finally:
+        killer.join()
     assert killed.is_set(), "the worker finished before it could be killed"
     assert lost(settings) == {"pending": 0, "failed": 0, "missing_vectors": 0}, fleet.logs()
     assert index_status(settings)["vectors"] == run.report.chunks_queued
@@ -247,7 +267,7 @@ def test_searches_keep_answering_while_indexing(workspace: Path, make_settings, 
                              local={"modelPath": str(tiny_model)})
     fleet.start(["store.0"], "writer")
     fleet.start(["embed.local"], "embed")
-    run_index(settings, wait=True)
+    index_through(settings, fleet)
     generate_notes(workspace, 150)
     stop = threading.Event()
     answers: list[int] = []
@@ -264,7 +284,7 @@ def test_searches_keep_answering_while_indexing(workspace: Path, make_settings, 
     searcher = threading.Thread(target=search_loop)
     searcher.start()
     try:
-        run_index(settings, wait=True)
+        index_through(settings, fleet)
     finally:
         stop.set()
         searcher.join()
