@@ -428,6 +428,9 @@ def test_the_claiming_repair_is_applied_once_and_only_to_the_kombu_it_was_writte
     assert kombu_redis.Channel._brpop_start is start  # not wrapped twice
     assert not hasattr(start.__wrapped__, "__wrapped__")
     assert kombu_redis.QoS.unacked_mutex_expire.fget is broker_fixes.sweep_lock_expiry
+    renewing = kombu_redis.MultiChannelPoller.maybe_restore_messages
+    assert getattr(renewing, "__wrapped__", None) is not None
+    assert not hasattr(renewing.__wrapped__, "__wrapped__")  # renewed once per sweep, not twice
     assert broker_fixes.written_for((5, 5, 0)) and broker_fixes.written_for((5, 7, 2))
     assert not broker_fixes.written_for((5, 4, 2)) and not broker_fixes.written_for((5, 8, 0))
     assert broker_fixes.redis_version("7.0.15") >= broker_fixes.CLAIMS_NEED_REDIS
