@@ -281,6 +281,18 @@ def test_a_consumer_that_does_not_acknowledge_keeps_kombus_brpop(
     assert calls["brpop"] >= len(ORDER_MIX) and calls["eval"] == 0
 
 
+def note_workers(broker: PrivateRedis, tmp_path: Path, *, harden: bool, **env: str
+                 ) -> tuple[Fleet, Path]:
+    """A fleet of tests/pop_kill_worker.py workers (none started yet) on ``broker``, and the
+    notes file their task appends to; ``env`` adds to their environment."""
+    notes = tmp_path / "notes.txt"
+    notes.touch()
+    logs = tmp_path / "worker-logs"
+    logs.mkdir()
+    return Fleet(broker.url, {"POP_KILL_BROKER": broker.url, "POP_KILL_NOTES": str(notes),
+                              "POP_KILL_HARDEN": "1" if harden else "0", **env}, logs), notes
+
+
 def start_worker(fleet: Fleet, name: str, pool: str = "solo") -> subprocess.Popen:
     """A real ``celery worker`` (solo pool: the main process consumes and runs the task;
     prefork: one pool process runs it, as memq's workers)."""
@@ -340,13 +352,7 @@ def test_real_worker_killed_with_a_taken_job_unread(harden: bool, private_redis:
     a job is published and taken by that request; the worker is SIGKILLed before it could read
     the answer, and a second worker starts. kombu as shipped: the job is on the broker nowhere
     and never runs. Repaired: it is in ``unacked`` and the second worker runs it, redelivered."""
-    notes = tmp_path / "notes.txt"
-    notes.touch()
-    logs = tmp_path / "worker-logs"
-    logs.mkdir()
-    fleet = Fleet(private_redis.url, {"POP_KILL_BROKER": private_redis.url,
-                                      "POP_KILL_NOTES": str(notes),
-                                      "POP_KILL_HARDEN": "1" if harden else "0"}, logs)
+    fleet, notes = note_workers(private_redis, tmp_path, harden=harden)
     try:
         first = start_worker(fleet, "first")
         with job_sender(private_redis) as send:
@@ -386,14 +392,8 @@ def test_a_job_that_outlasts_the_visibility_timeout_runs_once_and_the_next_one_r
     and the job behind it never runs. Repaired: the worker's main process keeps the messages it
     holds from the sweep while it lives, so the job runs once and the next one after it."""
     visibility, work = 3, 7.0
-    notes = tmp_path / "notes.txt"
-    notes.touch()
-    logs = tmp_path / "worker-logs"
-    logs.mkdir()
-    fleet = Fleet(private_redis.url, {"POP_KILL_BROKER": private_redis.url,
-                                      "POP_KILL_NOTES": str(notes),
-                                      "POP_KILL_VISIBILITY": str(visibility),
-                                      "POP_KILL_HARDEN": "1" if harden else "0"}, logs)
+    fleet, notes = note_workers(private_redis, tmp_path, harden=harden,
+                                POP_KILL_VISIBILITY=str(visibility))
 
     def lines() -> list[str]:
         return notes.read_text().splitlines()
