@@ -106,6 +106,15 @@ def _qmd_lines(status: dict[str, Any]) -> list[str]:
             f"qmd:       {q['documents']} documents ({collections}); last update {when}"]
 
 
+def _mode_detail(s: dict[str, Any]) -> str:
+    """What follows the mode: the provider, model, dimensions (and the local model's window),
+    or why the index is keyword-only."""
+    if not s["provider"]:
+        return f": {s['reason']}"
+    window = f", windows of {s['windowTokens']} tokens" if s.get("windowTokens") else ""
+    return f" ({s['provider']}/{s['model']}, {s['dims']} dims{window})"
+
+
 @command("status", "what is indexed, pending and why; queues, workers, recent jobs")
 @memory_options
 @timeout_option
@@ -147,10 +156,7 @@ def status(args: Args) -> int:
         f"workspace: {s['workspace']}",
         f"store:     {s['store']} (sqlite {s['sqliteDriver']}, vectors via "
         f"{s['vectorBackend']})",
-        f"mode:      {s['mode']}" + (f" ({s['provider']}/{s['model']}, {s['dims']} dims"
-                                      + (f", windows of {s['windowTokens']} tokens"
-                                         if s.get("windowTokens") else "") + ")"
-                                      if s["provider"] else f": {s['reason']}"),
+        f"mode:      {s['mode']}{_mode_detail(s)}",
         f"files:     {s['files']} indexed, {s['filesWithErrors']} skipped",
         f"chunks:    {s['chunks']} ({s['vectors']} with vectors, {s['pending']} pending, "
         f"{s['failed']} failed)",
