@@ -198,19 +198,15 @@ def sweep_lock_expiry(qos: kombu_redis.QoS) -> float:
     return min(channel.unacked_mutex_expire, period)
 
 
-def renew_held_messages(channel: kombu_redis.Channel) -> int:
+def renew_held_messages(channel: kombu_redis.Channel) -> None:
     """Mark every message ``channel`` holds (delivered, not acknowledged) as taken now, so
-    the sweep for a dead consumer's messages leaves them alone; returns how many it holds.
-    Only records still there are renewed: an acknowledged or restored message stays gone."""
+    the sweep for a dead consumer's messages leaves them alone. Only records still there are
+    renewed: an acknowledged or restored message stays gone."""
     qos = channel._qos  # (None until the channel consumed: nothing held)
-    if qos is None:
-        return 0
-    held = [tag for tag in qos._delivered if tag not in qos._dirty]
+    held = [tag for tag in qos._delivered if tag not in qos._dirty] if qos is not None else []
     if held:
-        now = time()
         with channel.conn_or_acquire() as client:
-            client.zadd(channel.unacked_index_key, dict.fromkeys(held, now), xx=True)
-    return len(held)
+            client.zadd(channel.unacked_index_key, dict.fromkeys(held, time()), xx=True)
 
 
 def _renewing_first(shipped: Callable[..., Any]) -> Callable[..., Any]:
